@@ -1,0 +1,65 @@
+# lance-segmerge: everything a fresh machine needs, from Go modules to the
+# Python test dependencies, is installed by these targets.
+#
+#   make demo   build a Lance dataset with many delta segments and show them
+#   make test   go vet, go test, build the extension, pytest against pylance
+#
+# Needs: Go 1.26+, a C compiler (cgo), Python 3.10+ built with a shared
+# libpython (pyenv and distro Pythons are), network access to PyPI and the Go
+# module proxy.
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+GO     ?= go
+
+PY_DEPS := pybindgen==0.22.1 "setuptools>=68" wheel \
+           pylance==14.0.2 "pyarrow>=17" "numpy>=1.24" "pytest>=8" "mypy>=1.10"
+
+.PHONY: all venv build test test-go test-py vet demo proto fuzz clean
+
+all: build
+
+$(VENV)/.deps: Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(PY_DEPS)
+	touch $@
+
+venv: $(VENV)/.deps
+
+# Generate and compile the gopy extension into python/lance_segmerge/_native.
+build: venv
+	$(PY) tools/build_native.py --python $(abspath $(PY))
+
+vet:
+	$(GO) vet ./...
+
+test-go: vet
+	$(GO) test ./...
+
+test-py: build
+	PYTHONPATH=python $(PY) -m pytest -q
+
+test: test-go test-py
+
+demo: build
+	PYTHONPATH=python $(PY) -m lance_segmerge.demo
+
+# Regenerate the protobuf Go code (needs protoc, e.g. Debian's
+# protobuf-compiler). The generated files are committed.
+proto:
+	cd gokernel/internal/pb && $(GO) generate ./...
+
+# Run every fuzz target for a while (CI runs them briefly via go test).
+FUZZTIME ?= 30s
+fuzz:
+	for pkg in $$($(GO) list ./gokernel/...); do \
+	  for t in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+	    $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; \
+	done
+
+clean:
+	rm -rf _build build dist python/lance_segmerge/_native/pybind.py \
+	       python/lance_segmerge/_native/go.py python/lance_segmerge/_native/_segmerge*

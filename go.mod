@@ -1,0 +1,29 @@
+module github.com/lance-segmerge/lance-segmerge
+
+go 1.26.0
+
+tool (
+	github.com/go-python/gopy
+	golang.org/x/tools/cmd/goimports
+	google.golang.org/protobuf/cmd/protoc-gen-go
+)
+
+require (
+	github.com/RoaringBitmap/roaring/v2 v2.30.0
+	github.com/go-python/gopy v0.4.10
+	github.com/google/uuid v1.6.0
+	google.golang.org/protobuf v1.36.12
+)
+
+require (
+	github.com/bits-and-blooms/bitset v1.24.4 // indirect
+	github.com/gonuts/commander v0.1.0 // indirect
+	github.com/gonuts/flag v0.1.0 // indirect
+	github.com/mschoch/smat v0.2.0 // indirect
+	github.com/pkg/errors v0.9.1 // indirect
+	golang.org/x/mod v0.42.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/telemetry v0.0.0-20261009151841-97e8ea77aa2a // indirect
+	golang.org/x/tools v0.52.0 // indirect
+)

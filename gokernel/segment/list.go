@@ -1,0 +1,269 @@
+package segment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/ivf"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
+)
+
+// File is one file of a segment, as IndexMetadata.files lists it.
+type File struct {
+	Path      string `json:"path"`
+	SizeBytes uint64 `json:"size_bytes"`
+}
+
+// Info describes one segment: its manifest entry and what its files say.
+// The JSON names are the Python IndexSegment's field names.
+type Info struct {
+	UUID           string  `json:"uuid"`
+	Name           string  `json:"name"`
+	Fields         []int32 `json:"fields"`
+	DatasetVersion uint64  `json:"dataset_version"`
+	// FragmentIDs is sorted; nil when the entry has no bitmap.
+	FragmentIDs  []uint32 `json:"fragment_ids"`
+	IndexVersion int32    `json:"index_version"`
+	// CreatedAtMillis is milliseconds since the Unix epoch, or nil.
+	CreatedAtMillis *uint64 `json:"created_at_ms"`
+	BaseID          *uint32 `json:"base_id"`
+	Files           []File  `json:"files"`
+	DetailsTypeURL  string  `json:"index_details_type_url"`
+	Details         []byte  `json:"index_details"`
+	// Metadata is the IndexMetadata protobuf, unknown fields included.
+	Metadata []byte `json:"metadata"`
+
+	Stats *Stats `json:"stats"`
+}
+
+// Stats is what the segment's files say, beyond the manifest entry.
+type Stats struct {
+	IndexType      string   `json:"index_type"`
+	DistanceType   string   `json:"distance_type"`
+	NumPartitions  int      `json:"num_partitions"`
+	PartitionRows  []uint32 `json:"partition_rows"`
+	NumRows        uint64   `json:"num_rows"`
+	PQTransposed   *bool    `json:"pq_transposed"`
+	RQPacked       *bool    `json:"rq_packed"`
+	NumBits        int      `json:"num_bits"`
+	NumSubVectors  int      `json:"num_sub_vectors"`
+	Dimension      int      `json:"dimension"`
+	FileVersion    string   `json:"file_version"`
+	IndexFileBytes int64    `json:"index_file_bytes"`
+	AuxFileBytes   int64    `json:"auxiliary_file_bytes"`
+}
+
+// Describe builds the Info of one index entry without reading its files.
+func Describe(im *pb.IndexMetadata) (*Info, error) {
+	ids, _, err := table.DecodeFragmentBitmap(im.GetFragmentBitmap())
+	if err != nil {
+		return nil, fmt.Errorf("segment %s: %w", table.IndexUUID(im), err)
+	}
+	raw, err := table.MarshalIndex(im)
+	if err != nil {
+		return nil, fmt.Errorf("segment %s: encode metadata: %w", table.IndexUUID(im), err)
+	}
+	info := &Info{
+		UUID:            table.IndexUUID(im),
+		Name:            im.GetName(),
+		Fields:          im.GetFields(),
+		DatasetVersion:  im.GetDatasetVersion(),
+		FragmentIDs:     ids,
+		IndexVersion:    im.GetIndexVersion(),
+		CreatedAtMillis: im.CreatedAt,
+		BaseID:          im.BaseId,
+		DetailsTypeURL:  im.GetIndexDetails().GetTypeUrl(),
+		Details:         im.GetIndexDetails().GetValue(),
+		Metadata:        raw,
+	}
+	if info.Fields == nil {
+		info.Fields = []int32{}
+	}
+	for _, f := range im.GetFiles() {
+		info.Files = append(info.Files, File{Path: f.GetPath(), SizeBytes: f.GetSizeBytes()})
+	}
+	return info, nil
+}
+
+// ReadStats opens a segment's files and summarises them.
+func ReadStats(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Stats, error) {
+	if im.BaseId != nil {
+		return nil, fmt.Errorf("%w: segment %s lives under base path %d (shallow clones are not supported)", errkind.Unsupported, table.IndexUUID(im), im.GetBaseId())
+	}
+	f, err := ivf.OpenFiles(ctx, st, table.IndexDir(im), lancefile.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	s := &Stats{
+		IndexType:      string(f.Type),
+		DistanceType:   f.Distance,
+		NumPartitions:  f.NumPartitions(),
+		PartitionRows:  f.IVF.Lengths,
+		NumRows:        f.Aux.NumRows(),
+		FileVersion:    f.Aux.Version().String(),
+		IndexFileBytes: f.Index.Size(),
+		AuxFileBytes:   f.Aux.Size(),
+	}
+	if s.PartitionRows == nil {
+		s.PartitionRows = []uint32{}
+	}
+	if q := f.Quant; q != nil {
+		switch f.Type.Quantizer() {
+		case "pq":
+			s.PQTransposed = q.Transposed
+			if s.PQTransposed == nil {
+				// PQ metadata without the key predates the transposed layout.
+				no := false
+				s.PQTransposed = &no
+			}
+			s.NumBits, s.NumSubVectors, s.Dimension = q.NBits, q.NumSubVectors, q.Dimension
+		case "rq":
+			s.RQPacked = q.Packed
+			s.NumBits, s.Dimension = q.NumBits, q.CodeDim
+		case "sq":
+			s.NumBits, s.Dimension = q.NumBits, q.Dim
+		case "flat":
+			s.Dimension = q.Dim
+		}
+	}
+	return s, nil
+}
+
+// Options control List.
+type Options struct {
+	// IndexName selects one logical index; "" lists every vector index.
+	IndexName string
+	// SkipStats lists manifest entries only, without opening index files.
+	SkipStats bool
+}
+
+// List returns the segments of the vector indices of snap, in manifest
+// order. errkind.NotFound when IndexName names no index.
+func List(ctx context.Context, st storage.Store, snap *table.Snapshot, opts Options) ([]*Info, error) {
+	var out []*Info
+	for _, im := range snap.Indices {
+		if opts.IndexName != "" && im.GetName() != opts.IndexName {
+			continue
+		}
+		if opts.IndexName == "" && !IsVector(im) {
+			continue
+		}
+		info, err := Describe(im)
+		if err != nil {
+			return nil, err
+		}
+		if !opts.SkipStats {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			info.Stats, err = ReadStats(ctx, st, im)
+			if err != nil && !errors.Is(err, errkind.Unsupported) {
+				return nil, err
+			}
+		}
+		out = append(out, info)
+	}
+	if opts.IndexName != "" && len(out) == 0 {
+		return nil, fmt.Errorf("%w: index %q does not exist in %s version %d (indices: %v)",
+			errkind.NotFound, opts.IndexName, st.URI(), snap.Ref.Version, IndexNames(snap))
+	}
+	return out, nil
+}
+
+// IsVector reports whether an index entry is a vector index: its details
+// are VectorIndexDetails (any package), or, for entries without details,
+// its files include auxiliary.idx.
+func IsVector(im *pb.IndexMetadata) bool {
+	url := im.GetIndexDetails().GetTypeUrl()
+	if url != "" {
+		return hasSuffixFold(url, "VectorIndexDetails")
+	}
+	for _, f := range im.GetFiles() {
+		if f.GetPath() == ivf.AuxiliaryFileName {
+			return true
+		}
+	}
+	// Legacy entries carry neither details nor files: Lance infers them by
+	// opening the files. Names of system indices start with "__lance".
+	return len(im.GetName()) < 7 || im.GetName()[:7] != "__lance"
+}
+
+func hasSuffixFold(s, suffix string) bool {
+	if len(s) < len(suffix) {
+		return false
+	}
+	tail := s[len(s)-len(suffix):]
+	for i := range tail {
+		a, b := tail[i], suffix[i]
+		if 'A' <= a && a <= 'Z' {
+			a += 'a' - 'A'
+		}
+		if 'A' <= b && b <= 'Z' {
+			b += 'a' - 'A'
+		}
+		if a != b {
+			return false
+		}
+	}
+	return true
+}
+
+// IndexNames lists the distinct index names of a snapshot, sorted.
+func IndexNames(snap *table.Snapshot) []string {
+	seen := map[string]bool{}
+	var names []string
+	for _, im := range snap.Indices {
+		if !seen[im.GetName()] {
+			seen[im.GetName()] = true
+			names = append(names, im.GetName())
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+// ToMetadata builds the IndexMetadata an Info describes. When Metadata (the
+// original bytes) is set it is decoded and returned as is, so that fields we
+// do not model survive; otherwise the entry is rebuilt from the plain fields
+// (e.g. from a pylance Index).
+func (i *Info) ToMetadata() (*pb.IndexMetadata, error) {
+	if len(i.Metadata) > 0 {
+		return table.UnmarshalIndex(i.Metadata)
+	}
+	u, err := uuid.Parse(i.UUID)
+	if err != nil {
+		return nil, fmt.Errorf("%w: segment uuid %q: %w", errkind.InvalidInput, i.UUID, err)
+	}
+	bm, err := table.EncodeFragmentBitmap(i.FragmentIDs)
+	if err != nil {
+		return nil, fmt.Errorf("segment %s: %w", i.UUID, err)
+	}
+	iv := i.IndexVersion
+	im := &pb.IndexMetadata{
+		Uuid:           &pb.UUID{Uuid: u[:]},
+		Fields:         i.Fields,
+		Name:           i.Name,
+		DatasetVersion: i.DatasetVersion,
+		FragmentBitmap: bm,
+		IndexVersion:   &iv,
+		CreatedAt:      i.CreatedAtMillis,
+		BaseId:         i.BaseID,
+	}
+	if i.DetailsTypeURL != "" {
+		im.IndexDetails = &anypb.Any{TypeUrl: i.DetailsTypeURL, Value: i.Details}
+	}
+	for _, f := range i.Files {
+		im.Files = append(im.Files, &pb.IndexFile{Path: f.Path, SizeBytes: f.SizeBytes})
+	}
+	return im, nil
+}

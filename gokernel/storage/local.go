@@ -1,0 +1,301 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/google/uuid"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+)
+
+// Local is a Store over a directory of the local filesystem.
+//
+// Create writes to a temporary sibling ".tmp-<uuid>" and renames it over the
+// final name on Finish. PutIfAbsent uses the hard-link trick that Lance's own
+// local commit handler uses: write a temporary file, fsync it, link it to the
+// final name (EEXIST means another writer won), remove the temporary, fsync
+// the directory. A link never replaces an existing file, so two writers can
+// never both believe they published the same name.
+type Local struct {
+	root string
+	uri  string
+}
+
+// NewLocal returns the store rooted at the absolute directory root. uri is
+// what the user called it (for messages).
+func NewLocal(root, uri string) *Local { return &Local{root: root, uri: uri} }
+
+func (l *Local) URI() string { return l.uri }
+
+func (l *Local) path(name string) (string, error) {
+	if err := checkName(name); err != nil {
+		return "", err
+	}
+	return filepath.Join(l.root, filepath.FromSlash(name)), nil
+}
+
+func mapErr(op, name string, err error) error {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%w: storage: %s %s", errkind.NotFound, op, name)
+	case errors.Is(err, fs.ErrExist):
+		return fmt.Errorf("%w: storage: %s %s: already exists", errkind.Conflict, op, name)
+	default:
+		return fmt.Errorf("storage: %s %s: %w", op, name, err)
+	}
+}
+
+func (l *Local) Open(ctx context.Context, name string) (Object, error) {
+	p, err := l.path(name)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, mapErr("open", name, err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, mapErr("stat", name, err)
+	}
+	if st.IsDir() {
+		f.Close()
+		return nil, fmt.Errorf("%w: storage: %s is a directory", errkind.NotFound, name)
+	}
+	return &localObject{f: f, name: name, size: st.Size()}, nil
+}
+
+type localObject struct {
+	f    *os.File
+	name string
+	size int64
+}
+
+func (o *localObject) ReadAt(ctx context.Context, p []byte, off int64) error {
+	if err := readBounds(o.name, o.size, len(p), off); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if _, err := o.f.ReadAt(p, off); err != nil {
+		return fmt.Errorf("storage: read %s at %d: %w", o.name, off, err)
+	}
+	return nil
+}
+
+func (o *localObject) Size() int64  { return o.size }
+func (o *localObject) Close() error { return o.f.Close() }
+
+func (l *Local) Create(ctx context.Context, name string) (Writer, error) {
+	p, err := l.path(name)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return nil, mapErr("mkdir for", name, err)
+	}
+	tmp := filepath.Join(filepath.Dir(p), ".tmp-"+uuid.NewString())
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return nil, mapErr("create", name, err)
+	}
+	return &localWriter{f: f, tmp: tmp, final: p, name: name}, nil
+}
+
+type localWriter struct {
+	f          *os.File
+	tmp, final string
+	name       string
+	done       bool
+}
+
+func (w *localWriter) Write(p []byte) (int, error) {
+	n, err := w.f.Write(p)
+	if err != nil {
+		return n, fmt.Errorf("storage: write %s: %w", w.name, err)
+	}
+	return n, nil
+}
+
+func (w *localWriter) Finish() error {
+	if w.done {
+		return fmt.Errorf("storage: %s: Finish after Finish or Abort", w.name)
+	}
+	w.done = true
+	if err := w.f.Sync(); err != nil {
+		w.f.Close()
+		os.Remove(w.tmp)
+		return fmt.Errorf("storage: sync %s: %w", w.name, err)
+	}
+	if err := w.f.Close(); err != nil {
+		os.Remove(w.tmp)
+		return fmt.Errorf("storage: close %s: %w", w.name, err)
+	}
+	if err := os.Rename(w.tmp, w.final); err != nil {
+		os.Remove(w.tmp)
+		return mapErr("publish", w.name, err)
+	}
+	return syncDir(filepath.Dir(w.final))
+}
+
+func (w *localWriter) Abort() {
+	if w.done {
+		return
+	}
+	w.done = true
+	w.f.Close()
+	os.Remove(w.tmp)
+}
+
+func (l *Local) PutIfAbsent(ctx context.Context, name string, data []byte) error {
+	p, err := l.path(name)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	dir := filepath.Dir(p)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return mapErr("mkdir for", name, err)
+	}
+	// The temporary name must not start with "d" nor end with "manifest":
+	// Lance would take such a file in _versions/ for a manifest.
+	tmp := filepath.Join(dir, ".tmp-"+uuid.NewString())
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return mapErr("create", name, err)
+	}
+	defer os.Remove(tmp)
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("storage: write %s: %w", name, err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("storage: sync %s: %w", name, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("storage: close %s: %w", name, err)
+	}
+	if err := os.Link(tmp, p); err != nil {
+		return mapErr("publish", name, err)
+	}
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("storage: open dir %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("storage: sync dir %s: %w", dir, err)
+	}
+	return nil
+}
+
+func (l *Local) List(ctx context.Context, prefix string) ([]Entry, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	// Walk from the deepest directory named by prefix, then filter by the
+	// full prefix (which may end in a partial name).
+	dirPart := prefix
+	if i := strings.LastIndex(prefix, "/"); i >= 0 {
+		dirPart = prefix[:i]
+	} else {
+		dirPart = ""
+	}
+	start := l.root
+	if dirPart != "" {
+		p, err := l.path(dirPart)
+		if err != nil {
+			return nil, err
+		}
+		start = p
+	}
+	var out []Entry
+	err := filepath.WalkDir(start, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if d.IsDir() {
+			return nil
+		}
+		rel, err := filepath.Rel(l.root, p)
+		if err != nil {
+			return err
+		}
+		name := filepath.ToSlash(rel)
+		if !strings.HasPrefix(name, prefix) || strings.HasPrefix(d.Name(), ".tmp-") {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // removed while we walked
+			}
+			return err
+		}
+		out = append(out, Entry{Name: name, Size: info.Size(), ModTime: info.ModTime()})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("storage: list %s: %w", prefix, err)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+func (l *Local) Stat(ctx context.Context, name string) (Entry, error) {
+	p, err := l.path(name)
+	if err != nil {
+		return Entry{}, err
+	}
+	st, err := os.Stat(p)
+	if err != nil {
+		return Entry{}, mapErr("stat", name, err)
+	}
+	if st.IsDir() {
+		return Entry{}, fmt.Errorf("%w: storage: %s is a directory", errkind.NotFound, name)
+	}
+	return Entry{Name: name, Size: st.Size(), ModTime: st.ModTime()}, nil
+}
+
+func (l *Local) Delete(ctx context.Context, name string) error {
+	p, err := l.path(name)
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return mapErr("delete", name, err)
+	}
+	// Remove directories left empty, up to the root, so that a deleted
+	// segment leaves no empty _indices/<uuid>/ behind.
+	for dir := filepath.Dir(p); dir != l.root && strings.HasPrefix(dir, l.root); dir = filepath.Dir(dir) {
+		if os.Remove(dir) != nil {
+			break
+		}
+	}
+	return nil
+}

@@ -1,0 +1,166 @@
+// Package storage is the object-store boundary of the kernel: ranged reads,
+// streaming writes, create-if-absent, list and delete, over names that are
+// slash-separated paths relative to a dataset root ("_versions/1.manifest").
+//
+// Backends: Local (a directory on the local filesystem) and Mem (in memory,
+// for tests). The interface is shaped for object stores such as S3: reads are
+// ranged and stateless, a write becomes visible only when Finish returns, and
+// PutIfAbsent is the only primitive that arbitrates between concurrent
+// writers.
+//
+//	st, err := storage.Open(ctx, "/data/t.lance", nil)
+//	obj, err := st.Open(ctx, "_versions/1.manifest") // then: defer obj.Close()
+//	err = obj.ReadAt(ctx, buf, obj.Size()-16)
+//
+// Concurrency: a Store and an Object are safe for concurrent use. A Writer is
+// not; exactly one of Finish or Abort must be called on it.
+package storage
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+)
+
+// Store is an object store rooted at a dataset directory.
+type Store interface {
+	// Open opens an existing object for ranged reads. errkind.NotFound if the
+	// object does not exist.
+	Open(ctx context.Context, name string) (Object, error)
+	// Create starts writing an object. The object becomes visible under name
+	// only when Writer.Finish returns nil; Abort leaves no trace. An existing
+	// object of that name is replaced on Finish.
+	Create(ctx context.Context, name string) (Writer, error)
+	// PutIfAbsent publishes data under name atomically, and fails with
+	// errkind.Conflict when name already exists. Readers never see a partial
+	// object.
+	PutIfAbsent(ctx context.Context, name string, data []byte) error
+	// List returns every object whose name starts with prefix, recursively,
+	// sorted by name. A missing prefix gives an empty list, not an error.
+	List(ctx context.Context, prefix string) ([]Entry, error)
+	// Stat describes one object. errkind.NotFound if it does not exist.
+	Stat(ctx context.Context, name string) (Entry, error)
+	// Delete removes an object. Deleting a missing object is not an error.
+	Delete(ctx context.Context, name string) error
+	// URI is the root of the store, as the user gave it.
+	URI() string
+}
+
+// Object is an open, immutable object.
+type Object interface {
+	// ReadAt fills p with the bytes at off, or fails: there are no partial
+	// reads. Reading past Size is errkind.Corrupt (the caller trusted a
+	// length that the object does not have). Safe for concurrent use.
+	ReadAt(ctx context.Context, p []byte, off int64) error
+	// Size is the object's length in bytes.
+	Size() int64
+	Close() error
+}
+
+// Writer streams a new object.
+type Writer interface {
+	io.Writer
+	// Finish makes the object durable and visible under its name.
+	Finish() error
+	// Abort discards everything written. Safe to call after Finish (no-op).
+	Abort()
+}
+
+// Entry describes a stored object.
+type Entry struct {
+	Name    string
+	Size    int64
+	ModTime time.Time
+}
+
+// Open returns the store for a dataset URI: a local path, a file:// URI, or
+// memory://name (a process-wide in-memory store, for tests). options holds
+// backend settings (the storage_options of pylance); local and memory stores
+// take none.
+func Open(ctx context.Context, uri string, options map[string]string) (Store, error) {
+	if uri == "" {
+		return nil, fmt.Errorf("%w: storage: empty dataset URI", errkind.InvalidInput)
+	}
+	scheme, rest := "", uri
+	if i := strings.Index(uri, "://"); i > 0 {
+		scheme, rest = strings.ToLower(uri[:i]), uri[i+3:]
+	}
+	switch scheme {
+	case "", "file":
+		if scheme == "file" {
+			u, err := url.Parse(uri)
+			if err != nil {
+				return nil, fmt.Errorf("%w: storage: bad URI %q: %w", errkind.InvalidInput, uri, err)
+			}
+			rest = u.Path
+		}
+		abs, err := filepath.Abs(rest)
+		if err != nil {
+			return nil, fmt.Errorf("%w: storage: %q: %w", errkind.InvalidInput, uri, err)
+		}
+		return NewLocal(abs, uri), nil
+	case "memory":
+		return memStore(rest), nil
+	case "s3", "s3a", "gs", "az", "abfss":
+		return nil, fmt.Errorf("%w: storage: %s:// is not supported yet", errkind.Unsupported, scheme)
+	default:
+		return nil, fmt.Errorf("%w: storage: unknown URI scheme %q in %q", errkind.InvalidInput, scheme, uri)
+	}
+}
+
+// ReadAll reads a whole small object (a manifest, a transaction file). limit
+// bounds the size accepted, so a corrupt or hostile store cannot make us
+// allocate without bound.
+func ReadAll(ctx context.Context, st Store, name string, limit int64) ([]byte, error) {
+	obj, err := st.Open(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer obj.Close()
+	if obj.Size() > limit {
+		return nil, fmt.Errorf("%w: storage: %s is %d bytes, above the %d-byte limit", errkind.Corrupt, name, obj.Size(), limit)
+	}
+	buf := make([]byte, obj.Size())
+	if err := obj.ReadAt(ctx, buf, 0); err != nil {
+		return nil, err
+	}
+	return buf, nil
+}
+
+// Put writes a whole object (replacing any existing one) through Create.
+func Put(ctx context.Context, st Store, name string, data []byte) error {
+	w, err := st.Create(ctx, name)
+	if err != nil {
+		return err
+	}
+	if _, err := w.Write(data); err != nil {
+		w.Abort()
+		return err
+	}
+	return w.Finish()
+}
+
+func checkName(name string) error {
+	if name == "" || strings.HasPrefix(name, "/") || strings.Contains(name, "\\") {
+		return fmt.Errorf("%w: storage: bad object name %q", errkind.InvalidInput, name)
+	}
+	for _, part := range strings.Split(name, "/") {
+		if part == ".." || part == "." {
+			return fmt.Errorf("%w: storage: bad object name %q", errkind.InvalidInput, name)
+		}
+	}
+	return nil
+}
+
+func readBounds(name string, size int64, n int, off int64) error {
+	if off < 0 || off+int64(n) > size {
+		return fmt.Errorf("%w: storage: %s: read [%d,+%d) outside object of %d bytes", errkind.Corrupt, name, off, n, size)
+	}
+	return nil
+}

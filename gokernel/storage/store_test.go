@@ -1,0 +1,188 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+)
+
+func backends(t *testing.T) map[string]Store {
+	return map[string]Store{
+		"local": NewLocal(t.TempDir(), "test"),
+		"mem":   NewMem("memory://test"),
+	}
+}
+
+func TestStoreContract(t *testing.T) {
+	ctx := context.Background()
+	for name, st := range backends(t) {
+		t.Run(name, func(t *testing.T) {
+			if _, err := st.Open(ctx, "a/b.bin"); !errors.Is(err, errkind.NotFound) {
+				t.Fatalf("open missing: %v", err)
+			}
+			if err := Put(ctx, st, "a/b.bin", []byte("hello world")); err != nil {
+				t.Fatal(err)
+			}
+			obj, err := st.Open(ctx, "a/b.bin")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer obj.Close()
+			if obj.Size() != 11 {
+				t.Fatalf("size %d", obj.Size())
+			}
+			buf := make([]byte, 5)
+			if err := obj.ReadAt(ctx, buf, 6); err != nil || string(buf) != "world" {
+				t.Fatalf("ReadAt: %q %v", buf, err)
+			}
+			if err := obj.ReadAt(ctx, buf, 7); !errors.Is(err, errkind.Corrupt) {
+				t.Fatalf("read past end: %v", err)
+			}
+			if err := obj.ReadAt(ctx, buf, -1); !errors.Is(err, errkind.Corrupt) {
+				t.Fatalf("negative offset: %v", err)
+			}
+
+			w, err := st.Create(ctx, "a/c.bin")
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.Write([]byte("partial"))
+			w.Abort()
+			if _, err := st.Stat(ctx, "a/c.bin"); !errors.Is(err, errkind.NotFound) {
+				t.Fatalf("aborted object visible: %v", err)
+			}
+
+			if err := st.PutIfAbsent(ctx, "_versions/1.manifest", []byte("v1")); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.PutIfAbsent(ctx, "_versions/1.manifest", []byte("v1 again")); !errors.Is(err, errkind.Conflict) {
+				t.Fatalf("second PutIfAbsent: %v", err)
+			}
+			got, err := ReadAll(ctx, st, "_versions/1.manifest", 100)
+			if err != nil || string(got) != "v1" {
+				t.Fatalf("PutIfAbsent replaced the object: %q %v", got, err)
+			}
+			if _, err := ReadAll(ctx, st, "_versions/1.manifest", 1); !errors.Is(err, errkind.Corrupt) {
+				t.Fatalf("limit not enforced: %v", err)
+			}
+
+			entries, err := st.List(ctx, "a/")
+			if err != nil || len(entries) != 1 || entries[0].Name != "a/b.bin" || entries[0].Size != 11 {
+				t.Fatalf("List a/: %+v %v", entries, err)
+			}
+			if entries, _ := st.List(ctx, "nope/"); len(entries) != 0 {
+				t.Fatalf("List missing prefix: %+v", entries)
+			}
+			if err := st.Delete(ctx, "a/b.bin"); err != nil {
+				t.Fatal(err)
+			}
+			if err := st.Delete(ctx, "a/b.bin"); err != nil {
+				t.Fatalf("delete missing: %v", err)
+			}
+			for _, bad := range []string{"", "/abs", "../up", "a/../../x"} {
+				if _, err := st.Open(ctx, bad); !errors.Is(err, errkind.InvalidInput) {
+					t.Fatalf("name %q accepted: %v", bad, err)
+				}
+			}
+		})
+	}
+}
+
+// Many goroutines race to publish the same name: exactly one wins, and the
+// published bytes are the winner's, whole.
+func TestPutIfAbsentRace(t *testing.T) {
+	ctx := context.Background()
+	for name, st := range backends(t) {
+		t.Run(name, func(t *testing.T) {
+			for round := 0; round < 20; round++ {
+				obj := fmt.Sprintf("_versions/%d.manifest", round)
+				var wins atomic.Int32
+				var winner atomic.Value
+				var wg sync.WaitGroup
+				for g := 0; g < 8; g++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						data := []byte(fmt.Sprintf("writer-%d-%s", g, string(make([]byte, 4096))))
+						err := st.PutIfAbsent(ctx, obj, data)
+						switch {
+						case err == nil:
+							wins.Add(1)
+							winner.Store(string(data))
+						case !errors.Is(err, errkind.Conflict):
+							t.Errorf("unexpected error: %v", err)
+						}
+					}()
+				}
+				wg.Wait()
+				if wins.Load() != 1 {
+					t.Fatalf("round %d: %d winners", round, wins.Load())
+				}
+				got, err := ReadAll(ctx, st, obj, 1<<20)
+				if err != nil || string(got) != winner.Load().(string) {
+					t.Fatalf("round %d: published bytes are not the winner's", round)
+				}
+			}
+		})
+	}
+}
+
+func TestLocalLeavesNoTemporaries(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st := NewLocal(dir, dir)
+	for i := 0; i < 5; i++ {
+		_ = st.PutIfAbsent(ctx, "_versions/x.manifest", []byte("x"))
+	}
+	w, _ := st.Create(ctx, "_indices/u/index.idx")
+	w.Write([]byte("abc"))
+	if err := w.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if !d.IsDir() {
+			names = append(names, d.Name())
+		}
+		return nil
+	})
+	if len(names) != 2 {
+		t.Fatalf("files left: %v", names)
+	}
+	if err := st.Delete(ctx, "_indices/u/index.idx"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "_indices")); !os.IsNotExist(err) {
+		t.Fatalf("empty directories left behind: %v", err)
+	}
+}
+
+func TestOpenURI(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		uri  string
+		kind error
+	}{
+		{dir, nil},
+		{"file://" + dir, nil},
+		{"memory://x", nil},
+		{"", errkind.InvalidInput},
+		{"s3://bucket/t.lance", errkind.Unsupported},
+		{"ftp://host/x", errkind.InvalidInput},
+	} {
+		t.Run(tc.uri, func(t *testing.T) {
+			_, err := Open(ctx, tc.uri, nil)
+			if tc.kind == nil && err != nil || tc.kind != nil && !errors.Is(err, tc.kind) {
+				t.Fatalf("Open(%q) = %v, want kind %v", tc.uri, err, tc.kind)
+			}
+		})
+	}
+}

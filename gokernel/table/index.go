@@ -1,0 +1,134 @@
+package table
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+
+	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+)
+
+// IndicesDir holds one directory per index segment, named by its uuid. Part
+// of the format.
+const IndicesDir = "_indices/"
+
+// IndexUUID returns the hyphenated lowercase uuid of an index entry.
+func IndexUUID(im *pb.IndexMetadata) string {
+	u, err := uuid.FromBytes(im.GetUuid().GetUuid())
+	if err != nil {
+		return fmt.Sprintf("invalid-uuid-%x", im.GetUuid().GetUuid())
+	}
+	return u.String()
+}
+
+// IndexDir is the directory of an index segment ("_indices/<uuid>/"),
+// relative to the dataset root. Segments that live under another base path
+// (base_id set, from shallow clones) are not resolved here.
+func IndexDir(im *pb.IndexMetadata) string { return IndicesDir + IndexUUID(im) + "/" }
+
+// maxBitmapBytes bounds a fragment bitmap: 2^32 fragment ids as a plain
+// bitmap take 512 MiB; real ones are tiny.
+const maxBitmapBytes = 1 << 29
+
+// DecodeFragmentBitmap decodes a portable 32-bit RoaringBitmap (with or
+// without run containers). ok is false when b is empty, which Lance reads as
+// "coverage unknown".
+func DecodeFragmentBitmap(b []byte) (ids []uint32, ok bool, err error) {
+	if len(b) == 0 {
+		return nil, false, nil
+	}
+	if len(b) > maxBitmapBytes {
+		return nil, false, fmt.Errorf("%w: fragment bitmap of %d bytes", errkind.Corrupt, len(b))
+	}
+	defer func() {
+		// roaring validates what it reads, but a decoder fed hostile bytes
+		// must never take the process down.
+		if r := recover(); r != nil {
+			ids, ok, err = nil, false, fmt.Errorf("%w: fragment bitmap: %v", errkind.Corrupt, r)
+		}
+	}()
+	bm := roaring.New()
+	n, err := bm.ReadFrom(bytes.NewReader(b))
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: fragment bitmap: %w", errkind.Corrupt, err)
+	}
+	if n != int64(len(b)) {
+		return nil, false, fmt.Errorf("%w: fragment bitmap has %d trailing bytes", errkind.Corrupt, int64(len(b))-n)
+	}
+	if err := bm.Validate(); err != nil {
+		return nil, false, fmt.Errorf("%w: fragment bitmap: %w", errkind.Corrupt, err)
+	}
+	return bm.ToArray(), true, nil
+}
+
+// EncodeFragmentBitmap encodes ids as a portable RoaringBitmap without run
+// containers (cookie 12346), which every roaring-rs version reads.
+func EncodeFragmentBitmap(ids []uint32) ([]byte, error) {
+	bm := roaring.BitmapOf(ids...)
+	return bm.ToBytes()
+}
+
+// MarshalIndex encodes an index entry deterministically (map fields sorted),
+// with its unknown fields.
+func MarshalIndex(im *pb.IndexMetadata) ([]byte, error) {
+	return proto.MarshalOptions{Deterministic: true}.Marshal(im)
+}
+
+// UnmarshalIndex decodes an index entry; errkind.Corrupt on bad bytes.
+func UnmarshalIndex(b []byte) (*pb.IndexMetadata, error) {
+	im := &pb.IndexMetadata{}
+	if err := proto.Unmarshal(b, im); err != nil {
+		return nil, fmt.Errorf("%w: index metadata: %w", errkind.Corrupt, err)
+	}
+	if len(im.GetUuid().GetUuid()) != 16 {
+		return nil, fmt.Errorf("%w: index metadata has a %d-byte uuid", errkind.Corrupt, len(im.GetUuid().GetUuid()))
+	}
+	return im, nil
+}
+
+// FieldByName returns the manifest field with the given top-level name.
+func (s *Snapshot) FieldByName(name string) (*pb.Field, bool) {
+	for _, f := range s.Manifest.GetFields() {
+		if f.GetParentId() == -1 && f.GetName() == name {
+			return f, true
+		}
+	}
+	return nil, false
+}
+
+// FieldPath returns the dotted name of the field with the given id ("vec",
+// or "a.b" for a nested field); "" if there is none.
+func (s *Snapshot) FieldPath(id int32) string {
+	byID := map[int32]*pb.Field{}
+	for _, f := range s.Manifest.GetFields() {
+		byID[f.GetId()] = f
+	}
+	var parts []string
+	for f, ok := byID[id]; ok && len(parts) <= len(byID); f, ok = byID[f.GetParentId()] {
+		parts = append(parts, f.GetName())
+	}
+	slices.Reverse(parts)
+	out := ""
+	for i, p := range parts {
+		if i > 0 {
+			out += "."
+		}
+		out += p
+	}
+	return out
+}
+
+// FragmentIDs returns the ids of the fragments of this version, ascending.
+func (s *Snapshot) FragmentIDs() []uint64 {
+	out := make([]uint64, 0, len(s.Manifest.GetFragments()))
+	for _, f := range s.Manifest.GetFragments() {
+		out = append(out, f.GetId())
+	}
+	slices.Sort(out)
+	return out
+}

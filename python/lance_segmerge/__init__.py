@@ -1,0 +1,46 @@
+"""lance_segmerge: plan, merge and commit the delta segments of Lance vector
+indices, fanned out over Ray, Dask or processes.
+
+The kernel is written in Go and reads and writes the Lance table and file
+formats directly; datasets stay readable by pylance.
+"""
+
+from __future__ import annotations
+
+from .api import Dataset, open
+from .errors import (
+    CancelledError,
+    ConflictError,
+    CorruptError,
+    InternalError,
+    InvalidInputError,
+    NotFoundError,
+    SegmergeError,
+    UnsupportedError,
+)
+from .types import IndexFile, IndexSegment
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Dataset",
+    "open",
+    "IndexSegment",
+    "IndexFile",
+    "SegmergeError",
+    "InvalidInputError",
+    "NotFoundError",
+    "CorruptError",
+    "ConflictError",
+    "CancelledError",
+    "UnsupportedError",
+    "InternalError",
+    "kernel_version",
+]
+
+
+def kernel_version() -> str:
+    """Version of the native Go kernel."""
+    from . import _ffi
+
+    return str(_ffi.call("Version"))

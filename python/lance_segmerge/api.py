@@ -1,0 +1,192 @@
+"""The public entry points: open a dataset, list the segments of its vector
+indices."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Mapping, Optional
+
+from . import _ffi
+from .errors import InvalidInputError
+from .types import IndexSegment
+
+__all__ = ["Dataset", "open"]
+
+logger = logging.getLogger(__name__)
+
+
+class Dataset:
+    """A Lance dataset at one version, as lance_segmerge sees it.
+
+    A Dataset is cheap: it holds the URI, the storage options and the version
+    it was opened at, nothing native. It pickles as those three values, so it
+    can be shipped to Ray, Dask or multiprocessing workers, which reopen the
+    same version.
+
+    Use :func:`open` to create one.
+
+    Parameters
+    ----------
+    uri : str
+        Dataset root: a local path, ``file://`` URI or ``memory://`` name.
+    version : int, optional
+        Version to open; the latest when omitted. The Dataset stays pinned
+        to the version it resolved at open.
+    storage_options : dict of str to str, optional
+        Object-store settings, as pylance accepts them. They may hold
+        credentials: they are never logged or shown in ``repr``.
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        version: Optional[int] = None,
+        storage_options: Optional[Mapping[str, str]] = None,
+    ) -> None:
+        if not isinstance(uri, str) or not uri:
+            raise InvalidInputError(f"dataset uri must be a non-empty string, got {uri!r}")
+        if version is not None and (not isinstance(version, int) or version <= 0):
+            raise InvalidInputError(f"version must be a positive integer, got {version!r}")
+        self._uri = uri
+        self._storage_options = dict(storage_options or {})
+        info = _ffi.call_json(
+            "DatasetInfo", uri, _ffi.options_json(self._storage_options), version or 0
+        )
+        self._version: int = int(info["version"])
+        self._info: dict[str, Any] = info
+        logger.debug("opened %s at version %d", uri, self._version)
+
+    @property
+    def uri(self) -> str:
+        """The dataset root, as given."""
+        return self._uri
+
+    @property
+    def version(self) -> int:
+        """The version this Dataset is pinned to."""
+        return self._version
+
+    @property
+    def storage_options(self) -> dict[str, str]:
+        """A copy of the storage options."""
+        return dict(self._storage_options)
+
+    @property
+    def latest_version(self) -> int:
+        """The newest version in storage now (re-read on every access)."""
+        info = _ffi.call_json("DatasetInfo", self._uri, _ffi.options_json(self._storage_options), 0)
+        return int(info["version"])
+
+    @property
+    def manifest_scheme(self) -> str:
+        """Manifest naming scheme of the dataset: ``"V1"`` or ``"V2"``."""
+        return str(self._info["manifest_scheme"])
+
+    @property
+    def data_storage_version(self) -> str:
+        """The dataset's Lance file format version, e.g. ``"2.2"``."""
+        return str(self._info["data_storage_version"])
+
+    @property
+    def index_names(self) -> list[str]:
+        """Names of every index at this version (vector or not)."""
+        return list(self._info["index_names"] or [])
+
+    def checkout(self, version: Optional[int] = None) -> "Dataset":
+        """Return the same dataset at another version (the latest if omitted)."""
+        return Dataset(self._uri, version, self._storage_options)
+
+    def list_index_segments(
+        self, index_name: Optional[str] = None, *, with_stats: bool = True
+    ) -> list[IndexSegment]:
+        """List the segments of a vector index at this version.
+
+        Parameters
+        ----------
+        index_name : str, optional
+            The logical index; every vector index when omitted.
+        with_stats : bool, default True
+            Read each segment's files for its statistics (index type,
+            partitions, rows, layout flags, sizes). Without them only the
+            manifest is read.
+
+        Returns
+        -------
+        list of IndexSegment
+            In manifest order.
+
+        Raises
+        ------
+        NotFoundError
+            ``index_name`` names no index of this version.
+        CorruptError
+            The manifest or a segment file is damaged.
+        """
+        if index_name is not None and (not isinstance(index_name, str) or not index_name):
+            raise InvalidInputError(f"index_name must be a non-empty string, got {index_name!r}")
+        out = _ffi.call_json(
+            "ListSegments",
+            self._uri,
+            _ffi.options_json(self._storage_options),
+            self._version,
+            index_name or "",
+            not with_stats,
+        )
+        return [IndexSegment.from_dict(d) for d in out]
+
+    # -- pickling: URI, options, version; nothing native ---------------------
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Dataset, (self._uri, self._version, self._storage_options))
+
+    def __repr__(self) -> str:
+        return f"Dataset(uri={self._uri!r}, version={self._version})"
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Dataset)
+            and other._uri == self._uri
+            and other._version == self._version
+            and other._storage_options == self._storage_options
+        )
+
+    def __hash__(self) -> int:
+        return hash((self._uri, self._version))
+
+
+def open(
+    uri: str,
+    version: Optional[int] = None,
+    storage_options: Optional[Mapping[str, str]] = None,
+) -> Dataset:
+    """Open a Lance dataset.
+
+    Parameters
+    ----------
+    uri : str
+        Dataset root: a local path or ``file://`` URI.
+    version : int, optional
+        Version to open; the latest when omitted.
+    storage_options : dict of str to str, optional
+        Object-store settings, as pylance accepts them.
+
+    Returns
+    -------
+    Dataset
+
+    Raises
+    ------
+    NotFoundError
+        ``uri`` is not a Lance dataset, or has no such version.
+    CorruptError
+        The manifest is damaged.
+    UnsupportedError
+        The manifest needs Lance features lance_segmerge does not know.
+
+    Examples
+    --------
+    >>> import lance_segmerge
+    >>> ds = lance_segmerge.open("/data/vectors.lance")  # doctest: +SKIP
+    >>> [s.uuid for s in ds.list_index_segments("vec_idx")]  # doctest: +SKIP
+    """
+    return Dataset(uri, version, storage_options)

@@ -1,0 +1,326 @@
+"""Plain, picklable value types: index segments and their statistics.
+
+Everything here is a frozen dataclass of plain fields (str, int, bytes,
+tuples), so it pickles across process and machine boundaries (Ray, Dask,
+multiprocessing) and round-trips through JSON. None of it holds a handle to
+the native kernel or to an open dataset.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Mapping, Optional
+
+from .errors import InvalidInputError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import lance.dataset
+
+    from .api import Dataset
+
+__all__ = ["IndexFile", "IndexSegment", "SEGMENT_FORMAT_VERSION"]
+
+#: Version of the IndexSegment serialisation; bumped on incompatible changes.
+SEGMENT_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class IndexFile:
+    """One file of a segment directory.
+
+    Parameters
+    ----------
+    path : str
+        Path relative to the segment directory, e.g. ``"auxiliary.idx"``.
+    size_bytes : int
+        File size in bytes.
+    """
+
+    path: str
+    size_bytes: int
+
+
+def _ms_to_datetime(ms: Optional[int]) -> Optional[datetime]:
+    if ms is None:
+        return None
+    return datetime.fromtimestamp(ms / 1000.0, tz=timezone.utc)
+
+
+def _datetime_to_ms(dt: Optional[datetime]) -> Optional[int]:
+    if dt is None:
+        return None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return int(round(dt.timestamp() * 1000))
+
+
+def _b64(b: bytes) -> str:
+    return base64.b64encode(b).decode("ascii")
+
+
+def _unb64(s: Optional[str]) -> bytes:
+    return base64.b64decode(s) if s else b""
+
+
+@dataclass(frozen=True)
+class IndexSegment:
+    """One physical segment of a vector index, as the manifest and its files
+    describe it.
+
+    The first fields mirror pylance's :class:`lance.dataset.Index`; the
+    statistics (``index_type`` onward) are read from the segment's
+    ``index.idx`` and ``auxiliary.idx`` and are ``None`` when the files were
+    not read. ``metadata`` holds the IndexMetadata protobuf exactly as
+    committed, so nothing is lost when a segment travels through a plan.
+
+    Parameters
+    ----------
+    uuid : str
+        Segment UUID; its files live under ``_indices/<uuid>/``.
+    name : str
+        Logical index name shared by all segments of the index.
+    fields : tuple of int
+        Field ids of the indexed column.
+    dataset_version : int
+        Dataset version the segment was built (or last merged) at.
+    fragment_ids : tuple of int
+        Fragments the segment covers, ascending.
+    index_version : int
+        Lance index format version of the segment.
+    created_at : datetime, optional
+        Creation time (UTC), when the manifest records it.
+    base_id : int, optional
+        Base path id, for segments of shallow clones.
+    files : tuple of IndexFile
+        Files of the segment directory, as the manifest lists them.
+    index_details_type_url : str
+        Type URL of the index details (``/lance.index.pb.VectorIndexDetails``).
+    index_details : bytes
+        Encoded index details.
+    metadata : bytes
+        The IndexMetadata protobuf, unknown fields included.
+    index_type : str, optional
+        ``IVF_FLAT``, ``IVF_SQ``, ``IVF_PQ``, ``IVF_RQ`` or ``IVF_HNSW_*``.
+    distance_type : str, optional
+        ``l2``, ``cosine``, ``dot`` or ``hamming``.
+    num_partitions : int, optional
+        IVF partition count.
+    partition_rows : tuple of int
+        Rows of each IVF partition in ``auxiliary.idx``.
+    num_rows : int, optional
+        Rows in the segment.
+    pq_transposed : bool, optional
+        IVF_PQ: codes stored in the query (transposed) layout.
+    rq_packed : bool, optional
+        IVF_RQ: codes stored in the packed (FastScan) layout.
+    num_bits : int, optional
+        Bits per code (PQ, SQ, RQ).
+    num_sub_vectors : int, optional
+        PQ sub-vectors.
+    dimension : int, optional
+        Vector (or RQ code) dimension.
+    file_version : str, optional
+        Lance file format version of the index files (``"2.0"``…``"2.2"``).
+    index_file_bytes, auxiliary_file_bytes : int, optional
+        Sizes of ``index.idx`` and ``auxiliary.idx``.
+    format_version : int
+        Serialisation version of this class.
+    """
+
+    uuid: str
+    name: str
+    fields: tuple[int, ...]
+    dataset_version: int
+    fragment_ids: tuple[int, ...]
+    index_version: int
+    created_at: Optional[datetime] = None
+    base_id: Optional[int] = None
+    files: tuple[IndexFile, ...] = ()
+    index_details_type_url: str = ""
+    index_details: bytes = field(default=b"", repr=False)
+    metadata: bytes = field(default=b"", repr=False)
+    index_type: Optional[str] = None
+    distance_type: Optional[str] = None
+    num_partitions: Optional[int] = None
+    partition_rows: tuple[int, ...] = field(default=(), repr=False)
+    num_rows: Optional[int] = None
+    pq_transposed: Optional[bool] = None
+    rq_packed: Optional[bool] = None
+    num_bits: Optional[int] = None
+    num_sub_vectors: Optional[int] = None
+    dimension: Optional[int] = None
+    file_version: Optional[str] = None
+    index_file_bytes: Optional[int] = None
+    auxiliary_file_bytes: Optional[int] = None
+    format_version: int = SEGMENT_FORMAT_VERSION
+
+    def __post_init__(self) -> None:
+        if not self.uuid:
+            raise InvalidInputError("IndexSegment needs a uuid")
+        if self.format_version != SEGMENT_FORMAT_VERSION:
+            raise InvalidInputError(
+                f"IndexSegment format_version {self.format_version} is not supported "
+                f"(this lance_segmerge reads version {SEGMENT_FORMAT_VERSION})"
+            )
+        if list(self.fragment_ids) != sorted(set(self.fragment_ids)):
+            raise InvalidInputError(
+                f"segment {self.uuid}: fragment_ids must be sorted and unique"
+            )
+
+    # -- serialisation -----------------------------------------------------
+
+    @property
+    def size_bytes(self) -> int:
+        """Total size of the segment's files, in bytes."""
+        return sum(f.size_bytes for f in self.files)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-serialisable dict (bytes as base64)."""
+        return {
+            "format_version": self.format_version,
+            "uuid": self.uuid,
+            "name": self.name,
+            "fields": list(self.fields),
+            "dataset_version": self.dataset_version,
+            "fragment_ids": list(self.fragment_ids),
+            "index_version": self.index_version,
+            "created_at_ms": _datetime_to_ms(self.created_at),
+            "base_id": self.base_id,
+            "files": [{"path": f.path, "size_bytes": f.size_bytes} for f in self.files],
+            "index_details_type_url": self.index_details_type_url,
+            "index_details": _b64(self.index_details),
+            "metadata": _b64(self.metadata),
+            "stats": None
+            if self.index_type is None
+            else {
+                "index_type": self.index_type,
+                "distance_type": self.distance_type,
+                "num_partitions": self.num_partitions,
+                "partition_rows": list(self.partition_rows),
+                "num_rows": self.num_rows,
+                "pq_transposed": self.pq_transposed,
+                "rq_packed": self.rq_packed,
+                "num_bits": self.num_bits,
+                "num_sub_vectors": self.num_sub_vectors,
+                "dimension": self.dimension,
+                "file_version": self.file_version,
+                "index_file_bytes": self.index_file_bytes,
+                "auxiliary_file_bytes": self.auxiliary_file_bytes,
+            },
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "IndexSegment":
+        """Inverse of :meth:`to_dict`; also reads the kernel's JSON."""
+        stats = d.get("stats") or {}
+        files = tuple(IndexFile(f["path"], int(f["size_bytes"])) for f in (d.get("files") or ()))
+
+        def opt_int(key: str) -> Optional[int]:
+            v = stats.get(key)
+            return None if v is None else int(v)
+
+        return cls(
+            uuid=d["uuid"],
+            name=d["name"],
+            fields=tuple(int(x) for x in (d.get("fields") or ())),
+            dataset_version=int(d["dataset_version"]),
+            fragment_ids=tuple(int(x) for x in (d.get("fragment_ids") or ())),
+            index_version=int(d.get("index_version") or 0),
+            created_at=_ms_to_datetime(d.get("created_at_ms")),
+            base_id=d.get("base_id"),
+            files=files,
+            index_details_type_url=d.get("index_details_type_url") or "",
+            index_details=_unb64(d.get("index_details")),
+            metadata=_unb64(d.get("metadata")),
+            index_type=stats.get("index_type"),
+            distance_type=stats.get("distance_type"),
+            num_partitions=opt_int("num_partitions"),
+            partition_rows=tuple(int(x) for x in (stats.get("partition_rows") or ())),
+            num_rows=opt_int("num_rows"),
+            pq_transposed=stats.get("pq_transposed"),
+            rq_packed=stats.get("rq_packed"),
+            num_bits=opt_int("num_bits") or None,
+            num_sub_vectors=opt_int("num_sub_vectors") or None,
+            dimension=opt_int("dimension") or None,
+            file_version=stats.get("file_version"),
+            index_file_bytes=opt_int("index_file_bytes"),
+            auxiliary_file_bytes=opt_int("auxiliary_file_bytes"),
+            format_version=int(d.get("format_version", SEGMENT_FORMAT_VERSION)),
+        )
+
+    def to_json(self) -> str:
+        """Serialise to a JSON string."""
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, s: str) -> "IndexSegment":
+        """Inverse of :meth:`to_json`."""
+        return cls.from_dict(json.loads(s))
+
+    # -- pylance interop ---------------------------------------------------
+
+    def to_lance_index(self) -> "lance.dataset.Index":
+        """Convert to pylance's :class:`lance.dataset.Index`.
+
+        The result can be passed to pylance's
+        ``commit_existing_index_segments`` or ``merge_existing_index_segments``.
+        """
+        from lance.dataset import Index
+        from lance.dataset import IndexFile as LanceIndexFile
+
+        return Index(
+            uuid=self.uuid,
+            name=self.name,
+            fields=list(self.fields),
+            dataset_version=self.dataset_version,
+            fragment_ids=set(self.fragment_ids),
+            index_version=self.index_version,
+            created_at=self.created_at,
+            base_id=self.base_id,
+            files=[LanceIndexFile(path=f.path, size_bytes=f.size_bytes) for f in self.files]
+            or None,
+            index_details=(self.index_details_type_url, self.index_details)
+            if self.index_details_type_url
+            else None,
+        )
+
+    @classmethod
+    def from_lance_index(
+        cls, index: "lance.dataset.Index", dataset: Optional["Dataset"] = None
+    ) -> "IndexSegment":
+        """Build an IndexSegment from pylance's :class:`lance.dataset.Index`.
+
+        Parameters
+        ----------
+        index : lance.dataset.Index
+            A segment as pylance returns it (``create_index_uncommitted``,
+            ``merge_existing_index_segments``, ``describe_indices``…).
+        dataset : Dataset, optional
+            When given, the statistics are read from the segment's files in
+            this dataset.
+        """
+        from . import _ffi
+
+        created = getattr(index, "created_at", None)
+        details = getattr(index, "index_details", None)
+        files = getattr(index, "files", None) or []
+        plain = {
+            "uuid": str(index.uuid),
+            "name": index.name,
+            "fields": [int(x) for x in index.fields],
+            "dataset_version": int(index.dataset_version),
+            "fragment_ids": sorted(int(x) for x in index.fragment_ids),
+            "index_version": int(index.index_version),
+            "created_at_ms": _datetime_to_ms(created),
+            "base_id": getattr(index, "base_id", None),
+            "files": [{"path": f.path, "size_bytes": int(f.size_bytes)} for f in files],
+            "index_details_type_url": details[0] if details else "",
+            "index_details": _b64(bytes(details[1])) if details else "",
+        }
+        uri = dataset.uri if dataset is not None else ""
+        opts = _ffi.options_json(dataset.storage_options) if dataset is not None else ""
+        out = _ffi.call_json("DescribeSegment", uri, opts, json.dumps(plain), dataset is not None)
+        return cls.from_dict(out)

@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Build the native kernel (pybind/ through gopy) into a Python package dir.
+
+Used by `make build` (into python/lance_segmerge/_native) and by setup.py
+(into the wheel's build directory), so both paths build the same way:
+
+1. build gopy and goimports from this module's Go tool dependencies
+   (go.mod pins gopy v0.4.10 with golang.org/x/tools raised so it builds on
+   Go 1.26) into _build/bin;
+2. run `gopy build` on ./pybind with the given interpreter, which must have
+   pybindgen installed; output goes to _build/gopy (ignored by `go ... ./...`
+   because of the leading underscore);
+3. copy the three runtime files (the extension, its Python wrapper and gopy's
+   go.py) into the destination, nothing else; the package's own __init__.py
+   is committed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run(cmd: list[str], env: dict[str, str] | None = None) -> None:
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, cwd=ROOT, env=env, check=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--python", default=sys.executable, help="interpreter to build for")
+    ap.add_argument(
+        "--dest",
+        default=os.path.join(ROOT, "python", "lance_segmerge", "_native"),
+        help="package directory to receive the runtime files",
+    )
+    args = ap.parse_args()
+    python = os.path.abspath(args.python) if os.sep in args.python else shutil.which(args.python) or args.python
+
+    go = shutil.which("go")
+    if go is None:
+        print("error: the Go toolchain (go) is not on PATH; install Go 1.26+", file=sys.stderr)
+        return 2
+    bindir = os.path.join(ROOT, "_build", "bin")
+    os.makedirs(bindir, exist_ok=True)
+    env = dict(os.environ)
+    env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+    env.setdefault("CGO_ENABLED", "1")
+    run([go, "build", "-o", os.path.join(bindir, "gopy"), "github.com/go-python/gopy"], env)
+    run([go, "build", "-o", os.path.join(bindir, "goimports"), "golang.org/x/tools/cmd/goimports"], env)
+
+    out = os.path.join(ROOT, "_build", "gopy")
+    shutil.rmtree(out, ignore_errors=True)
+    run(
+        [
+            os.path.join(bindir, "gopy"),
+            "build",
+            f"-vm={python}",
+            f"-output={out}",
+            "-name=segmerge",
+            "-no-make=true",
+            "./pybind",
+        ],
+        env,
+    )
+
+    suffix = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_config_var('EXT_SUFFIX'))"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    runtime = ["pybind.py", "go.py", "_segmerge" + suffix]
+    dest = os.path.abspath(args.dest)
+    os.makedirs(dest, exist_ok=True)
+    for stale in glob.glob(os.path.join(dest, "_segmerge*")):
+        os.remove(stale)
+    for name in runtime:
+        src = os.path.join(out, name)
+        if not os.path.exists(src):
+            print(f"error: gopy did not produce {name}", file=sys.stderr)
+            return 1
+        shutil.copy2(src, os.path.join(dest, name))
+    print(f"native kernel installed in {dest} ({sysconfig.get_platform()})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
