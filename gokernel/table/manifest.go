@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 
 	"google.golang.org/protobuf/proto"
 
@@ -135,4 +136,51 @@ func section(data []byte, pos int64, what string) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %s of %d bytes at %d runs past the manifest body (%d bytes)", errkind.Corrupt, what, n, pos, len(data))
 	}
 	return data[pos+4 : pos+4+n], nil
+}
+
+// EncodeManifestFile lays out a manifest file: the index section (when
+// indices is non-nil), the transaction (when txn is non-nil), the manifest,
+// the footer. It sets m.IndexSection and m.TransactionSection to the
+// offsets in this file (clearing them when a section is absent), so an
+// offset inherited from another file can never leak through.
+func EncodeManifestFile(m *pb.Manifest, indices []*pb.IndexMetadata, txn *pb.Transaction) ([]byte, error) {
+	opts := proto.MarshalOptions{Deterministic: true}
+	var buf []byte
+	appendSection := func(msg proto.Message) (uint64, error) {
+		b, err := opts.Marshal(msg)
+		if err != nil {
+			return 0, err
+		}
+		if uint64(len(b)) > math.MaxUint32 {
+			return 0, fmt.Errorf("%w: section of %d bytes", errkind.InvalidInput, len(b))
+		}
+		pos := uint64(len(buf))
+		buf = binary.LittleEndian.AppendUint32(buf, uint32(len(b)))
+		buf = append(buf, b...)
+		return pos, nil
+	}
+	m = proto.Clone(m).(*pb.Manifest)
+	m.IndexSection, m.TransactionSection, m.TransactionSectionLegacy = nil, nil, nil
+	if indices != nil {
+		pos, err := appendSection(&pb.IndexSection{Indices: indices})
+		if err != nil {
+			return nil, fmt.Errorf("table: encode index section: %w", err)
+		}
+		m.IndexSection = &pos
+	}
+	if txn != nil {
+		pos, err := appendSection(txn)
+		if err != nil {
+			return nil, fmt.Errorf("table: encode transaction: %w", err)
+		}
+		m.TransactionSection = &pos
+	}
+	pos, err := appendSection(m)
+	if err != nil {
+		return nil, fmt.Errorf("table: encode manifest: %w", err)
+	}
+	buf = binary.LittleEndian.AppendUint64(buf, pos)
+	buf = binary.LittleEndian.AppendUint16(buf, footerMajor)
+	buf = binary.LittleEndian.AppendUint16(buf, footerMinor)
+	return append(buf, magic...), nil
 }

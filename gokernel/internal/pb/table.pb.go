@@ -549,7 +549,11 @@ type Manifest struct {
 	BasePaths          []*BasePath            `protobuf:"bytes,18,rep,name=base_paths,json=basePaths,proto3" json:"base_paths,omitempty"`
 	TableMetadata      map[string]string      `protobuf:"bytes,19,rep,name=table_metadata,json=tableMetadata,proto3" json:"table_metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	Branch             *string                `protobuf:"bytes,20,opt,name=branch,proto3,oneof" json:"branch,omitempty"`
-	TransactionSection *uint64                `protobuf:"varint,21,opt,name=transaction_section,json=transactionSection,proto3,oneof" json:"transaction_section,omitempty"`
+	// Offset of the inline transaction as Lance wrote it before 14.x; still
+	// read, never written.
+	TransactionSectionLegacy *uint64 `protobuf:"varint,21,opt,name=transaction_section_legacy,json=transactionSectionLegacy,proto3,oneof" json:"transaction_section_legacy,omitempty"`
+	// Offset of the inline transaction (pylance 14 writes this field).
+	TransactionSection *uint64 `protobuf:"varint,23,opt,name=transaction_section,json=transactionSection,proto3,oneof" json:"transaction_section,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -715,6 +719,13 @@ func (x *Manifest) GetBranch() string {
 		return *x.Branch
 	}
 	return ""
+}
+
+func (x *Manifest) GetTransactionSectionLegacy() uint64 {
+	if x != nil && x.TransactionSectionLegacy != nil {
+		return *x.TransactionSectionLegacy
+	}
+	return 0
 }
 
 func (x *Manifest) GetTransactionSection() uint64 {
@@ -994,7 +1005,7 @@ const file_table_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12.\n" +
 	"\x05files\x18\x02 \x03(\v2\x18.segmerge.table.DataFileR\x05files\x12A\n" +
 	"\rdeletion_file\x18\x03 \x01(\v2\x1c.segmerge.table.DeletionFileR\fdeletionFile\x12#\n" +
-	"\rphysical_rows\x18\x04 \x01(\x04R\fphysicalRows\"\x98\n" +
+	"\rphysical_rows\x18\x04 \x01(\x04R\fphysicalRows\"\xfa\n" +
 	"\n" +
 	"\bManifest\x12,\n" +
 	"\x06fields\x18\x01 \x03(\v2\x14.segmerge.file.FieldR\x06fields\x12:\n" +
@@ -1018,8 +1029,9 @@ const file_table_proto_rawDesc = "" +
 	"\n" +
 	"base_paths\x18\x12 \x03(\v2\x18.segmerge.table.BasePathR\tbasePaths\x12R\n" +
 	"\x0etable_metadata\x18\x13 \x03(\v2+.segmerge.table.Manifest.TableMetadataEntryR\rtableMetadata\x12\x1b\n" +
-	"\x06branch\x18\x14 \x01(\tH\x02R\x06branch\x88\x01\x01\x124\n" +
-	"\x13transaction_section\x18\x15 \x01(\x04H\x03R\x12transactionSection\x88\x01\x01\x1aA\n" +
+	"\x06branch\x18\x14 \x01(\tH\x02R\x06branch\x88\x01\x01\x12A\n" +
+	"\x1atransaction_section_legacy\x18\x15 \x01(\x04H\x03R\x18transactionSectionLegacy\x88\x01\x01\x124\n" +
+	"\x13transaction_section\x18\x17 \x01(\x04H\x04R\x12transactionSection\x88\x01\x01\x1aA\n" +
 	"\x13SchemaMetadataEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\x1a9\n" +
@@ -1031,7 +1043,8 @@ const file_table_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x10\n" +
 	"\x0e_index_sectionB\x12\n" +
 	"\x10_max_fragment_idB\t\n" +
-	"\a_branchB\x16\n" +
+	"\a_branchB\x1d\n" +
+	"\x1b_transaction_section_legacyB\x16\n" +
 	"\x14_transaction_sectionJ\x04\b\x11\x10\x12\">\n" +
 	"\tIndexFile\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1d\n" +

@@ -1,0 +1,133 @@
+// Package lint holds repository rules that run as tests: the direction of
+// imports between kernel packages, and calls banned outside tests.
+package lint
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/lance-segmerge/lance-segmerge/"
+
+// allowed lists, for each kernel package, the kernel packages it may
+// import. Imports only go down the data flow:
+// errkind ← storage ← lancefile ← ivf ← segment, and table ← segment.
+var allowed = map[string][]string{
+	"gokernel/errkind":   {},
+	"gokernel/storage":   {"gokernel/errkind"},
+	"gokernel/lancefile": {"gokernel/errkind", "gokernel/storage", "gokernel/internal/pb"},
+	"gokernel/table":     {"gokernel/errkind", "gokernel/storage", "gokernel/internal/pb"},
+	"gokernel/ivf":       {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/internal/pb"},
+	"gokernel/segment": {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table",
+		"gokernel/ivf", "gokernel/internal/pb"},
+}
+
+func repoRoot(t *testing.T) string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "..")
+}
+
+type goFile struct {
+	pkg  string // relative dir, e.g. "gokernel/table"
+	path string
+	test bool
+	ast  *ast.File
+}
+
+func kernelFiles(t *testing.T) []goFile {
+	root := repoRoot(t)
+	var out []goFile
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(filepath.Join(root, "gokernel"), func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".go") {
+			return err
+		}
+		full, err := parser.ParseFile(fset, p, nil, 0)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, filepath.Dir(p))
+		out = append(out, goFile{pkg: filepath.ToSlash(rel), path: p, test: strings.HasSuffix(p, "_test.go"), ast: full})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestImportDirection(t *testing.T) {
+	for _, f := range kernelFiles(t) {
+		rules, ok := allowed[f.pkg]
+		if !ok || f.test {
+			continue
+		}
+		for _, imp := range f.ast.Imports {
+			path, _ := strconv.Unquote(imp.Path.Value)
+			if !strings.HasPrefix(path, module) {
+				continue
+			}
+			dep := strings.TrimPrefix(path, module)
+			ok := false
+			for _, a := range rules {
+				if dep == a || strings.HasPrefix(dep, a+"/") {
+					ok = true
+				}
+			}
+			if !ok {
+				t.Errorf("%s imports %s: not allowed for package %s (allowed: %v)", f.path, dep, f.pkg, rules)
+			}
+		}
+	}
+}
+
+// TestNoWholeFileReads bans os.ReadFile and io.ReadAll outside tests: the
+// kernel reads footers and ranges, never whole files.
+func TestNoWholeFileReads(t *testing.T) {
+	for _, f := range kernelFiles(t) {
+		if f.test {
+			continue
+		}
+		ast.Inspect(f.ast, func(n ast.Node) bool {
+			sel, ok := n.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			if id, ok := sel.X.(*ast.Ident); ok {
+				name := id.Name + "." + sel.Sel.Name
+				if name == "os.ReadFile" || name == "io.ReadAll" || name == "ioutil.ReadFile" || name == "ioutil.ReadAll" {
+					t.Errorf("%s uses %s", f.path, name)
+				}
+			}
+			return true
+		})
+	}
+}
+
+// TestRawAtomics bans atomic.AddInt64 and friends on bare integers: use the
+// atomic.Int64 types.
+func TestRawAtomics(t *testing.T) {
+	for _, f := range kernelFiles(t) {
+		ast.Inspect(f.ast, func(n ast.Node) bool {
+			sel, ok := n.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			if id, ok := sel.X.(*ast.Ident); ok && id.Name == "atomic" {
+				switch {
+				case strings.HasPrefix(sel.Sel.Name, "Add"), strings.HasPrefix(sel.Sel.Name, "Load"),
+					strings.HasPrefix(sel.Sel.Name, "Store"), strings.HasPrefix(sel.Sel.Name, "CompareAndSwap"):
+					t.Errorf("%s uses atomic.%s on a bare value; use atomic.Int64 and friends", f.path, sel.Sel.Name)
+				}
+			}
+			return true
+		})
+	}
+}
