@@ -39,6 +39,7 @@ test-go: vet
 	$(GO) test ./...
 
 test-py: build
+	$(PY) -m mypy
 	PYTHONPATH=python $(PY) -m pytest -q
 
 test: test-go test-py

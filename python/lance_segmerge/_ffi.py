@@ -30,7 +30,7 @@ def native() -> ModuleType:
         with _lock:
             if _native is None:
                 try:
-                    from ._native import pybind  # type: ignore[attr-defined]
+                    from ._native import pybind
                 except ImportError as exc:  # pragma: no cover - build problem
                     raise InternalError(
                         "the lance_segmerge native kernel is not built; run `make build` "

@@ -12,12 +12,12 @@ import base64
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional, cast
 
 from .errors import InvalidInputError
 
 if TYPE_CHECKING:  # pragma: no cover
-    import lance.dataset
+    from lance.dataset import Index as LanceIndex
 
     from .api import Dataset
 
@@ -262,7 +262,7 @@ class IndexSegment:
 
     # -- pylance interop ---------------------------------------------------
 
-    def to_lance_index(self) -> "lance.dataset.Index":
+    def to_lance_index(self) -> "LanceIndex":
         """Convert to pylance's :class:`lance.dataset.Index`.
 
         The result can be passed to pylance's
@@ -276,7 +276,7 @@ class IndexSegment:
             name=self.name,
             fields=list(self.fields),
             dataset_version=self.dataset_version,
-            fragment_ids=set(self.fragment_ids),
+            fragment_ids=cast(Any, set(self.fragment_ids)),  # pylance accepts a set
             index_version=self.index_version,
             created_at=self.created_at,
             base_id=self.base_id,
@@ -289,7 +289,7 @@ class IndexSegment:
 
     @classmethod
     def from_lance_index(
-        cls, index: "lance.dataset.Index", dataset: Optional["Dataset"] = None
+        cls, index: "LanceIndex", dataset: Optional["Dataset"] = None
     ) -> "IndexSegment":
         """Build an IndexSegment from pylance's :class:`lance.dataset.Index`.
 
