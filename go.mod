@@ -12,6 +12,8 @@ require (
 	github.com/RoaringBitmap/roaring/v2 v2.30.0
 	github.com/go-python/gopy v0.4.10
 	github.com/google/uuid v1.6.0
+	github.com/klauspost/compress v1.20.4
+	github.com/pierrec/lz4/v4 v4.1.33
 	google.golang.org/protobuf v1.36.12
 )
 

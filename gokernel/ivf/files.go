@@ -107,10 +107,10 @@ func (f *Files) decode(ctx context.Context) error {
 	}
 
 	var err error
-	if f.IVF, err = readModel(ctx, f.Aux, AuxiliaryFileName); err != nil {
+	if f.IVF, err = ReadModel(ctx, f.Aux, AuxiliaryFileName); err != nil {
 		return err
 	}
-	if f.IndexIVF, err = readModel(ctx, f.Index, IndexFileName); err != nil {
+	if f.IndexIVF, err = ReadModel(ctx, f.Index, IndexFileName); err != nil {
 		return err
 	}
 	if f.IVF.TotalRows() != f.Aux.NumRows() {
@@ -142,7 +142,8 @@ func (f *Files) decode(ctx context.Context) error {
 	return nil
 }
 
-func readModel(ctx context.Context, r *lancefile.Reader, name string) (*Model, error) {
+// ReadModel reads the IVF message that the "lance:ivf" metadata of r names.
+func ReadModel(ctx context.Context, r *lancefile.Reader, name string) (*Model, error) {
 	s, ok := r.MetadataString(KeyIVF)
 	if !ok {
 		return nil, fmt.Errorf("%w: %s has no %q metadata", errkind.Corrupt, name, KeyIVF)

@@ -57,6 +57,7 @@ type Reader struct {
 	fields  []*Field
 	globals []bufRef
 	columns []*pb.ColumnMetadata
+	chunks  chunkCache
 }
 
 // Open reads the footer and metadata of a Lance file. name is used in

@@ -1,0 +1,219 @@
+package lancefile
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+)
+
+// fieldColumns are the physical columns of one top-level field, in
+// pre-order: one for a primitive or FixedSizeList; for a list, in 2.0 the
+// offsets column then the item's column, in 2.1+ only the leaf.
+func (r *Reader) fieldColumns(name string) (*Field, []int, error) {
+	col := 0
+	for _, f := range r.fields {
+		n := columnCount(f, r.foot.version)
+		if f.Name == name {
+			cols := make([]int, n)
+			for i := range cols {
+				cols[i] = col + i
+			}
+			return f, cols, nil
+		}
+		col += n
+	}
+	return nil, nil, fmt.Errorf("%w: lancefile: %s has no column %q", errkind.NotFound, r.name, name)
+}
+
+// ReadAll reads every row of a top-level field.
+func (r *Reader) ReadAll(ctx context.Context, name string) (*Array, error) {
+	return r.Read(ctx, name, 0, r.numRows)
+}
+
+// Read reads rows [start, end) of a top-level field. Only the pages that
+// hold those rows are read; inside a page, fixed-width layouts read only the
+// chunks (mini-block) or rows (full-zip, 2.0 flat) of the range, so one IVF
+// partition costs about its own bytes. Lists read their whole pages.
+func (r *Reader) Read(ctx context.Context, name string, start, end uint64) (*Array, error) {
+	f, cols, err := r.fieldColumns(name)
+	if err != nil {
+		return nil, err
+	}
+	if start > end || end > r.numRows {
+		return nil, fmt.Errorf("%w: lancefile: %s: rows [%d,%d) of %d", errkind.InvalidInput, r.name, start, end, r.numRows)
+	}
+	t := f.Type
+	switch {
+	case t.Kind == KindStruct || t.Kind == KindUnknown:
+		return nil, fmt.Errorf("%w: lancefile: %s: reading %s columns", errkind.Unsupported, r.name, t)
+	case isList(t):
+		if len(f.Children) != 1 {
+			return nil, fmt.Errorf("%w: lancefile: %s: list %q has %d children", errkind.Corrupt, r.name, name, len(f.Children))
+		}
+		it := f.Children[0].Type
+		if it.ValueBits() == 0 || it.ValueBits()%8 != 0 {
+			return nil, fmt.Errorf("%w: lancefile: %s: lists of %s", errkind.Unsupported, r.name, it)
+		}
+		if r.foot.version == V2_0 {
+			return r.readList20(ctx, cols, t, it, int(start), int(end))
+		}
+	default:
+		if t.ValueBits() == 0 || t.ValueBits()%8 != 0 {
+			return nil, fmt.Errorf("%w: lancefile: %s: reading %s columns", errkind.Unsupported, r.name, t)
+		}
+	}
+	var item DataType
+	if isList(t) {
+		item = f.Children[0].Type
+	}
+	out, err := r.readColumn(ctx, cols[0], t, item, int(start), int(end))
+	if err != nil {
+		return nil, fmt.Errorf("lancefile: %s: column %q rows [%d,%d): %w", r.name, name, start, end, err)
+	}
+	return out, nil
+}
+
+// readColumn reads rows [start, end) of one physical column, page by page.
+func (r *Reader) readColumn(ctx context.Context, col int, t, item DataType, start, end int) (*Array, error) {
+	var parts []*Array
+	pageStart := 0
+	for pi, p := range r.columns[col].GetPages() {
+		n := int(p.GetLength())
+		a, b := max(start, pageStart), min(end, pageStart+n)
+		if a < b {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			pg := &pageIO{r: r, col: col, idx: pi, page: p}
+			var arr *Array
+			var err error
+			if r.foot.version == V2_0 {
+				arr, err = r.readPage20(ctx, pg, t, a-pageStart, b-pageStart)
+			} else {
+				arr, err = r.readPage21(ctx, pg, t, item, a-pageStart, b-pageStart)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("page %d: %w", pi, err)
+			}
+			if arr.Len != b-a {
+				return nil, fmt.Errorf("%w: page %d gave %d rows, want %d", errkind.Corrupt, pi, arr.Len, b-a)
+			}
+			parts = append(parts, arr)
+		}
+		pageStart += n
+		if pageStart >= end {
+			break
+		}
+	}
+	if pageStart < end {
+		return nil, fmt.Errorf("%w: column %d pages hold %d rows, file has %d", errkind.Corrupt, col, pageStart, r.numRows)
+	}
+	if len(parts) == 1 {
+		return parts[0], nil
+	}
+	if len(parts) == 0 {
+		return emptyArray(t, item), nil
+	}
+	return Concat(t, parts)
+}
+
+func emptyArray(t, item DataType) *Array {
+	if isList(t) {
+		return &Array{Type: t, Offsets: []int64{0}, Items: &Array{Type: item, Values: []byte{}}}
+	}
+	return &Array{Type: t, Values: []byte{}}
+}
+
+// pageIO reads the buffers of one page, with bounds checks.
+type pageIO struct {
+	r    *Reader
+	col  int
+	idx  int
+	page *pb.Page
+}
+
+func (p *pageIO) numBuffers() int { return len(p.page.GetBufferSizes()) }
+
+func (p *pageIO) bufferSize(i int) int { return int(p.page.GetBufferSizes()[i]) }
+
+// read returns n bytes at off within page buffer i.
+func (p *pageIO) read(ctx context.Context, i int, off, n int) ([]byte, error) {
+	if i < 0 || i >= p.numBuffers() {
+		return nil, fmt.Errorf("%w: page buffer %d of %d", errkind.Corrupt, i, p.numBuffers())
+	}
+	size := p.bufferSize(i)
+	if off < 0 || n < 0 || off+n > size {
+		return nil, fmt.Errorf("%w: range [%d,+%d) of a %d-byte page buffer", errkind.Corrupt, off, n, size)
+	}
+	if int64(n) > p.r.opts.MaxPageBytes {
+		return nil, fmt.Errorf("%w: page buffer read of %d bytes above the %d-byte limit", errkind.Corrupt, n, p.r.opts.MaxPageBytes)
+	}
+	buf := make([]byte, n)
+	if n == 0 {
+		return buf, nil
+	}
+	if err := p.r.obj.ReadAt(ctx, buf, int64(p.page.GetBufferOffsets()[i])+int64(off)); err != nil {
+		return nil, err
+	}
+	return buf, nil
+}
+
+func (p *pageIO) whole(ctx context.Context, i int) ([]byte, error) {
+	if i < 0 || i >= p.numBuffers() {
+		return nil, fmt.Errorf("%w: page buffer %d of %d", errkind.Corrupt, i, p.numBuffers())
+	}
+	return p.read(ctx, i, 0, p.bufferSize(i))
+}
+
+// encoding unwraps the page's Any.
+func pageAny(p *pb.Page) (*anypb.Any, error) {
+	d := p.GetEncoding().GetDirect()
+	if d == nil {
+		if p.GetEncoding().GetIndirect() != nil {
+			return nil, fmt.Errorf("%w: deferred (indirect) page encodings", errkind.Unsupported)
+		}
+		return nil, fmt.Errorf("%w: page without an encoding", errkind.Corrupt)
+	}
+	a := &anypb.Any{}
+	if err := proto.Unmarshal(d.GetEncoding(), a); err != nil {
+		return nil, fmt.Errorf("%w: page encoding: %w", errkind.Corrupt, err)
+	}
+	return a, nil
+}
+
+func decodeAny(p *pb.Page, suffix string, m proto.Message) error {
+	a, err := pageAny(p)
+	if err != nil {
+		return err
+	}
+	if !strings.HasSuffix(a.GetTypeUrl(), suffix) {
+		return fmt.Errorf("%w: page encoding %q, want %s", errkind.Corrupt, a.GetTypeUrl(), suffix)
+	}
+	if err := proto.Unmarshal(a.GetValue(), m); err != nil {
+		return fmt.Errorf("%w: page encoding: %w", errkind.Corrupt, err)
+	}
+	return nil
+}
+
+// chunkTable caches the decoded chunk metadata of mini-block pages: reading
+// one partition at a time would otherwise re-read it for every partition.
+type chunkTable struct {
+	offsets []int // byte offset of each chunk in buffer 1
+	sizes   []int
+	values  []int // values in each chunk
+	first   []int // first value index of each chunk
+}
+
+type chunkKey struct{ col, page int }
+
+type chunkCache struct {
+	mu sync.Mutex
+	m  map[chunkKey]*chunkTable
+}

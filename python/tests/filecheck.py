@@ -1,0 +1,108 @@
+"""Compare what the Go kernel reads from a Lance file with what pyarrow /
+pylance hold, row by row."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any, Optional
+
+import numpy as np
+import pyarrow as pa
+
+from lance_segmerge import _ffi
+
+
+def go_inspect(path: str, start: int = 0, end: int = -1, columns: Optional[list[str]] = None) -> dict[str, Any]:
+    return json.loads(_ffi.call("InspectFile", path, start, end, json.dumps(columns) if columns else ""))
+
+
+def _bits(b64: Optional[str], n: int) -> Optional[np.ndarray]:
+    if not b64:
+        return None
+    raw = np.frombuffer(base64.b64decode(b64), np.uint8)
+    return np.unpackbits(raw, bitorder="little")[:n].astype(bool)
+
+
+def _np_dtype(t: pa.DataType) -> np.dtype:
+    return np.dtype(t.to_pandas_dtype())
+
+
+def rows_of_arrow(arr: pa.Array) -> list[Any]:
+    """Canonical rows: None for null, else bytes of the value (a vector's
+    bytes for fixed-size lists), or a list of such for lists."""
+    arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+    t = arr.type
+    out: list[Any] = []
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        offs = arr.offsets.to_numpy()
+        items = rows_of_arrow(arr.values)
+        for i in range(len(arr)):
+            out.append(None if not arr[i].is_valid else items[offs[i] : offs[i + 1]])
+        return out
+    if pa.types.is_fixed_size_list(t):
+        flat = arr.values
+        d = t.list_size
+        item_valid = np.ones(len(flat), bool) if flat.null_count == 0 else ~np.asarray(flat.is_null())
+        vals = np.asarray(flat.fill_null(0).to_numpy(zero_copy_only=False), dtype=_np_dtype(t.value_type))
+        for i in range(len(arr)):
+            if not arr[i].is_valid:
+                out.append(None)
+            else:
+                v = vals[arr.offset * 0 + i * d : (i + 1) * d].tobytes()
+                iv = tuple(item_valid[i * d : (i + 1) * d])
+                out.append((v, iv) if not all(iv) else v)
+        return out
+    vals = np.asarray(arr.fill_null(0).to_numpy(zero_copy_only=False), dtype=_np_dtype(t))
+    valid = np.ones(len(arr), bool) if arr.null_count == 0 else ~np.asarray(arr.is_null())
+    return [vals[i : i + 1].tobytes() if valid[i] else None for i in range(len(arr))]
+
+
+def _width(type_str: str) -> int:
+    prim = {"uint8": 1, "int8": 1, "uint16": 2, "int16": 2, "halffloat": 2, "uint32": 4, "int32": 4,
+            "float": 4, "uint64": 8, "int64": 8, "double": 8}
+    if type_str.startswith("fixed_size_list:"):
+        _, elem, n = type_str.rsplit(":", 2)[0].split(":", 1)[0], type_str.split(":")[1], type_str.split(":")[-1]
+        return prim[elem] * int(n)
+    return prim[type_str]
+
+
+def rows_of_go(col: dict[str, Any]) -> list[Any]:
+    n = col["len"]
+    t = col["type"]
+    valid = _bits(col.get("validity"), n)
+    if t in ("list", "large_list"):
+        offs = col["offsets"]
+        items = rows_of_go(col["items"])
+        return [None if valid is not None and not valid[i] else items[offs[i] : offs[i + 1]] for i in range(n)]
+    w = _width(t)
+    vals = base64.b64decode(col.get("values") or "")
+    assert len(vals) == n * w, (t, len(vals), n, w)
+    out: list[Any] = []
+    iv = None
+    dim = 0
+    if t.startswith("fixed_size_list:") and col.get("item_validity"):
+        dim = int(t.split(":")[-1])
+        iv = _bits(col["item_validity"], n * dim)
+    for i in range(n):
+        if valid is not None and not valid[i]:
+            out.append(None)
+            continue
+        v = vals[i * w : (i + 1) * w]
+        if iv is not None:
+            ivt = tuple(bool(x) for x in iv[i * dim : (i + 1) * dim])
+            if not all(ivt):
+                # Null items may hold anything; compare with zeros like pyarrow's fill.
+                ew = w // dim
+                v = b"".join(v[k * ew : (k + 1) * ew] if ivt[k] else b"\0" * ew for k in range(dim))
+                out.append((v, ivt))
+                continue
+        out.append(v)
+    return out
+
+
+def assert_same(arrow: pa.Array, go_col: dict[str, Any], label: str = "") -> None:
+    a, g = rows_of_arrow(arrow), rows_of_go(go_col)
+    assert len(a) == len(g), f"{label}: {len(a)} rows vs {len(g)}"
+    for i, (x, y) in enumerate(zip(a, g)):
+        assert x == y, f"{label}: row {i} differs: arrow {x!r:.120} go {y!r:.120}"

@@ -1,0 +1,161 @@
+"""Lance file format 2.0 / 2.1 / 2.2: what pylance's LanceFileWriter writes,
+the Go reader reads with equal values (whole columns and row ranges)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from filecheck import assert_same, go_inspect
+from lance.file import LanceFileReader, LanceFileWriter
+
+import lance_segmerge as ls
+
+VERSIONS = ["2.0", "2.1", "2.2"]
+
+
+def fsl(values: np.ndarray, d: int, mask=None) -> pa.Array:
+    arr = pa.FixedSizeListArray.from_arrays(pa.array(values.ravel()), d)
+    if mask is not None:
+        arr = pa.FixedSizeListArray.from_arrays(pa.array(values.ravel()), d, mask=pa.array(mask))
+    return arr
+
+
+def columns(n: int, seed: int = 0) -> dict[str, pa.Array]:
+    rng = np.random.default_rng(seed)
+    lens = rng.integers(1, 6, n)
+    lens_e = rng.integers(0, 4, n)
+    cols = {
+        "_rowid": pa.array((np.arange(n, dtype=np.uint64) % 1500) | (np.arange(n, dtype=np.uint64) // 1500 << 32), pa.uint64()),
+        "f_mixed": pa.array(rng.standard_normal(n).astype(np.float32)),
+        "f_pos": pa.array(rng.random(n).astype(np.float32) + 0.5),
+        "pq16": fsl(rng.integers(0, 256, (n, 16), dtype=np.uint8), 16),
+        "sq300": fsl(rng.integers(0, 256, (n, 300), dtype=np.uint8), 300),
+        "flat128": fsl(rng.standard_normal((n, 128)).astype(np.float32), 128),
+        "flat8": fsl(rng.standard_normal((n, 8)).astype(np.float32), 8),
+        "f16x4": fsl(rng.standard_normal((n, 4)).astype(np.float16), 4),
+        "f64x3": fsl(rng.standard_normal((n, 3)), 3),
+        "nbrs": pa.array([rng.integers(0, 1 << 20, k).astype(np.uint32) for k in lens], pa.list_(pa.uint32())),
+        "nbrs_empty": pa.array([rng.integers(0, 1000, k).astype(np.uint32) for k in lens_e], pa.list_(pa.uint32())),
+        "dists": pa.array([rng.random(k).astype(np.float32) for k in lens], pa.list_(pa.float32())),
+        "const_f32": pa.array(np.full(n, 1.5, np.float32)),
+        "const_u64": pa.array(np.full(n, 7, np.uint64)),
+        "lowcard_u64": pa.array(rng.integers(0, 4, n).astype(np.uint64) << 33),
+        "runs_u32": pa.array((np.arange(n) // 300).astype(np.uint32)),
+        "small_u32": pa.array(rng.integers(0, 16, n).astype(np.uint32)),
+    }
+    return cols
+
+
+def null_columns(n: int, seed: int = 1) -> dict[str, pa.Array]:
+    rng = np.random.default_rng(seed)
+    m = rng.random(n) < 0.1
+    lens = rng.integers(0, 4, n)
+    items_null = [pa.array([None if rng.random() < 0.2 else int(x) for x in rng.integers(0, 100, k)], pa.uint32()) for k in lens]
+    return {
+        "u64_nulls": pa.array(np.arange(n, dtype=np.uint64), mask=m),
+        "f32_nulls": pa.array(rng.standard_normal(n).astype(np.float32), mask=m),
+        "fsl16_null_rows": fsl(rng.integers(0, 256, (n, 16), dtype=np.uint8), 16, mask=m),
+        "fsl128_null_rows": fsl(rng.standard_normal((n, 128)).astype(np.float32), 128, mask=m),
+        "fsl16_null_items": pa.FixedSizeListArray.from_arrays(
+            pa.array(rng.integers(0, 256, n * 16).astype(np.uint8), mask=rng.random(n * 16) < 0.05), 16
+        ),
+        "list_nulls": pa.array(
+            [None if m[i] else list(rng.integers(0, 9, lens[i]).astype(np.uint32)) for i in range(n)], pa.list_(pa.uint32())
+        ),
+        "list_item_nulls": pa.array([x.to_pylist() for x in items_null], pa.list_(pa.uint32())),
+        "all_null_f32": pa.array([None] * n, pa.float32()),
+    }
+
+
+def write(path: str, tbl: pa.Table, version: str) -> None:
+    w = LanceFileWriter(path, tbl.schema, version=version)
+    if len(tbl):
+        w.write_batch(tbl)
+    w.close()
+
+
+def check_file(path: str, tbl: pa.Table, ranges: list[tuple[int, int]]) -> None:
+    whole = go_inspect(path)
+    assert whole["num_rows"] == len(tbl)
+    for name in tbl.column_names:
+        assert_same(tbl[name], whole["columns"][name], f"{name} all rows")
+    for a, b in ranges:
+        part = go_inspect(path, a, b)
+        for name in tbl.column_names:
+            assert_same(tbl[name].slice(a, b - a), part["columns"][name], f"{name} rows [{a},{b})")
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("n", [0, 1, 2, 5000])
+def test_read_pylance_matrix(tmp_path, version, n):
+    tbl = pa.table(columns(n))
+    path = str(tmp_path / f"m{version}.lance")
+    write(path, tbl, version)
+    assert go_inspect(path)["version"] == version
+    ranges = [(0, n), (n // 3, n // 3 + 1), (1000, 3100), (n - 7, n)] if n >= 5000 else []
+    check_file(path, tbl, ranges)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_read_pylance_nulls(tmp_path, version):
+    n = 3000
+    tbl = pa.table(null_columns(n))
+    path = str(tmp_path / f"n{version}.lance")
+    write(path, tbl, version)
+    check_file(path, tbl, [(5, 2999), (1024, 2048)])
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_read_pylance_many_pages(tmp_path, version):
+    # Enough rows that pylance splits columns into several pages.
+    n = 100_000
+    rng = np.random.default_rng(5)
+    lens = rng.integers(0, 3, n)
+    tbl = pa.table(
+        {
+            "_rowid": pa.array(np.arange(n, dtype=np.uint64) * 3),
+            "flat128": fsl(rng.standard_normal((n, 128)).astype(np.float32), 128),
+            "pq32": fsl(rng.integers(0, 256, (n, 32), dtype=np.uint8), 32),
+            "nbrs": pa.array([np.arange(k, dtype=np.uint32) for k in lens], pa.list_(pa.uint32())),
+        }
+    )
+    path = str(tmp_path / f"p{version}.lance")
+    write(path, tbl, version)
+    meta = LanceFileReader(path).metadata()
+    assert max(len(c.pages) for c in meta.columns) > 1, "expected several pages"
+    check_file(path, tbl, [(0, 1), (33_333, 66_667), (99_000, 100_000), (49_999, 50_001)])
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_schema_metadata_and_global_buffers(tmp_path, version):
+    tbl = pa.table({"x": pa.array(np.arange(10, dtype=np.uint64))})
+    path = str(tmp_path / "g.lance")
+    w = LanceFileWriter(path, tbl.schema, version=version)
+    assert w.add_global_buffer(b"first") == 1
+    w.write_batch(tbl)
+    assert w.add_global_buffer(b"second buffer") == 2
+    w.add_schema_metadata("lance:ivf", "1")
+    w.add_schema_metadata("k", "v")
+    w.close()
+    got = go_inspect(path)
+    import base64
+
+    assert [base64.b64decode(b) for b in got["global_buffers"]] == [b"first", b"second buffer"]
+    meta = {k: base64.b64decode(v).decode() for k, v in got["metadata"].items()}
+    assert meta["lance:ivf"] == "1" and meta["k"] == "v"
+    assert got["fields"] == [{"name": "x", "id": 0, "type": "uint64", "nullable": True}]
+
+
+def test_bad_range_and_column(tmp_path):
+    tbl = pa.table({"x": pa.array(np.arange(10, dtype=np.uint64))})
+    path = str(tmp_path / "r.lance")
+    write(path, tbl, "2.2")
+    with pytest.raises(ls.InvalidInputError):
+        go_inspect(path, 5, 11)
+    with pytest.raises(ls.NotFoundError):
+        go_inspect(path, columns=["nope"])
+    with pytest.raises(ls.NotFoundError):
+        go_inspect(str(tmp_path / "missing.lance"))
