@@ -37,6 +37,7 @@ vet:
 
 test-go: vet
 	$(GO) test ./...
+	$(MAKE) fuzz FUZZTIME=$(CI_FUZZTIME)
 
 test-py: build
 	$(PY) -m mypy
@@ -52,8 +53,9 @@ demo: build
 proto:
 	cd gokernel/internal/pb && $(GO) generate ./...
 
-# Run every fuzz target for a while (CI runs them briefly via go test).
+# Run every fuzz target for a while; `make test` runs each for CI_FUZZTIME.
 FUZZTIME ?= 30s
+CI_FUZZTIME ?= 3s
 fuzz:
 	for pkg in $$($(GO) list ./gokernel/...); do \
 	  for t in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \

@@ -2,8 +2,10 @@ package pybind
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
@@ -145,4 +147,145 @@ func DescribeIVF(path string) (out string, err error) {
 	}
 	b, err := json.Marshal(res)
 	return string(b), tagged(err)
+}
+
+type writeColumnSpec struct {
+	Name         string `json:"name"`
+	Type         string `json:"type"`
+	ItemType     string `json:"item_type"`
+	Nullable     bool   `json:"nullable"`
+	ItemNullable bool   `json:"item_nullable"`
+	Len          int    `json:"len"`
+	ValuesPath   string `json:"values_path"`
+	ValidityPath string `json:"validity_path"`
+	OffsetsPath  string `json:"offsets_path"`
+	ItemValidity string `json:"item_validity_path"`
+}
+
+type writeFileSpec struct {
+	Version       string            `json:"version"`
+	MaxPageBytes  int               `json:"max_page_bytes"`
+	BatchRows     int               `json:"batch_rows"`
+	Metadata      map[string]string `json:"metadata"`
+	GlobalBuffers [][]byte          `json:"global_buffers"`
+	Columns       []writeColumnSpec `json:"columns"`
+}
+
+func readRaw(path string) ([]byte, error) {
+	if path == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errkind.InvalidInput, err)
+	}
+	return b, nil
+}
+
+// WriteTestFile writes a Lance file with the kernel's writer from raw column
+// buffers in files (values little-endian, validity LSB-first bitmaps, list
+// offsets as int64), so that tests can have pylance read what Go writes.
+func WriteTestFile(path, specJSON string) (err error) {
+	defer recoverTo(&err)
+	var spec writeFileSpec
+	if err := json.Unmarshal([]byte(specJSON), &spec); err != nil {
+		return tagged(fmt.Errorf("%w: spec: %w", errkind.InvalidInput, err))
+	}
+	v, err := lancefile.ParseVersion(spec.Version)
+	if err != nil {
+		return tagged(err)
+	}
+	parseType := func(s string) (lancefile.DataType, error) {
+		t := lancefile.ParseLogicalType(s)
+		if t.Kind == lancefile.KindUnknown {
+			return t, fmt.Errorf("%w: type %q", errkind.InvalidInput, s)
+		}
+		return t, nil
+	}
+	var fields []*lancefile.Field
+	var cols []*lancefile.Array
+	for _, c := range spec.Columns {
+		t, err := parseType(c.Type)
+		if err != nil {
+			return tagged(err)
+		}
+		a := &lancefile.Array{Type: t, Len: c.Len}
+		if a.Validity, err = readRaw(c.ValidityPath); err != nil {
+			return tagged(err)
+		}
+		values, err := readRaw(c.ValuesPath)
+		if err != nil {
+			return tagged(err)
+		}
+		if t.Kind == lancefile.KindList {
+			it, err := parseType(c.ItemType)
+			if err != nil {
+				return tagged(err)
+			}
+			offs, err := readRaw(c.OffsetsPath)
+			if err != nil {
+				return tagged(err)
+			}
+			for i := 0; i+8 <= len(offs); i += 8 {
+				a.Offsets = append(a.Offsets, int64(binary.LittleEndian.Uint64(offs[i:])))
+			}
+			if len(a.Offsets) != c.Len+1 {
+				return tagged(fmt.Errorf("%w: %d offsets for %d rows", errkind.InvalidInput, len(a.Offsets), c.Len))
+			}
+			a.Items = &lancefile.Array{Type: it, Len: int(a.Offsets[c.Len]), Values: values}
+			if a.Items.Validity, err = readRaw(c.ItemValidity); err != nil {
+				return tagged(err)
+			}
+			fields = append(fields, lancefile.NewListField(c.Name, it, c.Nullable, c.ItemNullable))
+		} else {
+			a.Values = values
+			fields = append(fields, lancefile.NewField(c.Name, t, c.Nullable))
+		}
+		cols = append(cols, a)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return tagged(fmt.Errorf("%w: %w", errkind.InvalidInput, err))
+	}
+	st := storage.NewLocal(filepath.Dir(abs), filepath.Dir(abs))
+	ctx := context.Background()
+	sw, err := st.Create(ctx, filepath.Base(abs))
+	if err != nil {
+		return tagged(err)
+	}
+	defer sw.Abort()
+	w, err := lancefile.NewWriter(sw, fields, lancefile.WriterOptions{Version: v, MaxPageBytes: spec.MaxPageBytes})
+	if err != nil {
+		return tagged(err)
+	}
+	for _, g := range spec.GlobalBuffers {
+		if _, err := w.AddGlobalBuffer(g); err != nil {
+			return tagged(err)
+		}
+	}
+	for k, val := range spec.Metadata {
+		w.SetMetadata(k, []byte(val))
+	}
+	n := 0
+	if len(cols) > 0 {
+		n = cols[0].Len
+	}
+	step := spec.BatchRows
+	if step <= 0 {
+		step = max(n, 1)
+	}
+	for lo := 0; lo < n; lo += step {
+		hi := min(lo+step, n)
+		batch := make([]*lancefile.Array, len(cols))
+		for i, c := range cols {
+			batch[i] = c.Slice(lo, hi)
+		}
+		if err := w.Write(batch); err != nil {
+			return tagged(err)
+		}
+	}
+	if err := w.Finish(); err != nil {
+		return tagged(err)
+	}
+	return tagged(sw.Finish())
 }

@@ -3,6 +3,7 @@ package lancefile
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 )
@@ -141,6 +142,12 @@ func decodeInlineBitpacked(dst, buf []byte, t, n int) ([]byte, error) {
 	packed := buf[bw:]
 	if len(packed) < packedBytes(t, w) {
 		return nil, fmt.Errorf("%w: inline bitpacked chunk has %d bytes, width %d needs %d", errkind.Corrupt, len(packed), w, packedBytes(t, w))
+	}
+	if n == flValues {
+		// Unpack straight into dst.
+		base := len(dst)
+		dst = slices.Grow(dst, flValues*bw)[:base+flValues*bw]
+		return dst, unpackFastLanes(dst[base:], packed[:packedBytes(t, w)], t, w)
 	}
 	out := make([]byte, flValues*bw)
 	if err := unpackFastLanes(out, packed[:packedBytes(t, w)], t, w); err != nil {

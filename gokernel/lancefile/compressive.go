@@ -3,6 +3,7 @@ package lancefile
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb/enc21"
@@ -34,8 +35,9 @@ func valueBuffers(e *enc21.CompressiveEncoding) int {
 }
 
 // decodeMiniBlockValues decodes n values of valueBits bits each from the
-// value buffers of one chunk.
-func decodeMiniBlockValues(e *enc21.CompressiveEncoding, bufs [][]byte, n, valueBits int) (chunkValues, error) {
+// value buffers of one chunk and appends them to dst (which may be nil);
+// the result's values is the extended dst.
+func decodeMiniBlockValues(e *enc21.CompressiveEncoding, bufs [][]byte, n, valueBits int, dst []byte) (chunkValues, error) {
 	if len(bufs) < valueBuffers(e) {
 		return chunkValues{}, fmt.Errorf("%w: chunk has %d value buffers, encoding needs %d", errkind.Corrupt, len(bufs), valueBuffers(e))
 	}
@@ -45,7 +47,9 @@ func decodeMiniBlockValues(e *enc21.CompressiveEncoding, bufs [][]byte, n, value
 		if err != nil {
 			return chunkValues{}, err
 		}
-		return flatValues(b, int(c.Flat.GetBitsPerValue()), valueBits, n)
+		cv, err := flatValues(b, int(c.Flat.GetBitsPerValue()), valueBits, n)
+		cv.values = append(dst, cv.values...)
+		return cv, err
 	case *enc21.CompressiveEncoding_InlineBitpacking:
 		t := int(c.InlineBitpacking.GetUncompressedBitsPerValue())
 		if t != valueBits {
@@ -55,7 +59,7 @@ func decodeMiniBlockValues(e *enc21.CompressiveEncoding, bufs [][]byte, n, value
 		if err != nil {
 			return chunkValues{}, err
 		}
-		var out []byte
+		out := dst
 		for done := 0; done < n; done += flValues {
 			// One mini-block chunk holds at most one 1024-value group in
 			// Lance's writer, but nothing forbids several back to back.
@@ -91,21 +95,23 @@ func decodeMiniBlockValues(e *enc21.CompressiveEncoding, bufs [][]byte, n, value
 			}
 			bufs = bufs[1:]
 		}
-		inner, err := decodeMiniBlockValues(fsl.GetValues(), bufs, n*dim, valueBits/dim)
+		inner, err := decodeMiniBlockValues(fsl.GetValues(), bufs, n*dim, valueBits/dim, dst)
 		if err != nil {
 			return chunkValues{}, err
 		}
 		inner.itemValidity = iv
 		return inner, nil
 	case *enc21.CompressiveEncoding_Rle:
-		return decodeRLE(c.Rle, bufs[0], bufs[1], n, valueBits)
+		cv, err := decodeRLE(c.Rle, bufs[0], bufs[1], n, valueBits)
+		cv.values = append(dst, cv.values...)
+		return cv, err
 	case *enc21.CompressiveEncoding_General:
 		b, err := decompress(c.General.GetCompression().GetScheme(), bufs[0])
 		if err != nil {
 			return chunkValues{}, err
 		}
 		rest := append([][]byte{b}, bufs[1:]...)
-		return decodeMiniBlockValues(c.General.GetValues(), rest, n, valueBits)
+		return decodeMiniBlockValues(c.General.GetValues(), rest, n, valueBits, dst)
 	case *enc21.CompressiveEncoding_ByteStreamSplit:
 		inner := c.ByteStreamSplit.GetValues().GetFlat()
 		if inner == nil || int(inner.GetBitsPerValue()) != valueBits || valueBits%8 != 0 {
@@ -115,10 +121,11 @@ func decodeMiniBlockValues(e *enc21.CompressiveEncoding, bufs [][]byte, n, value
 		if len(bufs[0]) < n*w {
 			return chunkValues{}, fmt.Errorf("%w: byte stream split chunk of %d bytes for %d values", errkind.Corrupt, len(bufs[0]), n)
 		}
-		out := make([]byte, n*w)
+		base := len(dst)
+		out := slices.Grow(dst, n*w)[:base+n*w]
 		for k := 0; k < w; k++ {
 			for i := 0; i < n; i++ {
-				out[i*w+k] = bufs[0][k*n+i]
+				out[base+i*w+k] = bufs[0][k*n+i]
 			}
 		}
 		return chunkValues{values: out}, nil
@@ -140,7 +147,7 @@ func flatValues(b []byte, bits, valueBits, n int) (chunkValues, error) {
 	if bits != valueBits || bits%8 != 0 {
 		return chunkValues{}, fmt.Errorf("%w: flat %d-bit values for a %d-bit column", errkind.Unsupported, bits, valueBits)
 	}
-	if len(b) < n*bits/8 {
+	if n < 0 || len(b) < n*bits/8 {
 		return chunkValues{}, fmt.Errorf("%w: %d bytes of flat values, want %d", errkind.Corrupt, len(b), n*bits/8)
 	}
 	return chunkValues{values: b[:n*bits/8]}, nil
@@ -154,6 +161,9 @@ func decodeRLE(r *enc21.Rle, vals, runs []byte, n, valueBits int) (chunkValues, 
 		return chunkValues{}, fmt.Errorf("%w: RLE with values %v and run lengths %v", errkind.Unsupported, r.GetValues(), r.GetRunLengths())
 	}
 	w := valueBits / 8
+	if n > 255*len(runs) || n < 0 {
+		return chunkValues{}, fmt.Errorf("%w: %d RLE runs cannot hold %d values", errkind.Corrupt, len(runs), n)
+	}
 	if len(vals) < len(runs)*w {
 		return chunkValues{}, fmt.Errorf("%w: RLE has %d runs and %d value bytes", errkind.Corrupt, len(runs), len(vals))
 	}
@@ -208,7 +218,7 @@ func decodeBlock(e *enc21.CompressiveEncoding, b []byte, n, valueBits int) ([]by
 		}
 		return decodeBlock(c.General.GetValues(), d, n, valueBits)
 	case *enc21.CompressiveEncoding_InlineBitpacking:
-		cv, err := decodeMiniBlockValues(e, [][]byte{b}, n, valueBits)
+		cv, err := decodeMiniBlockValues(e, [][]byte{b}, n, valueBits, nil)
 		return cv.values, err
 	case nil:
 		return nil, fmt.Errorf("%w: missing block compression", errkind.Corrupt)

@@ -72,6 +72,9 @@ func (r *Reader) Read(ctx context.Context, name string, start, end uint64) (*Arr
 	var item DataType
 	if isList(t) {
 		item = f.Children[0].Type
+	} else if n := (end - start) * uint64(t.ValueBits()/8); n > uint64(r.opts.MaxReadBytes) {
+		return nil, fmt.Errorf("%w: lancefile: %s: reading rows [%d,%d) of %q would decode %d bytes, above the %d-byte limit",
+			errkind.InvalidInput, r.name, start, end, name, n, r.opts.MaxReadBytes)
 	}
 	out, err := r.readColumn(ctx, cols[0], t, item, int(start), int(end))
 	if err != nil {

@@ -102,7 +102,7 @@ func (r *Reader) chunkTableOf(ctx context.Context, pg *pageIO, l *enc21.MiniBloc
 		if i == n-1 {
 			cnt = total - vals
 		}
-		if cnt < 0 || vals+cnt > total {
+		if cnt < 0 || cnt > maxChunkValuesRead || vals+cnt > total {
 			return nil, fmt.Errorf("%w: chunk %d claims %d values, page has %d", errkind.Corrupt, i, cnt, total)
 		}
 		ct.offsets[i], ct.sizes[i], ct.values[i], ct.first[i] = off, size, cnt, vals
@@ -123,6 +123,13 @@ func (r *Reader) chunkTableOf(ctx context.Context, pg *pageIO, l *enc21.MiniBloc
 	r.chunks.mu.Unlock()
 	return ct, nil
 }
+
+// maxChunkValuesRead bounds the values of one mini-block chunk. Lance writes
+// at most 4096 (its reader accepts 32768); anything far above is damage.
+const maxChunkValuesRead = 1 << 16
+
+// maxLevels bounds the levels of a constant page.
+const maxLevels = 1 << 26
 
 type miniBlock struct {
 	l         *enc21.MiniBlockLayout
@@ -202,6 +209,8 @@ func (r *Reader) readMiniBlock(ctx context.Context, pg *pageIO, l *enc21.MiniBlo
 	lv := newLevelsOut(rd)
 	var values, itemValidity []byte
 	if first < last {
+		total := ct.first[last-1] + ct.values[last-1] - ct.first[first]
+		values = make([]byte, 0, total*mb.valueBits/8)
 		span, err := pg.read(ctx, 1, ct.offsets[first], ct.offsets[last-1]+ct.sizes[last-1]-ct.offsets[first])
 		if err != nil {
 			return nil, err
@@ -211,7 +220,7 @@ func (r *Reader) readMiniBlock(ctx context.Context, pg *pageIO, l *enc21.MiniBlo
 				return nil, err
 			}
 			off := ct.offsets[c] - ct.offsets[first]
-			rep, def, cv, err := mb.decodeChunk(span[off:off+ct.sizes[c]], ct.values[c])
+			rep, def, cv, err := mb.decodeChunk(span[off:off+ct.sizes[c]], ct.values[c], values)
 			if err != nil {
 				return nil, fmt.Errorf("chunk %d: %w", c, err)
 			}
@@ -226,7 +235,7 @@ func (r *Reader) readMiniBlock(ctx context.Context, pg *pageIO, l *enc21.MiniBlo
 				dim := max(leafType(t, item).Dim, 1)
 				itemValidity = appendBits(itemValidity, len(values)*8/mb.valueBits*dim, cv.itemValidity, ct.values[c]*dim)
 			}
-			values = append(values, cv.values...)
+			values = cv.values
 		}
 	}
 	lv.finish()
@@ -244,7 +253,9 @@ func (r *Reader) readMiniBlock(ctx context.Context, pg *pageIO, l *enc21.MiniBlo
 //	u16 num_levels | u16 rep_size? | u16 def_size? | value buffer sizes
 //	(u16 each in 2.1, u32 in 2.2) | pad 0xFE to 8 | rep, pad | def, pad |
 //	value buffers, each padded to 8
-func (mb *miniBlock) decodeChunk(chunk []byte, nValues int) (rep, def []uint16, cv chunkValues, err error) {
+//
+// The chunk's values are appended to dst; cv.values is the extended slice.
+func (mb *miniBlock) decodeChunk(chunk []byte, nValues int, dst []byte) (rep, def []uint16, cv chunkValues, err error) {
 	pos := 0
 	u16 := func() (int, error) {
 		if pos+2 > len(chunk) {
@@ -319,23 +330,22 @@ func (mb *miniBlock) decodeChunk(chunk []byte, nValues int) (rep, def []uint16, 
 		}
 	}
 	if mb.dict != nil {
-		idx, err := decodeMiniBlockValues(mb.l.GetValueCompression(), bufs, nValues, mb.dictBits)
+		idx, err := decodeMiniBlockValues(mb.l.GetValueCompression(), bufs, nValues, mb.dictBits, nil)
 		if err != nil {
 			return nil, nil, cv, fmt.Errorf("dictionary indices: %w", err)
 		}
 		vb := mb.valueBits / 8
 		nd := len(mb.dict) / vb
-		out := make([]byte, nValues*vb)
 		for i := 0; i < nValues; i++ {
 			k := int(readWord(idx.values, i, mb.dictBits/8))
 			if k >= nd {
 				return nil, nil, cv, fmt.Errorf("%w: dictionary index %d of %d", errkind.Corrupt, k, nd)
 			}
-			copy(out[i*vb:], mb.dict[k*vb:(k+1)*vb])
+			dst = append(dst, mb.dict[k*vb:(k+1)*vb]...)
 		}
-		return rep, def, chunkValues{values: out}, nil
+		return rep, def, chunkValues{values: dst}, nil
 	}
-	cv, err = decodeMiniBlockValues(mb.l.GetValueCompression(), bufs, nValues, mb.valueBits)
+	cv, err = decodeMiniBlockValues(mb.l.GetValueCompression(), bufs, nValues, mb.valueBits, dst)
 	return rep, def, cv, err
 }
 
@@ -466,8 +476,8 @@ func (r *Reader) readConstant(ctx context.Context, pg *pageIO, l *enc21.Constant
 			}
 			return levels16(raw), nil
 		}
-		if n > 1<<32 {
-			return nil, fmt.Errorf("%w: %d levels", errkind.Corrupt, n)
+		if n > maxLevels {
+			return nil, fmt.Errorf("%w: %d levels in a constant page", errkind.Corrupt, n)
 		}
 		out, err := decodeBlock(enc, raw, int(n), 16)
 		return levels16(out), err
@@ -481,6 +491,9 @@ func (r *Reader) readConstant(ctx context.Context, pg *pageIO, l *enc21.Constant
 		return nil, fmt.Errorf("definition levels: %w", err)
 	}
 	rows := int(pg.page.GetLength())
+	if uint64(rows)*uint64(max(vw, 1)) > uint64(r.opts.MaxReadBytes) || rows < 0 {
+		return nil, fmt.Errorf("%w: constant page of %d rows", errkind.Corrupt, rows)
+	}
 	n := rows
 	if rep != nil || def != nil {
 		n = max(len(rep), len(def))

@@ -24,6 +24,9 @@ type Options struct {
 	MaxGlobalBufferBytes int64
 	// MaxPageBytes bounds one page buffer read. Default 1 GiB.
 	MaxPageBytes int64
+	// MaxReadBytes bounds the decoded size of one Read call, so that a file
+	// claiming billions of rows cannot make us allocate them. Default 4 GiB.
+	MaxReadBytes int64
 }
 
 func (o Options) withDefaults() Options {
@@ -35,6 +38,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxPageBytes <= 0 {
 		o.MaxPageBytes = 1 << 30
+	}
+	if o.MaxReadBytes <= 0 {
+		o.MaxReadBytes = 4 << 30
 	}
 	return o
 }
@@ -159,7 +165,6 @@ func (r *Reader) readMetadata(ctx context.Context) error {
 // that later reads can trust it.
 func (r *Reader) checkColumn(i int, cm *pb.ColumnMetadata) error {
 	size := uint64(r.obj.Size())
-	var rows uint64
 	for j, p := range cm.GetPages() {
 		if len(p.GetBufferOffsets()) != len(p.GetBufferSizes()) {
 			return fmt.Errorf("%w: column %d page %d has %d buffer offsets and %d sizes", errkind.Corrupt, i, j, len(p.GetBufferOffsets()), len(p.GetBufferSizes()))
@@ -173,7 +178,6 @@ func (r *Reader) checkColumn(i int, cm *pb.ColumnMetadata) error {
 				return fmt.Errorf("%w: column %d page %d buffer %d at %d is not 64-byte aligned", errkind.Corrupt, i, j, k, off)
 			}
 		}
-		rows += p.GetLength()
 	}
 	return nil
 }

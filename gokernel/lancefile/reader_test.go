@@ -117,14 +117,14 @@ func TestParseLogicalType(t *testing.T) {
 		{"string", KindUnknown, 0, 0},
 	} {
 		t.Run(tc.in, func(t *testing.T) {
-			got := parseLogicalType(tc.in)
+			got := ParseLogicalType(tc.in)
 			if got.Kind != tc.kind || got.Elem != tc.elem || got.Dim != tc.dim || got.Logical != tc.in {
-				t.Fatalf("parseLogicalType(%q) = %+v", tc.in, got)
+				t.Fatalf("ParseLogicalType(%q) = %+v", tc.in, got)
 			}
 		})
 	}
 	for _, dt := range []DataType{Primitive(KindUint64), FixedSizeList(KindUint8, 48), FixedSizeList(KindFloat32, 7)} {
-		if back := parseLogicalType(dt.Logical); back != dt {
+		if back := ParseLogicalType(dt.Logical); back != dt {
 			t.Fatalf("%+v -> %q -> %+v", dt, dt.Logical, back)
 		}
 	}

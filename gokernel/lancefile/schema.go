@@ -114,10 +114,10 @@ func parseKind(s string) (Kind, bool) {
 	return KindUnknown, false
 }
 
-// parseLogicalType maps a Lance logical type string to a DataType. Types the
+// ParseLogicalType maps a Lance logical type string to a DataType. Types the
 // kernel never decodes (strings, decimals, timestamps, ...) come back as
 // KindUnknown with Logical set; only reading their pages fails.
-func parseLogicalType(s string) DataType {
+func ParseLogicalType(s string) DataType {
 	if k, ok := parseKind(s); ok {
 		return Primitive(k)
 	}
@@ -151,7 +151,7 @@ func buildSchema(pfields []*pb.Field) ([]*Field, error) {
 			Name:     pf.GetName(),
 			ID:       pf.GetId(),
 			ParentID: pf.GetParentId(),
-			Type:     parseLogicalType(pf.GetLogicalType()),
+			Type:     ParseLogicalType(pf.GetLogicalType()),
 			Nullable: pf.GetNullable(),
 			Metadata: pf.GetMetadata(),
 		}

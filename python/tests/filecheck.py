@@ -106,3 +106,94 @@ def assert_same(arrow: pa.Array, go_col: dict[str, Any], label: str = "") -> Non
     assert len(a) == len(g), f"{label}: {len(a)} rows vs {len(g)}"
     for i, (x, y) in enumerate(zip(a, g)):
         assert x == y, f"{label}: row {i} differs: arrow {x!r:.120} go {y!r:.120}"
+
+
+_LOGICAL = {
+    pa.uint8(): "uint8", pa.int8(): "int8", pa.uint16(): "uint16", pa.int16(): "int16",
+    pa.uint32(): "uint32", pa.int32(): "int32", pa.uint64(): "uint64", pa.int64(): "int64",
+    pa.float16(): "halffloat", pa.float32(): "float", pa.float64(): "double",
+}
+
+
+def logical_type(t: pa.DataType) -> str:
+    if pa.types.is_fixed_size_list(t):
+        return f"fixed_size_list:{_LOGICAL[t.value_type]}:{t.list_size}"
+    if pa.types.is_list(t):
+        return "list"
+    return _LOGICAL[t]
+
+
+def _validity_bytes(arr: pa.Array) -> Optional[bytes]:
+    if arr.null_count == 0:
+        return None
+    valid = ~np.asarray(arr.is_null())
+    return np.packbits(valid, bitorder="little").tobytes()
+
+
+def _fixed_values(arr: pa.Array) -> bytes:
+    t = arr.type
+    if pa.types.is_fixed_size_list(t):
+        flat = arr.flatten() if arr.null_count == 0 else pa.FixedSizeListArray.from_arrays(arr.values, t.list_size).flatten()
+        # Null rows keep their (zero-filled) slots.
+        vals = np.asarray(arr.values.fill_null(0).to_numpy(zero_copy_only=False), dtype=_np_dtype(t.value_type))
+        del flat
+        return vals[arr.offset * t.list_size : (arr.offset + len(arr)) * t.list_size].tobytes()
+    return np.asarray(arr.fill_null(0).to_numpy(zero_copy_only=False), dtype=_np_dtype(t)).tobytes()
+
+
+def go_write(
+    path: str,
+    tbl: pa.Table,
+    version: str,
+    *,
+    tmp: str,
+    metadata: Optional[dict[str, str]] = None,
+    global_buffers: Optional[list[bytes]] = None,
+    max_page_bytes: int = 0,
+    batch_rows: int = 0,
+) -> None:
+    """Write tbl with the Go kernel's writer."""
+    import os
+
+    cols = []
+    for i, name in enumerate(tbl.column_names):
+        arr = tbl[name].combine_chunks()
+        field = tbl.schema.field(name)
+        spec: dict[str, Any] = {"name": name, "type": logical_type(arr.type), "nullable": field.nullable, "len": len(arr)}
+
+        def dump(suffix: str, data: Optional[bytes]) -> str:
+            if data is None:
+                return ""
+            p = os.path.join(tmp, f"{i}-{suffix}.bin")
+            with open(p, "wb") as f:
+                f.write(data)
+            return p
+
+        spec["validity_path"] = dump("validity", _validity_bytes(arr))
+        if pa.types.is_list(arr.type):
+            spec["item_type"] = logical_type(arr.type.value_type)
+            spec["item_nullable"] = arr.type.value_field.nullable
+            offs = arr.offsets.to_numpy().astype(np.int64)
+            items = arr.values.slice(offs[0], offs[-1] - offs[0]) if len(arr) else arr.values.slice(0, 0)
+            spec["offsets_path"] = dump("offsets", (offs - offs[0]).tobytes())
+            spec["values_path"] = dump("values", _fixed_values(items))
+            spec["item_validity_path"] = dump("item_validity", _validity_bytes(items))
+        else:
+            spec["values_path"] = dump("values", _fixed_values(arr))
+        cols.append(spec)
+    import base64
+
+    _ffi.call(
+        "WriteTestFile",
+        path,
+        json.dumps(
+            {
+                "version": version,
+                "max_page_bytes": max_page_bytes,
+                "batch_rows": batch_rows,
+                "metadata": metadata or {},
+                "global_buffers": [base64.b64encode(b).decode() for b in (global_buffers or [])],
+                "columns": cols,
+            }
+        ),
+    )

@@ -1,0 +1,541 @@
+package lancefile
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb/enc20"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb/enc21"
+)
+
+// physCol collects the pages of one physical column.
+type physCol struct{ pages []*pb.Page }
+
+// colWriter buffers the rows of one top-level field until a page is full.
+type colWriter struct {
+	w        *Writer
+	f        *Field
+	pending  []*Array
+	bytes    int
+	rows     int
+	firstRow uint64 // top-level row number of the first pending row
+	phys     []*physCol
+}
+
+func newColWriter(w *Writer, f *Field) (*colWriter, error) {
+	c := &colWriter{w: w, f: f}
+	switch {
+	case isList(f.Type):
+		if len(f.Children) != 1 || f.Children[0].Type.ValueBits() == 0 || f.Children[0].Type.ValueBits()%8 != 0 {
+			return nil, fmt.Errorf("%w: lancefile: writing list field %q of %v", errkind.Unsupported, f.Name, f.Children)
+		}
+	case f.Type.ValueBits() == 0 || f.Type.ValueBits()%8 != 0:
+		return nil, fmt.Errorf("%w: lancefile: writing %s field %q", errkind.Unsupported, f.Type, f.Name)
+	}
+	for i := 0; i < columnCount(f, w.opts.Version); i++ {
+		c.phys = append(c.phys, &physCol{})
+	}
+	return c, nil
+}
+
+func (c *colWriter) physical() []*physCol { return c.phys }
+
+func arrayBytes(a *Array) int {
+	if isList(a.Type) {
+		return 8*a.Len + arrayBytes(a.Items)
+	}
+	return len(a.Values) + len(a.Validity)
+}
+
+func (c *colWriter) append(a *Array) error {
+	if a.Len == 0 {
+		return nil
+	}
+	c.pending = append(c.pending, a)
+	c.bytes += arrayBytes(a)
+	c.rows += a.Len
+	if c.bytes >= c.w.opts.MaxPageBytes {
+		return c.flush()
+	}
+	return nil
+}
+
+// flush writes the pending rows as one page (per physical column).
+func (c *colWriter) flush() error {
+	if c.rows == 0 {
+		return nil
+	}
+	a := c.pending[0]
+	if len(c.pending) > 1 {
+		var err error
+		if a, err = Concat(c.f.Type, c.pending); err != nil {
+			return err
+		}
+	}
+	c.pending, c.bytes = nil, 0
+	first := c.firstRow
+	c.firstRow += uint64(c.rows)
+	c.rows = 0
+	if c.w.opts.Version == V2_0 {
+		return c.flush20(a)
+	}
+	return c.flush21(a, first)
+}
+
+// page writes the buffers of one page and records it in physical column i.
+func (c *colWriter) page(i int, url string, enc proto.Message, bufs [][]byte, rows int, priority uint64) error {
+	value, err := proto.MarshalOptions{Deterministic: true}.Marshal(enc)
+	if err != nil {
+		return fmt.Errorf("lancefile: encode page: %w", err)
+	}
+	e, err := directEncoding(url, value)
+	if err != nil {
+		return err
+	}
+	p := &pb.Page{Length: uint64(rows), Encoding: e, Priority: priority}
+	for _, b := range bufs {
+		pos, err := c.w.writeBuffer(b)
+		if err != nil {
+			return err
+		}
+		p.BufferOffsets = append(p.BufferOffsets, pos)
+		p.BufferSizes = append(p.BufferSizes, uint64(len(b)))
+	}
+	c.phys[i].pages = append(c.phys[i].pages, p)
+	return nil
+}
+
+// ---- 2.0 ----------------------------------------------------------------
+
+func flat20(bits uint64, buf uint32) *enc20.ArrayEncoding {
+	return &enc20.ArrayEncoding{ArrayEncoding: &enc20.ArrayEncoding_Flat{Flat: &enc20.Flat{
+		BitsPerValue: bits, Buffer: &enc20.Buffer{BufferIndex: buf, BufferType: enc20.Buffer_page}}}}
+}
+
+func noNull20(v *enc20.ArrayEncoding) *enc20.ArrayEncoding {
+	return &enc20.ArrayEncoding{ArrayEncoding: &enc20.ArrayEncoding_Nullable{Nullable: &enc20.Nullable{
+		Nullability: &enc20.Nullable_NoNulls{NoNulls: &enc20.Nullable_NoNull{Values: v}}}}}
+}
+
+// values20 encodes fixed-width rows: Nullable{NoNull|SomeNull{…}} over Flat
+// or FixedSizeList{Nullable{NoNull{Flat}}}, the tree the 2.0 writer uses.
+func values20(a *Array) (*enc20.ArrayEncoding, [][]byte) {
+	t := a.Type
+	nulls := a.Validity != nil && a.NullCount() > 0
+	buf := uint32(0)
+	if nulls {
+		buf = 1
+	}
+	var leaf *enc20.ArrayEncoding
+	if t.Kind == KindFixedSizeList {
+		leaf = &enc20.ArrayEncoding{ArrayEncoding: &enc20.ArrayEncoding_FixedSizeList{FixedSizeList: &enc20.FixedSizeList{
+			Dimension: uint32(t.Dim), Items: noNull20(flat20(uint64(t.ElemBits()), buf))}}}
+	} else {
+		leaf = flat20(uint64(t.ValueBits()), buf)
+	}
+	if !nulls {
+		return noNull20(leaf), [][]byte{a.Values}
+	}
+	enc := &enc20.ArrayEncoding{ArrayEncoding: &enc20.ArrayEncoding_Nullable{Nullable: &enc20.Nullable{
+		Nullability: &enc20.Nullable_SomeNulls{SomeNulls: &enc20.Nullable_SomeNull{Validity: flat20(1, 0), Values: leaf}}}}}
+	return enc, [][]byte{sliceBits(a.Validity, 0, a.Len), a.Values}
+}
+
+func (c *colWriter) flush20(a *Array) error {
+	if !isList(a.Type) {
+		enc, bufs := values20(a)
+		return c.page(0, typeURLArrayEncoding, enc, bufs, a.Len, 0)
+	}
+	// Offsets column: u64 end offsets relative to this page's first item;
+	// a null row adds null_offset_adjustment = num_items + 1.
+	items := a.Items.Len
+	adj := uint64(items) + 1
+	offs := make([]byte, 8*a.Len)
+	for i := 0; i < a.Len; i++ {
+		v := uint64(a.Offsets[i+1] - a.Offsets[0])
+		if !a.IsValid(i) {
+			v += adj
+		}
+		binary.LittleEndian.PutUint64(offs[8*i:], v)
+	}
+	list := &enc20.ArrayEncoding{ArrayEncoding: &enc20.ArrayEncoding_List{List: &enc20.List{
+		Offsets: noNull20(flat20(64, 0)), NullOffsetAdjustment: adj, NumItems: uint64(items)}}}
+	if err := c.page(0, typeURLArrayEncoding, list, [][]byte{offs}, a.Len, 0); err != nil {
+		return err
+	}
+	if items == 0 {
+		return nil
+	}
+	enc, bufs := values20(a.Items)
+	return c.page(1, typeURLArrayEncoding, enc, bufs, items, 0)
+}
+
+// ---- 2.1 / 2.2 -----------------------------------------------------------
+
+// Mini-block chunk sizing, as Lance's writer does it: the largest power of
+// two values per chunk, starting at 2, such that the chunk's value bytes
+// stay below maxChunkValueBytes and its count at most maxChunkValues.
+const (
+	maxChunkValueBytes = 8*1024 - 6
+	maxChunkValues     = 4096
+	// miniBlockMaxValueBytes: values this wide or wider go to full-zip.
+	miniBlockMaxValueBytes = 256
+)
+
+func valuesPerChunk(valueBytes int) int {
+	n := 2
+	for 2*n*valueBytes < maxChunkValueBytes && 2*n <= maxChunkValues {
+		n *= 2
+	}
+	return n
+}
+
+func flat21(bits int) *enc21.CompressiveEncoding {
+	return &enc21.CompressiveEncoding{Compression: &enc21.CompressiveEncoding_Flat{Flat: &enc21.Flat{BitsPerValue: uint64(bits)}}}
+}
+
+func valueCompression(t DataType) *enc21.CompressiveEncoding {
+	if t.Kind == KindFixedSizeList {
+		return &enc21.CompressiveEncoding{Compression: &enc21.CompressiveEncoding_FixedSizeList{FixedSizeList: &enc21.FixedSizeList{
+			ItemsPerValue: uint64(t.Dim), Values: flat21(t.ElemBits())}}}
+	}
+	return flat21(t.ValueBits())
+}
+
+func pageLayout(l any) *enc21.PageLayout {
+	switch v := l.(type) {
+	case *enc21.MiniBlockLayout:
+		return &enc21.PageLayout{Layout: &enc21.PageLayout_MiniBlockLayout{MiniBlockLayout: v}}
+	case *enc21.FullZipLayout:
+		return &enc21.PageLayout{Layout: &enc21.PageLayout_FullZipLayout{FullZipLayout: v}}
+	case *enc21.ConstantLayout:
+		return &enc21.PageLayout{Layout: &enc21.PageLayout_AllNullLayout{AllNullLayout: v}}
+	}
+	panic(fmt.Sprintf("lancefile: pageLayout(%T)", l))
+}
+
+func (c *colWriter) flush21(a *Array, firstRow uint64) error {
+	t := a.Type
+	if isList(t) {
+		return c.listPage21(a, firstRow)
+	}
+	nulls := a.Validity != nil && a.NullCount() > 0
+	layers := []enc21.RepDefLayer{enc21.RepDefLayer_REPDEF_ALL_VALID_ITEM}
+	if nulls {
+		layers[0] = enc21.RepDefLayer_REPDEF_NULLABLE_ITEM
+	}
+	vb := t.ValueBits() / 8
+	if vb >= miniBlockMaxValueBytes {
+		// Full-zip: rows back to back, each behind a one-byte control word
+		// (its definition level) when there are nulls.
+		l := &enc21.FullZipLayout{Details: &enc21.FullZipLayout_BitsPerValue{BitsPerValue: uint32(t.ValueBits())},
+			NumItems: uint32(a.Len), NumVisibleItems: uint32(a.Len), ValueCompression: valueCompression(t), Layers: layers}
+		data := a.Values
+		if nulls {
+			l.BitsDef = 1
+			data = make([]byte, 0, a.Len*(vb+1))
+			for i := 0; i < a.Len; i++ {
+				d := byte(0)
+				if !a.IsValid(i) {
+					d = 1
+				}
+				data = append(data, d)
+				data = append(data, a.Values[i*vb:(i+1)*vb]...)
+			}
+		}
+		return c.page(0, typeURLPageLayout, pageLayout(l), [][]byte{data}, a.Len, firstRow)
+	}
+	var def []uint16
+	if nulls {
+		def = make([]uint16, a.Len)
+		for i := range def {
+			if !a.IsValid(i) {
+				def[i] = 1
+			}
+		}
+	}
+	per := valuesPerChunk(vb)
+	valueEnc := valueCompression(t)
+	packed := bitpackable(t, a.Values)
+	if packed {
+		// Inline bitpacking: one FastLanes group of 1024 values per chunk,
+		// behind its own bit width. Row ids (fragment << 32 | offset) shrink
+		// from 64 to about 35 bits.
+		per = flValues
+		valueEnc = &enc21.CompressiveEncoding{Compression: &enc21.CompressiveEncoding_InlineBitpacking{
+			InlineBitpacking: &enc21.InlineBitpacking{UncompressedBitsPerValue: uint64(t.ValueBits())}}}
+	}
+	var chunks []miniChunk
+	for lo := 0; lo < a.Len; lo += per {
+		hi := min(lo+per, a.Len)
+		ch := miniChunk{values: hi - lo, data: a.Values[lo*vb : hi*vb]}
+		if packed {
+			ch.data = inlineBitpack(ch.data, t.ValueBits())
+		}
+		if def != nil {
+			ch.def, ch.levels = def[lo:hi], hi-lo
+		}
+		chunks = append(chunks, ch)
+	}
+	l := &enc21.MiniBlockLayout{ValueCompression: valueEnc, Layers: layers, NumBuffers: 1, NumItems: uint64(a.Len)}
+	if def != nil {
+		l.DefCompression = flat21(16)
+	}
+	return c.miniBlockPage(l, chunks, nil, a.Len, firstRow)
+}
+
+// bitpackable reports whether an unsigned integer page would shrink under
+// inline bitpacking: its widest value needs fewer bits than the type.
+func bitpackable(t DataType, values []byte) bool {
+	if t.Kind != KindUint32 && t.Kind != KindUint64 {
+		return false
+	}
+	return bitWidth(values, t.ValueBits()) < t.ValueBits()
+}
+
+// inlineBitpack packs up to 1024 values (zero-padded to 1024) as one chunk
+// buffer: [W as a T-bit word][1024·W/T packed words].
+func inlineBitpack(values []byte, t int) []byte {
+	bw := t / 8
+	group := make([]byte, flValues*bw)
+	copy(group, values)
+	w := bitWidth(group, t)
+	out := make([]byte, bw, bw+packedBytes(t, w))
+	writeWord(out, 0, bw, uint64(w))
+	return append(out, packFastLanes(group, t, w)...)
+}
+
+// miniChunk is one mini-block chunk before serialisation.
+type miniChunk struct {
+	values   int
+	levels   int
+	rep, def []uint16
+	data     []byte
+}
+
+// miniBlockPage serialises chunks (see decodeChunk for the layout) and
+// writes the page: [chunk metadata][chunk data][repetition index].
+func (c *colWriter) miniBlockPage(l *enc21.MiniBlockLayout, chunks []miniChunk, repIndex []byte, rows int, firstRow uint64) error {
+	large := c.w.opts.Version == V2_2
+	l.HasLargeChunk = large
+	size := 0
+	for _, ch := range chunks {
+		size += len(ch.data) + 4*len(ch.rep) + 24 + 16
+	}
+	meta := make([]byte, 0, 4*len(chunks))
+	data := make([]byte, 0, size)
+	for i, ch := range chunks {
+		start := len(data)
+		data = binary.LittleEndian.AppendUint16(data, uint16(ch.levels))
+		if l.RepCompression != nil {
+			data = binary.LittleEndian.AppendUint16(data, uint16(2*len(ch.rep)))
+		}
+		if l.DefCompression != nil {
+			data = binary.LittleEndian.AppendUint16(data, uint16(2*len(ch.def)))
+		}
+		if large {
+			data = binary.LittleEndian.AppendUint32(data, uint32(len(ch.data)))
+		} else {
+			data = binary.LittleEndian.AppendUint16(data, uint16(len(ch.data)))
+		}
+		pad8 := func() {
+			for (len(data)-start)%8 != 0 {
+				data = append(data, 0xfe)
+			}
+		}
+		pad8()
+		if l.RepCompression != nil {
+			for _, v := range ch.rep {
+				data = binary.LittleEndian.AppendUint16(data, v)
+			}
+			pad8()
+		}
+		if l.DefCompression != nil {
+			for _, v := range ch.def {
+				data = binary.LittleEndian.AppendUint16(data, v)
+			}
+			pad8()
+		}
+		data = append(data, ch.data...)
+		pad8()
+		size := len(data) - start
+		words := size/8 - 1
+		if (!large && words >= 1<<12) || words >= 1<<28 {
+			return fmt.Errorf("%w: lancefile: mini-block chunk of %d bytes is too large", errkind.Unsupported, size)
+		}
+		log2 := 0
+		if i < len(chunks)-1 {
+			for 1<<log2 < ch.values {
+				log2++
+			}
+			if 1<<log2 != ch.values {
+				return fmt.Errorf("lancefile: internal: chunk %d holds %d values, not a power of two", i, ch.values)
+			}
+		}
+		w := uint32(words)<<4 | uint32(log2)
+		if large {
+			meta = binary.LittleEndian.AppendUint32(meta, w)
+		} else {
+			meta = binary.LittleEndian.AppendUint16(meta, uint16(w))
+		}
+	}
+	bufs := [][]byte{meta, data}
+	if repIndex != nil {
+		bufs = append(bufs, repIndex)
+	}
+	return c.page(0, typeURLPageLayout, pageLayout(l), bufs, rows, firstRow)
+}
+
+// listPage21 writes a page of list rows as one mini-block page: repetition
+// levels (1 at each row start) and, when some lists are null or empty (or
+// items null), definition levels, both stored flat as u16; the values flat;
+// and the repetition index Lance needs to map rows to chunks.
+func (c *colWriter) listPage21(a *Array, firstRow uint64) error {
+	it := a.Items.Type
+	vb := it.ValueBits() / 8
+	if vb >= miniBlockMaxValueBytes {
+		return fmt.Errorf("%w: lancefile: writing lists of %s", errkind.Unsupported, it)
+	}
+	itemNulls := a.Items.Validity != nil && a.Items.NullCount() > 0
+	var hasNull, hasEmpty bool
+	for i := 0; i < a.Len; i++ {
+		if !a.IsValid(i) {
+			hasNull = true
+		} else if a.Offsets[i+1] == a.Offsets[i] {
+			hasEmpty = true
+		}
+	}
+	layers := []enc21.RepDefLayer{enc21.RepDefLayer_REPDEF_ALL_VALID_ITEM, enc21.RepDefLayer_REPDEF_ALL_VALID_LIST}
+	next := uint16(1)
+	if itemNulls {
+		layers[0] = enc21.RepDefLayer_REPDEF_NULLABLE_ITEM
+		next++
+	}
+	var nullDef, emptyDef uint16
+	switch {
+	case hasNull && hasEmpty:
+		layers[1] = enc21.RepDefLayer_REPDEF_NULL_AND_EMPTY_LIST
+		nullDef, emptyDef = next, next+1
+	case hasNull:
+		layers[1] = enc21.RepDefLayer_REPDEF_NULLABLE_LIST
+		nullDef = next
+	case hasEmpty:
+		layers[1] = enc21.RepDefLayer_REPDEF_EMPTYABLE_LIST
+		emptyDef = next
+	}
+	withDef := itemNulls || hasNull || hasEmpty
+
+	// Levels, and for each value the index of the level that holds it.
+	var rep, def []uint16
+	valueLevel := make([]int, 0, a.Items.Len)
+	for i := 0; i < a.Len; i++ {
+		lo, hi := a.Offsets[i], a.Offsets[i+1]
+		switch {
+		case !a.IsValid(i):
+			rep, def = append(rep, 1), append(def, nullDef)
+			continue
+		case lo == hi:
+			rep, def = append(rep, 1), append(def, emptyDef)
+			continue
+		}
+		for k := lo; k < hi; k++ {
+			r := uint16(0)
+			if k == lo {
+				r = 1
+			}
+			d := uint16(0)
+			if !a.Items.IsValid(int(k)) {
+				d = 1
+			}
+			valueLevel = append(valueLevel, len(rep))
+			rep, def = append(rep, r), append(def, d)
+		}
+	}
+	nValues := a.Items.Len
+	if nValues == 0 {
+		// Only null or empty lists: a constant layout with the levels
+		// stored raw, as Lance writes such pages.
+		l := &enc21.ConstantLayout{Layers: layers}
+		return c.page(0, typeURLPageLayout, pageLayout(l), [][]byte{u16Bytes(rep), u16Bytes(def)}, a.Len, firstRow)
+	}
+
+	// Chunks hold a power-of-two number of values; each chunk's levels run
+	// from the level of its first value (the first chunk from level 0) to
+	// just before the next chunk's first value, so placeholder levels
+	// (null / empty lists) stay with the values before them.
+	per := valuesPerChunk(vb)
+	var chunks []miniChunk
+	for lo := 0; lo < nValues; lo += per {
+		hi := min(lo+per, nValues)
+		l0 := valueLevel[lo]
+		if lo == 0 {
+			l0 = 0
+		}
+		l1 := len(rep)
+		if hi < nValues {
+			l1 = valueLevel[hi]
+		}
+		ch := miniChunk{values: hi - lo, levels: l1 - l0, rep: rep[l0:l1], data: a.Items.Values[lo*vb : hi*vb]}
+		if withDef {
+			ch.def = def[l0:l1]
+		}
+		if ch.levels > 1<<15-1 {
+			return fmt.Errorf("%w: lancefile: %d levels in one mini-block chunk (too many empty lists in a row)", errkind.Unsupported, ch.levels)
+		}
+		chunks = append(chunks, ch)
+	}
+	l := &enc21.MiniBlockLayout{RepCompression: flat21(16), ValueCompression: valueCompression(it), Layers: layers,
+		NumBuffers: 1, RepetitionIndexDepth: 1, NumItems: uint64(nValues)}
+	if withDef {
+		l.DefCompression = flat21(16)
+	}
+	return c.miniBlockPage(l, chunks, repetitionIndex(chunks), a.Len, firstRow)
+}
+
+// repetitionIndex computes, per chunk, (rows that finish in the chunk,
+// levels left over after the chunk's last row start), as u64 pairs.
+func repetitionIndex(chunks []miniChunk) []byte {
+	type entry struct{ rows, leftover uint64 }
+	idx := make([]entry, len(chunks))
+	for c, ch := range chunks {
+		last := -1
+		for i, r := range ch.rep {
+			if r == 1 {
+				if i >= 1 {
+					idx[c].rows++
+				}
+				last = i
+			}
+		}
+		switch {
+		case c == len(chunks)-1:
+			idx[c].rows++
+		case last >= 0:
+			idx[c].leftover = uint64(len(ch.rep) - last)
+		default:
+			idx[c].leftover = uint64(len(ch.rep))
+		}
+		if c > 0 && len(ch.rep) > 0 && ch.rep[0] == 1 && idx[c-1].leftover != 0 {
+			idx[c-1].rows++
+			idx[c-1].leftover = 0
+		}
+	}
+	out := make([]byte, 0, 16*len(idx))
+	for _, e := range idx {
+		out = binary.LittleEndian.AppendUint64(out, e.rows)
+		out = binary.LittleEndian.AppendUint64(out, e.leftover)
+	}
+	return out
+}
+
+func u16Bytes(v []uint16) []byte {
+	out := make([]byte, 0, 2*len(v))
+	for _, x := range v {
+		out = binary.LittleEndian.AppendUint16(out, x)
+	}
+	return out
+}

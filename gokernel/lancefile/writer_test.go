@@ -1,0 +1,308 @@
+package lancefile
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb/enc21"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
+)
+
+// genArray makes n rows of type t (item for lists) with a fraction of nulls.
+func genArray(r *rand.Rand, t, item DataType, n int, nullFrac, emptyFrac float64) *Array {
+	a := &Array{Type: t, Len: n}
+	if nullFrac > 0 {
+		a.Validity = make([]byte, (n+7)/8)
+		for i := 0; i < n; i++ {
+			if r.Float64() >= nullFrac {
+				a.Validity[i/8] |= 1 << (i % 8)
+			}
+		}
+	}
+	if isList(t) {
+		a.Offsets = []int64{0}
+		total := 0
+		for i := 0; i < n; i++ {
+			k := 1 + r.IntN(5)
+			if !a.IsValid(i) || r.Float64() < emptyFrac {
+				k = 0
+			}
+			total += k
+			a.Offsets = append(a.Offsets, int64(total))
+		}
+		a.Items = genArray(r, item, DataType{}, total, 0, 0)
+		return a
+	}
+	a.Values = make([]byte, n*t.ValueBits()/8)
+	for i := range a.Values {
+		a.Values[i] = byte(r.Uint32())
+	}
+	for i := 0; i < n; i++ {
+		if !a.IsValid(i) {
+			clear(a.Values[i*t.ValueBits()/8 : (i+1)*t.ValueBits()/8])
+		}
+	}
+	return a
+}
+
+// equalRows compares two arrays row by row (valid rows only carry values).
+func equalRows(t *testing.T, label string, want, got *Array) {
+	t.Helper()
+	if want.Len != got.Len {
+		t.Fatalf("%s: %d rows, want %d", label, got.Len, want.Len)
+	}
+	for i := 0; i < want.Len; i++ {
+		if want.IsValid(i) != got.IsValid(i) {
+			t.Fatalf("%s: row %d validity %v, want %v", label, i, got.IsValid(i), want.IsValid(i))
+		}
+		if !want.IsValid(i) {
+			continue
+		}
+		if isList(want.Type) {
+			w := want.Items.Slice(int(want.Offsets[i]), int(want.Offsets[i+1]))
+			g := got.Items.Slice(int(got.Offsets[i]), int(got.Offsets[i+1]))
+			if w.Len != g.Len || !bytes.Equal(w.Values, g.Values) {
+				t.Fatalf("%s: list row %d differs", label, i)
+			}
+			continue
+		}
+		rb := want.rowBytes()
+		if !bytes.Equal(want.Values[i*rb:(i+1)*rb], got.Values[i*rb:(i+1)*rb]) {
+			t.Fatalf("%s: row %d differs", label, i)
+		}
+	}
+}
+
+type colSpec struct {
+	name     string
+	t, item  DataType
+	nullFrac float64
+	empty    float64
+}
+
+var specs = []colSpec{
+	{"_rowid", Primitive(KindUint64), DataType{}, 0, 0},
+	{"f32", Primitive(KindFloat32), DataType{}, 0, 0},
+	{"f32_nulls", Primitive(KindFloat32), DataType{}, 0.1, 0},
+	{"pq16", FixedSizeList(KindUint8, 16), DataType{}, 0, 0},
+	{"pq48_nulls", FixedSizeList(KindUint8, 48), DataType{}, 0.05, 0},
+	{"sq300", FixedSizeList(KindUint8, 300), DataType{}, 0, 0},
+	{"flat128", FixedSizeList(KindFloat32, 128), DataType{}, 0, 0},
+	{"flat64_nulls", FixedSizeList(KindFloat32, 64), DataType{}, 0.1, 0},
+	{"f16x8", FixedSizeList(KindFloat16, 8), DataType{}, 0, 0},
+	{"nbrs", ListType(), Primitive(KindUint32), 0, 0},
+	{"nbrs_empty", ListType(), Primitive(KindUint32), 0, 0.2},
+	{"dists_null", ListType(), Primitive(KindFloat32), 0.1, 0.1},
+}
+
+func writeFile(t *testing.T, v Version, n, batches int, pageBytes int, r *rand.Rand) ([]*Array, []byte) {
+	t.Helper()
+	var fields []*Field
+	for _, s := range specs {
+		if isList(s.t) {
+			fields = append(fields, NewListField(s.name, s.item, s.nullFrac > 0, false))
+		} else {
+			fields = append(fields, NewField(s.name, s.t, s.nullFrac > 0))
+		}
+	}
+	var buf bytes.Buffer
+	w, err := NewWriter(&buf, fields, WriterOptions{Version: v, MaxPageBytes: pageBytes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g, err := w.AddGlobalBuffer([]byte("ivf")); err != nil || g != 1 {
+		t.Fatalf("global buffer %d %v", g, err)
+	}
+	w.SetMetadata("lance:ivf", []byte("1"))
+	whole := make([][]*Array, len(specs))
+	for b := 0; b < batches; b++ {
+		batch := make([]*Array, len(specs))
+		for i, s := range specs {
+			batch[i] = genArray(r, s.t, s.item, n, s.nullFrac, s.empty)
+			whole[i] = append(whole[i], batch[i])
+		}
+		if err := w.Write(batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	var out []*Array
+	for i, s := range specs {
+		a, err := Concat(s.t, whole[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, a)
+	}
+	return out, buf.Bytes()
+}
+
+func TestWriteReadRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	for _, v := range []Version{V2_0, V2_1, V2_2} {
+		for _, tc := range []struct{ n, batches, pageBytes int }{{0, 1, 0}, {1, 1, 0}, {3000, 1, 0}, {2500, 4, 64 << 10}} {
+			t.Run(fmt.Sprintf("%s/%dx%d/page%d", v, tc.batches, tc.n, tc.pageBytes), func(t *testing.T) {
+				r := rand.New(rand.NewPCG(uint64(tc.n), 7))
+				want, file := writeFile(t, v, tc.n, tc.batches, tc.pageBytes, r)
+				rd, err := openBytes(t, file)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if rd.Version() != v || rd.NumRows() != uint64(tc.n*tc.batches) {
+					t.Fatalf("version %v rows %d", rd.Version(), rd.NumRows())
+				}
+				if g, _ := rd.GlobalBuffer(ctx, 1); string(g) != "ivf" {
+					t.Fatalf("global buffer %q", g)
+				}
+				if m, _ := rd.MetadataString("lance:ivf"); m != "1" {
+					t.Fatalf("metadata %q", m)
+				}
+				total := tc.n * tc.batches
+				for i, s := range specs {
+					got, err := rd.ReadAll(ctx, s.name)
+					if err != nil {
+						t.Fatalf("%s: %v", s.name, err)
+					}
+					equalRows(t, s.name, want[i], got)
+					for _, rg := range [][2]int{{0, min(1, total)}, {total / 3, total / 2}, {max(total-5, 0), total}} {
+						got, err := rd.Read(ctx, s.name, uint64(rg[0]), uint64(rg[1]))
+						if err != nil {
+							t.Fatalf("%s %v: %v", s.name, rg, err)
+						}
+						equalRows(t, fmt.Sprintf("%s %v", s.name, rg), want[i].Slice(rg[0], rg[1]), got)
+					}
+				}
+				// Alignment: every page and global buffer starts on 64 bytes.
+				for ci, cm := range rd.columns {
+					for pi, p := range cm.GetPages() {
+						for _, off := range p.GetBufferOffsets() {
+							if off%64 != 0 {
+								t.Fatalf("column %d page %d buffer at %d", ci, pi, off)
+							}
+						}
+					}
+				}
+				for _, g := range rd.globals {
+					if g.pos%64 != 0 {
+						t.Fatalf("global buffer at %d", g.pos)
+					}
+				}
+				if _, cols, _ := rd.fieldColumns("flat128"); tc.pageBytes > 0 && len(rd.columns[cols[0]].GetPages()) < 4 {
+					t.Fatalf("expected several pages, got %d", len(rd.columns[cols[0]].GetPages()))
+				}
+			})
+		}
+	}
+}
+
+func TestWriterRejects(t *testing.T) {
+	var buf bytes.Buffer
+	w, err := NewWriter(&buf, []*Field{NewField("x", Primitive(KindUint64), false)}, WriterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, batch := range [][]*Array{
+		{},
+		{{Type: Primitive(KindUint32), Len: 1, Values: make([]byte, 4)}},
+		{{Type: Primitive(KindUint64), Len: 2, Values: make([]byte, 8)}},
+		{{Type: Primitive(KindUint64), Len: 1, Values: make([]byte, 8), Validity: []byte{0}}},
+	} {
+		if err := w.Write(batch); err == nil {
+			t.Fatalf("accepted %+v", batch)
+		}
+	}
+	if _, err := NewWriter(&buf, nil, WriterOptions{Version: Version{3, 0}}); err == nil {
+		t.Fatal("accepted version 3.0")
+	}
+	if err := w.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write([]*Array{{Type: Primitive(KindUint64), Len: 1, Values: make([]byte, 8)}}); err == nil {
+		t.Fatal("write after Finish")
+	}
+}
+
+// A Writer over a storage.Writer streams: pages reach the store before
+// Finish.
+func TestWriterStreams(t *testing.T) {
+	ctx := context.Background()
+	st := storage.NewLocal(t.TempDir(), "t")
+	sw, err := st.Create(ctx, "f.lance")
+	if err != nil {
+		t.Fatal(err)
+	}
+	counting := &countingWriter{w: sw}
+	w, err := NewWriter(counting, []*Field{NewField("v", FixedSizeList(KindFloat32, 64), false)}, WriterOptions{MaxPageBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(1, 1))
+	for i := 0; i < 10; i++ {
+		if err := w.Write([]*Array{genArray(r, FixedSizeList(KindFloat32, 64), DataType{}, 4096, 0, 0)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if counting.n < 9<<20 {
+		t.Fatalf("only %d bytes written before Finish: the writer buffers", counting.n)
+	}
+	if err := w.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	if err := sw.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	obj, _ := st.Open(ctx, "f.lance")
+	defer obj.Close()
+	rd, err := Open(ctx, obj, "f", Options{})
+	if err != nil || rd.NumRows() != 40960 {
+		t.Fatalf("%v %v", rd, err)
+	}
+}
+
+type countingWriter struct {
+	w interface{ Write([]byte) (int, error) }
+	n int
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) { c.n += len(p); return c.w.Write(p) }
+
+func TestValuesPerChunk(t *testing.T) {
+	for _, tc := range []struct{ bytes, want int }{{8, 512}, {4, 1024}, {1, 4096}, {16, 256}, {48, 128}, {128, 32}, {255, 32}, {2, 2048}} {
+		if got := valuesPerChunk(tc.bytes); got != tc.want {
+			t.Fatalf("valuesPerChunk(%d) = %d, want %d", tc.bytes, got, tc.want)
+		}
+	}
+}
+
+// Unknown encodings (a oneof number we do not know decodes as unset) and
+// page type URLs are corruption; recognised but unhandled codecs are
+// unsupported.
+func TestUnknownEncodings(t *testing.T) {
+	unknown := &enc21.CompressiveEncoding{}
+	unknown.ProtoReflect().SetUnknown([]byte{0xa0, 0x06, 0x01}) // field 100
+	if _, err := decodeMiniBlockValues(unknown, [][]byte{{1}}, 1, 8, nil); !errors.Is(err, errkind.Corrupt) {
+		t.Fatalf("unknown value encoding: %v", err)
+	}
+	if _, err := decodeBlock(unknown, []byte{1, 2}, 1, 16); !errors.Is(err, errkind.Corrupt) {
+		t.Fatalf("unknown block encoding: %v", err)
+	}
+	fsst := &enc21.CompressiveEncoding{Compression: &enc21.CompressiveEncoding_Fsst{Fsst: &enc21.Fsst{}}}
+	if _, err := decodeMiniBlockValues(fsst, [][]byte{{1}}, 1, 8, nil); !errors.Is(err, errkind.Unsupported) {
+		t.Fatalf("fsst: %v", err)
+	}
+	e, _ := directEncoding("/lance.encodings99.Weird", nil)
+	if err := decodeAny(&pb.Page{Encoding: e}, "lance.encodings21.PageLayout", &enc21.PageLayout{}); !errors.Is(err, errkind.Corrupt) {
+		t.Fatalf("unknown page type: %v", err)
+	}
+	if err := decodeAny(&pb.Page{}, "x", &enc21.PageLayout{}); !errors.Is(err, errkind.Corrupt) {
+		t.Fatalf("page without encoding: %v", err)
+	}
+}
