@@ -2,6 +2,7 @@ package segment
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -266,4 +267,22 @@ func (i *Info) ToMetadata() (*pb.IndexMetadata, error) {
 		im.Files = append(im.Files, &pb.IndexFile{Path: f.Path, SizeBytes: f.SizeBytes})
 	}
 	return im, nil
+}
+
+// ParseInfos decodes a JSON list of Infos (as the binding passes segments)
+// into IndexMetadata, the original metadata bytes when present.
+func ParseInfos(b []byte) ([]*pb.IndexMetadata, error) {
+	var infos []Info
+	if err := json.Unmarshal(b, &infos); err != nil {
+		return nil, fmt.Errorf("%w: segments JSON: %w", errkind.InvalidInput, err)
+	}
+	out := make([]*pb.IndexMetadata, 0, len(infos))
+	for i := range infos {
+		im, err := infos[i].ToMetadata()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, im)
+	}
+	return out, nil
 }

@@ -7,7 +7,7 @@ formats directly; datasets stay readable by pylance.
 
 from __future__ import annotations
 
-from .api import Dataset, open
+from .api import Dataset, merge_existing_index_segments, open
 from .errors import (
     CancelledError,
     ConflictError,
@@ -18,14 +18,16 @@ from .errors import (
     SegmergeError,
     UnsupportedError,
 )
-from .types import IndexFile, IndexSegment
+from .types import IndexFile, IndexSegment, OperationProgress
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Dataset",
     "open",
+    "merge_existing_index_segments",
     "IndexSegment",
+    "OperationProgress",
     "IndexFile",
     "SegmergeError",
     "InvalidInputError",

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
 from types import ModuleType
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from .errors import InternalError, translate
 
@@ -59,3 +60,49 @@ def call(name: str, *args: Any) -> Any:
 def call_json(name: str, *args: Any) -> Any:
     """Call a kernel function that returns JSON and decode the result."""
     return json.loads(call(name, *args))
+
+
+def progress_snapshot(op_id: str) -> Optional[dict[str, Any]]:
+    """The kernel's counters for a running operation, or None."""
+    text = native().Progress(op_id)
+    return json.loads(text) if text else None
+
+
+def run_operation(
+    name: str,
+    args: tuple[Any, ...],
+    on_progress: Optional[Callable[[dict[str, Any]], None]] = None,
+    poll_seconds: float = 0.1,
+) -> Any:
+    """Run a long kernel call (its first argument is an operation id) on a
+    worker thread, and poll its progress from the calling thread.
+
+    Callbacks run on the calling thread, never on a Go thread. A
+    KeyboardInterrupt cancels the operation, waits for the kernel to clean
+    up its partial output, and is re-raised.
+    """
+    op_id = uuid.uuid4().hex
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = call(name, op_id, *args)
+        except BaseException as exc:  # delivered to the caller below
+            box["error"] = exc
+
+    worker = threading.Thread(target=target, name=f"lance-segmerge-{name}", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(poll_seconds)
+            if on_progress is not None:
+                snap = progress_snapshot(op_id)
+                if snap is not None:
+                    on_progress(snap)
+    except BaseException:
+        native().Cancel(op_id)
+        worker.join()
+        raise
+    if "error" in box:
+        raise box["error"]
+    return box["value"]

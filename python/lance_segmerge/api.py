@@ -1,16 +1,18 @@
 """The public entry points: open a dataset, list the segments of its vector
-indices."""
+indices, merge them."""
 
 from __future__ import annotations
 
+import json
 import logging
-from typing import Any, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 from . import _ffi
+from ._progress import ProgressArg, Reporter
 from .errors import InvalidInputError
 from .types import IndexSegment
 
-__all__ = ["Dataset", "open"]
+__all__ = ["Dataset", "open", "merge_existing_index_segments"]
 
 logger = logging.getLogger(__name__)
 
@@ -134,6 +136,30 @@ class Dataset:
         )
         return [IndexSegment.from_dict(d) for d in out]
 
+    def merge_existing_index_segments(
+        self,
+        segments: Any,
+        *,
+        index_uuid: Optional[str] = None,
+        progress: ProgressArg = None,
+        window_rows: Optional[int] = None,
+        parallelism: Optional[int] = None,
+        requantize_sq: bool = False,
+    ) -> IndexSegment:
+        """Merge segments into one new, uncommitted segment.
+
+        See :func:`lance_segmerge.merge_existing_index_segments`.
+        """
+        return merge_existing_index_segments(
+            self,
+            segments,
+            index_uuid=index_uuid,
+            progress=progress,
+            window_rows=window_rows,
+            parallelism=parallelism,
+            requantize_sq=requantize_sq,
+        )
+
     # -- pickling: URI, options, version; nothing native ---------------------
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -190,3 +216,117 @@ def open(
     >>> [s.uuid for s in ds.list_index_segments("vec_idx")]  # doctest: +SKIP
     """
     return Dataset(uri, version, storage_options)
+
+
+def _to_segments(items: Any, dataset: Optional[Dataset] = None) -> list[IndexSegment]:
+    """Accept IndexSegments, pylance Index objects, or a plan task (anything
+    with a ``segments`` attribute)."""
+    if hasattr(items, "segments") and not isinstance(items, (list, tuple)):
+        items = items.segments
+    if isinstance(items, (IndexSegment, str)) or not isinstance(items, Iterable):
+        raise InvalidInputError(
+            "segments must be a list of IndexSegment or lance.dataset.Index objects, or a plan task"
+        )
+    out: list[IndexSegment] = []
+    for item in items:
+        if isinstance(item, IndexSegment):
+            out.append(item)
+        elif all(hasattr(item, a) for a in ("uuid", "fragment_ids", "index_version", "dataset_version")):
+            out.append(IndexSegment.from_lance_index(item))
+        else:
+            raise InvalidInputError(f"not an index segment: {item!r}")
+    return out
+
+
+def _segments_json(segments: Sequence[IndexSegment]) -> str:
+    return json.dumps([s.to_dict() for s in segments])
+
+
+def merge_existing_index_segments(
+    dataset: Union[Dataset, str],
+    segments_or_task: Any,
+    *,
+    index_uuid: Optional[str] = None,
+    progress: ProgressArg = None,
+    window_rows: Optional[int] = None,
+    parallelism: Optional[int] = None,
+    requantize_sq: bool = False,
+) -> IndexSegment:
+    """Merge segments of one vector index into one new, uncommitted segment.
+
+    Each input's codes are brought back to row-major order using that
+    input's own layout flag (PQ ``transposed``, RQ ``packed``), rows of
+    fragments an input no longer covers are dropped, and the query layout is
+    applied once to every merged partition. Merged segments can therefore be
+    merged again, to any depth, without losing recall, and delta segments
+    written by ``optimize_indices`` merge like any other.
+
+    Nothing is committed: pass the result to
+    :func:`commit_existing_index_segments` (or pylance's own). The output is
+    written under ``_indices/<uuid>/``; on any error, cancellation included,
+    it is removed.
+
+    Parameters
+    ----------
+    dataset : Dataset or str
+        The dataset (a URI opens its latest version).
+    segments_or_task : list of IndexSegment or lance.dataset.Index, or a task
+        The segments to merge, in merge order (rows of each partition are
+        written in this order).
+    index_uuid : str, optional
+        UUID of the output segment; a new one when omitted.
+    progress : bool or callable, optional
+        ``True`` for a tqdm bar (needs the ``progress`` extra), or a
+        callable receiving :class:`OperationProgress` snapshots on the
+        calling thread.
+    window_rows : int, optional
+        Rows (over all inputs) held in memory at once; default 262144.
+    parallelism : int, optional
+        Input segments read concurrently; default 4.
+    requantize_sq : bool, default False
+        IVF_SQ only: accept inputs whose SQ bounds differ (every
+        ``create_index_uncommitted`` segment trains its own) by re-quantizing
+        their codes to the union of the bounds. Without it such inputs are
+        refused; pylance instead decodes them all with the first input's
+        bounds, which silently distorts distances.
+
+    Returns
+    -------
+    IndexSegment
+        The merged segment, with statistics.
+
+    Raises
+    ------
+    InvalidInputError
+        The segments do not form a mergeable group: different indices or
+        models (centroids, PQ codebook, SQ bounds, RQ rotation), overlapping
+        fragments, duplicates. The message names the segment at fault.
+    UnsupportedError
+        IVF_HNSW_* segments, stable row ids, shallow-clone segments.
+    NotFoundError, CorruptError
+        An input's files are missing or damaged.
+    CancelledError
+        The operation was cancelled.
+    """
+    ds = dataset if isinstance(dataset, Dataset) else Dataset(str(dataset))
+    segs = _to_segments(segments_or_task, ds)
+    opts: dict[str, Any] = {"requantize_sq": bool(requantize_sq)}
+    if index_uuid is not None:
+        opts["index_uuid"] = str(index_uuid)
+    for key, val in (("window_rows", window_rows), ("parallelism", parallelism)):
+        if val is not None:
+            if not isinstance(val, int) or val <= 0:
+                raise InvalidInputError(f"{key} must be a positive integer, got {val!r}")
+            opts[key] = val
+    reporter = Reporter(progress, "merge")
+    try:
+        out = _ffi.run_operation(
+            "MergeSegments",
+            (ds.uri, _ffi.options_json(ds.storage_options), ds.version, _segments_json(segs), json.dumps(opts)),
+            reporter if reporter.active else None,
+        )
+    finally:
+        reporter.close()
+    merged = IndexSegment.from_dict(json.loads(out))
+    logger.info("merged %d segments into %s (%s rows)", len(segs), merged.uuid, merged.num_rows)
+    return merged

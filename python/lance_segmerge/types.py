@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from .api import Dataset
 
-__all__ = ["IndexFile", "IndexSegment", "SEGMENT_FORMAT_VERSION"]
+__all__ = ["IndexFile", "IndexSegment", "OperationProgress", "SEGMENT_FORMAT_VERSION"]
 
 #: Version of the IndexSegment serialisation; bumped on incompatible changes.
 SEGMENT_FORMAT_VERSION = 1
@@ -324,3 +324,39 @@ class IndexSegment:
         opts = _ffi.options_json(dataset.storage_options) if dataset is not None else ""
         out = _ffi.call_json("DescribeSegment", uri, opts, json.dumps(plain), dataset is not None)
         return cls.from_dict(out)
+
+
+@dataclass(frozen=True)
+class OperationProgress:
+    """A snapshot of a long operation's counters (merge, commit).
+
+    Parameters
+    ----------
+    stage : str
+        ``"validate"``, ``"merge"``, ``"write_index"``, ``"commit"`` or
+        ``"done"``.
+    partitions_done, partitions_total : int
+        IVF partitions merged so far, and in all.
+    rows_read, rows_written : int
+        Input rows read, output rows written.
+    bytes_written : int
+        Bytes of output files written.
+    """
+
+    stage: str = ""
+    partitions_done: int = 0
+    partitions_total: int = 0
+    rows_read: int = 0
+    rows_written: int = 0
+    bytes_written: int = 0
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "OperationProgress":
+        return cls(
+            stage=str(d.get("stage", "")),
+            partitions_done=int(d.get("partitions_done", 0)),
+            partitions_total=int(d.get("partitions_total", 0)),
+            rows_read=int(d.get("rows_read", 0)),
+            rows_written=int(d.get("rows_written", 0)),
+            bytes_written=int(d.get("bytes_written", 0)),
+        )

@@ -1,0 +1,112 @@
+package ivf
+
+import "math"
+
+// Code layouts. Lance stores codes in the order its search kernels read
+// them, per IVF partition of N rows:
+//
+// PQ "transposed": the N×B code bytes of a partition (B bytes per row) are
+// stored column-major, Y[b·N + i] = X[i·B + b]. Rows of other columns
+// (_rowid) stay in row order, so FSL row k of the stored column is not the
+// code of row k.
+//
+// RQ "packed": the N×L binary code bytes are regrouped for the FastScan
+// kernel in blocks of 32 rows: for block g and code byte c, 32 bytes at
+// 32·(g·L + c) hold the low nibbles of byte c of the block's 32 rows (byte
+// j: row perm0[j] in the low nibble, row perm0[j]+16 in the high nibble),
+// then 32 more bytes the high nibbles. The N mod 32 rows after the last full
+// block are stored column-major.
+//
+// Neither transform is idempotent: applying either twice scrambles the
+// codes, which is why a merge must undo each input's layout before applying
+// it once to the merged partition. Part of the format; never change.
+
+// rqBlock is the FastScan block size (rows).
+const rqBlock = 32
+
+var rqPerm0 = [16]int{0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15}
+
+// TransposePQ writes the column-major form of n rows of b bytes from src
+// into dst (len n·b each).
+func TransposePQ(dst, src []byte, n, b int) {
+	for i := 0; i < n; i++ {
+		row := src[i*b : (i+1)*b]
+		for c, v := range row {
+			dst[c*n+i] = v
+		}
+	}
+}
+
+// UntransposePQ is the inverse of TransposePQ.
+func UntransposePQ(dst, src []byte, n, b int) {
+	for i := 0; i < n; i++ {
+		row := dst[i*b : (i+1)*b]
+		for c := range row {
+			row[c] = src[c*n+i]
+		}
+	}
+}
+
+// PackRQ writes the FastScan layout of n rows of l code bytes from src into
+// dst (len n·l each).
+func PackRQ(dst, src []byte, n, l int) {
+	full := n / rqBlock
+	for g := 0; g < full; g++ {
+		for c := 0; c < l; c++ {
+			blk := dst[rqBlock*(g*l+c):]
+			for j := 0; j < 16; j++ {
+				a := rqBlock*g + rqPerm0[j]
+				x, y := src[a*l+c], src[(a+16)*l+c]
+				blk[j] = x&0x0f | (y&0x0f)<<4
+				blk[16+j] = x>>4 | y&0xf0
+			}
+		}
+	}
+	p, r := full*rqBlock, n-full*rqBlock
+	for c := 0; c < l; c++ {
+		for k := 0; k < r; k++ {
+			dst[p*l+c*r+k] = src[(p+k)*l+c]
+		}
+	}
+}
+
+// UnpackRQ is the inverse of PackRQ.
+func UnpackRQ(dst, src []byte, n, l int) {
+	full := n / rqBlock
+	for g := 0; g < full; g++ {
+		for c := 0; c < l; c++ {
+			blk := src[rqBlock*(g*l+c):]
+			for j := 0; j < 16; j++ {
+				a := rqBlock*g + rqPerm0[j]
+				u, v := blk[j], blk[16+j]
+				dst[a*l+c] = u&0x0f | (v&0x0f)<<4
+				dst[(a+16)*l+c] = u>>4 | v&0xf0
+			}
+		}
+	}
+	p, r := full*rqBlock, n-full*rqBlock
+	for c := 0; c < l; c++ {
+		for k := 0; k < r; k++ {
+			dst[(p+k)*l+c] = src[p*l+c*r+k]
+		}
+	}
+}
+
+// RequantizeSQ re-encodes 8-bit SQ codes from bounds [lo, hi] to bounds
+// [newLo, newHi]. Lance encodes v as round((v-lo)·255/(hi-lo)), clamped to
+// [0, 255]; a code c stands for lo + c·(hi-lo)/255.
+func RequantizeSQ(dst, src []byte, lo, hi, newLo, newHi float64) {
+	var table [256]byte
+	r, nr := hi-lo, newHi-newLo
+	for c := 0; c < 256; c++ {
+		v := lo + float64(c)*r/255
+		if nr <= 0 {
+			continue
+		}
+		q := math.Round((v - newLo) * 255 / nr)
+		table[c] = byte(max(0, min(255, q)))
+	}
+	for i, c := range src {
+		dst[i] = table[c]
+	}
+}

@@ -1,0 +1,582 @@
+package segment
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/ivf"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
+)
+
+// MergeOptions tune Merge. The zero value means defaults.
+type MergeOptions struct {
+	// IndexUUID names the output segment; a new random uuid when "".
+	IndexUUID string `json:"index_uuid"`
+	// WindowRows bounds the rows (over all inputs) held in memory at once:
+	// partitions are read in windows of about this many rows. Default
+	// 262144 (for 16-byte PQ codes and row ids, about 6 MiB read plus the
+	// same again for the merged partition).
+	WindowRows int `json:"window_rows"`
+	// Parallelism bounds the input segments read concurrently. Default 4.
+	Parallelism int `json:"parallelism"`
+	// RequantizeSQ accepts IVF_SQ inputs whose bounds differ (each
+	// create_index_uncommitted segment trains its own): codes are decoded
+	// with their input's bounds and re-encoded with the union of all bounds.
+	// Lance instead reads every input with the first input's bounds, which
+	// silently distorts distances; without this option such inputs are
+	// refused.
+	RequantizeSQ bool `json:"requantize_sq"`
+	// Progress receives counters as the merge goes (optional).
+	Progress *Progress `json:"-"`
+}
+
+func (o MergeOptions) withDefaults() MergeOptions {
+	if o.WindowRows <= 0 {
+		o.WindowRows = 1 << 18
+	}
+	if o.Parallelism <= 0 {
+		o.Parallelism = 4
+	}
+	if o.Progress == nil {
+		o.Progress = &Progress{}
+	}
+	return o
+}
+
+// Merge merges segments of one vector index into one new, uncommitted
+// segment under _indices/<uuid>/ and returns its IndexMetadata.
+//
+// Each input's codes are brought back to row-major order with that input's
+// own layout flag (PQ transposed, RQ packed) and partition lengths, rows of
+// fragments an input no longer covers are dropped (as Lance does: a row is
+// kept when its fragment is in the input's bitmap), and the query layout is
+// applied once to each merged partition, so merged segments can be merged
+// again to any depth. A single input is returned unchanged.
+//
+// snap is the dataset version the merge works against. On any error,
+// cancellation included, the partial output is removed.
+func Merge(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, opts MergeOptions) (*pb.IndexMetadata, error) {
+	opts = opts.withDefaults()
+	prog := opts.Progress
+	prog.SetStage("validate")
+	if err := checkEntries(metas, snap); err != nil {
+		return nil, err
+	}
+	if snap.Manifest.GetReaderFeatureFlags()&table.FlagStableRowIDs != 0 {
+		return nil, fmt.Errorf("%w: the dataset uses stable row ids; merging its index segments is not supported yet", errkind.Unsupported)
+	}
+	srcs, err := openSources(ctx, st, metas)
+	if err != nil {
+		return nil, err
+	}
+	defer closeSources(srcs)
+	m, err := sharedModel(srcs, opts.RequantizeSQ)
+	if err != nil {
+		return nil, err
+	}
+	if len(srcs) == 1 {
+		prog.SetStage("done")
+		return metas[0], nil
+	}
+	id := uuid.New()
+	if opts.IndexUUID != "" {
+		if id, err = uuid.Parse(opts.IndexUUID); err != nil {
+			return nil, fmt.Errorf("%w: index_uuid %q: %w", errkind.InvalidInput, opts.IndexUUID, err)
+		}
+	}
+	dir := table.IndicesDir + id.String() + "/"
+	if existing, err := st.List(ctx, dir); err != nil {
+		return nil, err
+	} else if len(existing) > 0 {
+		return nil, fmt.Errorf("%w: output segment %s already has files under %s", errkind.Conflict, id, dir)
+	}
+	out, err := (&merger{st: st, srcs: srcs, m: m, opts: opts, dir: dir}).run(ctx)
+	if err != nil {
+		// Remove the partial output, even when ctx is cancelled.
+		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		for _, name := range []string{ivf.AuxiliaryFileName, ivf.IndexFileName} {
+			_ = st.Delete(cleanup, dir+name)
+		}
+		return nil, err
+	}
+	return buildMetadata(id, metas, out)
+}
+
+type mergeOutput struct {
+	auxBytes, indexBytes int64
+}
+
+type merger struct {
+	st   storage.Store
+	srcs []*source
+	m    *model
+	opts MergeOptions
+	dir  string
+}
+
+func (mg *merger) run(ctx context.Context) (mergeOutput, error) {
+	var out mergeOutput
+	prog := mg.opts.Progress
+	prog.SetStage("merge")
+	prog.PartitionsTotal.Store(int64(mg.m.nparts))
+	size, err := mg.writeAux(ctx)
+	if err != nil {
+		return out, fmt.Errorf("write %s: %w", ivf.AuxiliaryFileName, err)
+	}
+	out.auxBytes = size
+	prog.SetStage("write_index")
+	if out.indexBytes, err = mg.writeIndex(ctx); err != nil {
+		return out, fmt.Errorf("write %s: %w", ivf.IndexFileName, err)
+	}
+	prog.BytesWritten.Add(out.indexBytes)
+	prog.SetStage("done")
+	return out, nil
+}
+
+// window is a run of partitions read together.
+type window struct{ first, last int } // partitions [first, last)
+
+func (mg *merger) windows() []window {
+	var ws []window
+	for p := 0; p < mg.m.nparts; {
+		q, rows := p, 0
+		for q < mg.m.nparts {
+			n := 0
+			for _, s := range mg.srcs {
+				n += int(s.files.IVF.Lengths[q])
+			}
+			if q > p && rows+n > mg.opts.WindowRows {
+				break
+			}
+			rows += n
+			q++
+		}
+		ws = append(ws, window{p, q})
+		p = q
+	}
+	return ws
+}
+
+func (mg *merger) writeAux(ctx context.Context) (int64, error) {
+	m := mg.m
+	sw, err := mg.st.Create(ctx, mg.dir+ivf.AuxiliaryFileName)
+	if err != nil {
+		return 0, err
+	}
+	defer sw.Abort()
+	counted := &countingWriter{w: sw, prog: mg.opts.Progress}
+	var fields []*lancefile.Field
+	for _, f := range m.fields {
+		fields = append(fields, lancefile.NewField(f.Name, f.Type, f.Nullable))
+	}
+	w, err := lancefile.NewWriter(counted, fields, lancefile.WriterOptions{Version: m.version})
+	if err != nil {
+		return 0, err
+	}
+	quant := cloneRaw(m.quant.Raw)
+	switch m.typ.Quantizer() {
+	case "pq":
+		cb, err := ivf.EncodeTensor(m.codebook)
+		if err != nil {
+			return 0, err
+		}
+		pos, err := w.AddGlobalBuffer(cb)
+		if err != nil {
+			return 0, err
+		}
+		quant["codebook_position"] = json.RawMessage(strconv.Itoa(pos))
+		quant["codebook_tensor"] = json.RawMessage("[]")
+		quant["transposed"] = json.RawMessage("true")
+	case "rq":
+		if m.rotation != nil {
+			rb, err := ivf.EncodeTensor(m.rotation)
+			if err != nil {
+				return 0, err
+			}
+			pos, err := w.AddGlobalBuffer(rb)
+			if err != nil {
+				return 0, err
+			}
+			quant["rotate_mat_position"] = json.RawMessage(strconv.Itoa(pos))
+		}
+		quant["packed"] = json.RawMessage("true")
+	case "sq":
+		if m.requantize {
+			b, err := json.Marshal(map[string]float64{"start": m.sqLo, "end": m.sqHi})
+			if err != nil {
+				return 0, err
+			}
+			quant["bounds"] = b
+		}
+	}
+
+	lengths := make([]uint32, m.nparts)
+	for _, win := range mg.windows() {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		if err := mg.mergeWindow(ctx, w, win, lengths); err != nil {
+			return 0, err
+		}
+	}
+
+	ivfBytes, err := (&ivf.Model{Lengths: lengths, Centroids: m.centroids}).Encode()
+	if err != nil {
+		return 0, err
+	}
+	pos, err := w.AddGlobalBuffer(ivfBytes)
+	if err != nil {
+		return 0, err
+	}
+	quantJSON, err := json.Marshal(quant)
+	if err != nil {
+		return 0, err
+	}
+	storageMeta, _ := json.Marshal([]string{string(quantJSON)})
+	indexMeta, _ := json.Marshal(ivf.IndexMeta{Type: m.typ, DistanceType: m.distance})
+	w.SetMetadata(ivf.KeyDistanceType, []byte(m.distance))
+	w.SetMetadata(ivf.KeyIVF, []byte(strconv.Itoa(pos)))
+	w.SetMetadata(ivf.KeyStorageMetadata, storageMeta)
+	w.SetMetadata(ivf.KeyIndex, indexMeta)
+	if key := quantizerKeyOf(m.typ); key != "" {
+		w.SetMetadata(key, quantJSON)
+	}
+	if err := w.Finish(); err != nil {
+		return 0, err
+	}
+	if err := sw.Finish(); err != nil {
+		return 0, err
+	}
+	return counted.n, nil
+}
+
+func quantizerKeyOf(t ivf.IndexType) string {
+	switch t.Quantizer() {
+	case "pq":
+		return ivf.KeyPQ
+	case "sq":
+		return ivf.KeySQ
+	case "rq":
+		return ivf.KeyRQ
+	}
+	return ""
+}
+
+func cloneRaw(in map[string]json.RawMessage) map[string]json.RawMessage {
+	out := make(map[string]json.RawMessage, len(in))
+	for k, v := range in {
+		out[k] = v
+	}
+	return out
+}
+
+// shardWindow holds one input's rows for a window of partitions.
+type shardWindow struct {
+	cols  []*lancefile.Array // per auxiliary column
+	start uint64             // first row of the window in the input
+}
+
+func (mg *merger) mergeWindow(ctx context.Context, w *lancefile.Writer, win window, lengths []uint32) error {
+	m := mg.m
+	shards := make([]shardWindow, len(mg.srcs))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(mg.opts.Parallelism)
+	for i, s := range mg.srcs {
+		goSafe(g, func() error {
+			iv := s.files.IVF
+			start := iv.Offsets[win.first]
+			end := iv.Offsets[win.last-1] + uint64(iv.Lengths[win.last-1])
+			sw := shardWindow{start: start}
+			for _, f := range m.fields {
+				a, err := s.files.Aux.Read(gctx, f.Name, start, end)
+				if err != nil {
+					return fmt.Errorf("segment %s: %w", s.uuid, err)
+				}
+				sw.cols = append(sw.cols, a)
+			}
+			mg.opts.Progress.RowsRead.Add(int64(end - start))
+			shards[i] = sw
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	codeCol, rowidCol := -1, -1
+	for i, f := range m.fields {
+		switch f.Name {
+		case m.codeColumn:
+			codeCol = i
+		case "_rowid":
+			rowidCol = i
+		}
+	}
+	if rowidCol < 0 {
+		return fmt.Errorf("%w: auxiliary file has no _rowid column", errkind.Corrupt)
+	}
+	for p := win.first; p < win.last; p++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		parts := make([][]*lancefile.Array, len(m.fields))
+		for i, s := range mg.srcs {
+			iv := s.files.IVF
+			lo := int(iv.Offsets[p] - shards[i].start)
+			n := int(iv.Lengths[p])
+			if n == 0 {
+				continue
+			}
+			cols := make([]*lancefile.Array, len(m.fields))
+			for c, a := range shards[i].cols {
+				cols[c] = a.Slice(lo, lo+n)
+			}
+			if codeCol >= 0 {
+				cols[codeCol] = mg.toRowMajor(s, cols[codeCol])
+			}
+			cols = filterRows(cols, rowidCol, s.fragSet)
+			for c := range cols {
+				parts[c] = append(parts[c], cols[c])
+			}
+		}
+		if len(parts[0]) == 0 {
+			mg.opts.Progress.PartitionsDone.Add(1)
+			continue
+		}
+		merged := make([]*lancefile.Array, len(m.fields))
+		for c, ps := range parts {
+			a, err := lancefile.Concat(m.fields[c].Type, ps)
+			if err != nil {
+				return err
+			}
+			merged[c] = a
+		}
+		n := merged[0].Len
+		if codeCol >= 0 {
+			merged[codeCol] = mg.toQueryLayout(merged[codeCol])
+		}
+		if n > 0 {
+			if err := w.Write(merged); err != nil {
+				return err
+			}
+		}
+		lengths[p] = uint32(n)
+		mg.opts.Progress.RowsWritten.Add(int64(n))
+		mg.opts.Progress.PartitionsDone.Add(1)
+	}
+	return nil
+}
+
+// toRowMajor undoes an input's code layout for one of its partitions (the
+// whole partition: the layouts are defined over all of its rows).
+func (mg *merger) toRowMajor(s *source, a *lancefile.Array) *lancefile.Array {
+	q := s.files.Quant
+	width := a.Type.ValueBits() / 8
+	switch mg.m.typ.Quantizer() {
+	case "pq":
+		if q.Transposed == nil || !*q.Transposed {
+			return a
+		}
+		out := make([]byte, len(a.Values))
+		ivf.UntransposePQ(out, a.Values, a.Len, width)
+		return &lancefile.Array{Type: a.Type, Len: a.Len, Values: out, Validity: a.Validity}
+	case "rq":
+		if q.Packed == nil || !*q.Packed {
+			return a
+		}
+		out := make([]byte, len(a.Values))
+		ivf.UnpackRQ(out, a.Values, a.Len, width)
+		return &lancefile.Array{Type: a.Type, Len: a.Len, Values: out, Validity: a.Validity}
+	case "sq":
+		lo, hi := q.SQBounds.Start, q.SQBounds.End
+		if !mg.m.requantize || closeEnough(lo, mg.m.sqLo) && closeEnough(hi, mg.m.sqHi) {
+			return a
+		}
+		out := make([]byte, len(a.Values))
+		ivf.RequantizeSQ(out, a.Values, lo, hi, mg.m.sqLo, mg.m.sqHi)
+		return &lancefile.Array{Type: a.Type, Len: a.Len, Values: out, Validity: a.Validity}
+	}
+	return a
+}
+
+// toQueryLayout applies the search layout once to a merged partition.
+func (mg *merger) toQueryLayout(a *lancefile.Array) *lancefile.Array {
+	width := a.Type.ValueBits() / 8
+	out := make([]byte, len(a.Values))
+	switch mg.m.typ.Quantizer() {
+	case "pq":
+		ivf.TransposePQ(out, a.Values, a.Len, width)
+	case "rq":
+		ivf.PackRQ(out, a.Values, a.Len, width)
+	default:
+		return a
+	}
+	return &lancefile.Array{Type: a.Type, Len: a.Len, Values: out, Validity: a.Validity}
+}
+
+// filterRows keeps the rows whose fragment (row id >> 32) the input covers.
+// Rows of fragments the input no longer covers (pruned by a commit after
+// an update or compaction) are dropped, as Lance's merger drops them.
+func filterRows(cols []*lancefile.Array, rowidCol int, frags map[uint32]bool) []*lancefile.Array {
+	ids := cols[rowidCol]
+	keep := make([]int, 0, ids.Len)
+	for i := 0; i < ids.Len; i++ {
+		if frags[uint32(binary.LittleEndian.Uint64(ids.Values[8*i:])>>32)] {
+			keep = append(keep, i)
+		}
+	}
+	if len(keep) == ids.Len {
+		return cols
+	}
+	out := make([]*lancefile.Array, len(cols))
+	for c, a := range cols {
+		out[c] = takeRows(a, keep)
+	}
+	return out
+}
+
+func takeRows(a *lancefile.Array, rows []int) *lancefile.Array {
+	w := a.Type.ValueBits() / 8
+	out := &lancefile.Array{Type: a.Type, Len: len(rows), Values: make([]byte, 0, len(rows)*w)}
+	var validity []byte
+	for k, i := range rows {
+		out.Values = append(out.Values, a.Values[i*w:(i+1)*w]...)
+		if a.Validity != nil {
+			if validity == nil {
+				validity = make([]byte, (len(rows)+7)/8)
+			}
+			if a.IsValid(i) {
+				validity[k/8] |= 1 << (k % 8)
+			}
+		}
+	}
+	out.Validity = validity
+	return out
+}
+
+// writeIndex writes index.idx for a FLAT sub-index, as Lance's builder
+// does: a zero-row __flat_marker column, the IVF centroids (row counts all
+// zero: the rows live in auxiliary.idx) and one "" sub-index entry per
+// partition.
+func (mg *merger) writeIndex(ctx context.Context) (int64, error) {
+	m := mg.m
+	sw, err := mg.st.Create(ctx, mg.dir+ivf.IndexFileName)
+	if err != nil {
+		return 0, err
+	}
+	defer sw.Abort()
+	counted := &countingWriter{w: sw}
+	w, err := lancefile.NewWriter(counted, []*lancefile.Field{lancefile.NewField("__flat_marker", lancefile.Primitive(lancefile.KindUint64), false)},
+		lancefile.WriterOptions{Version: m.version})
+	if err != nil {
+		return 0, err
+	}
+	ivfBytes, err := (&ivf.Model{Lengths: make([]uint32, m.nparts), Centroids: m.centroids}).Encode()
+	if err != nil {
+		return 0, err
+	}
+	pos, err := w.AddGlobalBuffer(ivfBytes)
+	if err != nil {
+		return 0, err
+	}
+	flat := make([]string, m.nparts)
+	flatJSON, _ := json.Marshal(flat)
+	indexMeta, _ := json.Marshal(ivf.IndexMeta{Type: m.typ, DistanceType: m.distance})
+	w.SetMetadata(ivf.KeyIndex, indexMeta)
+	w.SetMetadata(ivf.KeyIVF, []byte(strconv.Itoa(pos)))
+	w.SetMetadata(ivf.KeyFlat, flatJSON)
+	if err := w.Finish(); err != nil {
+		return 0, err
+	}
+	if err := sw.Finish(); err != nil {
+		return 0, err
+	}
+	return counted.n, nil
+}
+
+type countingWriter struct {
+	w    interface{ Write([]byte) (int, error) }
+	n    int64
+	prog *Progress
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	if c.prog != nil {
+		c.prog.BytesWritten.Add(int64(n))
+	}
+	return n, err
+}
+
+// buildMetadata is the IndexMetadata of a merged segment: the union of the
+// inputs' coverage, their smallest dataset version, the first input's
+// details and index version, and the files just written.
+func buildMetadata(id uuid.UUID, metas []*pb.IndexMetadata, out mergeOutput) (*pb.IndexMetadata, error) {
+	first := metas[0]
+	var frags []uint32
+	dv := first.GetDatasetVersion()
+	for _, im := range metas {
+		ids, _, err := table.DecodeFragmentBitmap(im.GetFragmentBitmap())
+		if err != nil {
+			return nil, err
+		}
+		frags = append(frags, ids...)
+		dv = min(dv, im.GetDatasetVersion())
+	}
+	bm, err := table.EncodeFragmentBitmap(frags)
+	if err != nil {
+		return nil, err
+	}
+	now := uint64(time.Now().UnixMilli())
+	iv := first.GetIndexVersion()
+	return &pb.IndexMetadata{
+		Uuid:           &pb.UUID{Uuid: id[:]},
+		Fields:         first.GetFields(),
+		Name:           first.GetName(),
+		DatasetVersion: dv,
+		FragmentBitmap: bm,
+		IndexDetails:   cloneAny(first.GetIndexDetails()),
+		IndexVersion:   &iv,
+		CreatedAt:      &now,
+		Files: []*pb.IndexFile{
+			{Path: ivf.AuxiliaryFileName, SizeBytes: uint64(out.auxBytes)},
+			{Path: ivf.IndexFileName, SizeBytes: uint64(out.indexBytes)},
+		},
+	}, nil
+}
+
+func cloneAny(a *anypb.Any) *anypb.Any {
+	if a == nil {
+		return nil
+	}
+	return proto.Clone(a).(*anypb.Any)
+}
+
+// goSafe runs f in the group, turning a panic into an error: a panic in a
+// goroutine cannot be recovered by the binding and would abort the
+// interpreter.
+func goSafe(g *errgroup.Group, f func() error) {
+	g.Go(func() (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("lance-segmerge kernel panic in a worker goroutine: %v\n%s", r, debug.Stack())
+			}
+		}()
+		return f()
+	})
+}

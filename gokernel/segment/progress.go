@@ -1,0 +1,69 @@
+package segment
+
+import (
+	"fmt"
+	"sync/atomic"
+)
+
+// Progress is a set of counters a long operation updates as it goes, read
+// concurrently by whoever polls it (the Python driver). All fields are safe
+// for concurrent use; a nil *Progress is valid and counts nothing.
+type Progress struct {
+	// Stage names what the operation does now ("validate", "merge",
+	// "write_index", "commit", "done").
+	stage atomic.Value
+	// PartitionsTotal and PartitionsDone count IVF partitions (merge).
+	PartitionsTotal atomic.Int64
+	PartitionsDone  atomic.Int64
+	// RowsRead counts input rows, RowsWritten rows in the output.
+	RowsRead    atomic.Int64
+	RowsWritten atomic.Int64
+	// BytesWritten counts bytes of output files.
+	BytesWritten atomic.Int64
+}
+
+// SetStage records the current stage.
+func (p *Progress) SetStage(s string) {
+	if p != nil {
+		p.stage.Store(s)
+	}
+}
+
+// Stage returns the current stage ("" before the first).
+func (p *Progress) Stage() string {
+	if p == nil {
+		return ""
+	}
+	s, _ := p.stage.Load().(string)
+	return s
+}
+
+// Snapshot is a point-in-time copy of the counters.
+type Snapshot struct {
+	Stage           string `json:"stage"`
+	PartitionsTotal int64  `json:"partitions_total"`
+	PartitionsDone  int64  `json:"partitions_done"`
+	RowsRead        int64  `json:"rows_read"`
+	RowsWritten     int64  `json:"rows_written"`
+	BytesWritten    int64  `json:"bytes_written"`
+}
+
+// Snapshot copies the counters.
+func (p *Progress) Snapshot() Snapshot {
+	if p == nil {
+		return Snapshot{}
+	}
+	return Snapshot{
+		Stage:           p.Stage(),
+		PartitionsTotal: p.PartitionsTotal.Load(),
+		PartitionsDone:  p.PartitionsDone.Load(),
+		RowsRead:        p.RowsRead.Load(),
+		RowsWritten:     p.RowsWritten.Load(),
+		BytesWritten:    p.BytesWritten.Load(),
+	}
+}
+
+func (s Snapshot) String() string {
+	return fmt.Sprintf("%s: partitions %d/%d, rows read %d, written %d, %d bytes",
+		s.Stage, s.PartitionsDone, s.PartitionsTotal, s.RowsRead, s.RowsWritten, s.BytesWritten)
+}

@@ -1,0 +1,50 @@
+package pybind
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/segment"
+)
+
+// MergeSegments merges the segments (a JSON list of segment infos) of one
+// vector index of the dataset at uri, version (0 = latest), into one new
+// uncommitted segment, and returns its info (with statistics) as JSON.
+// mergeOptionsJSON holds segment.MergeOptions ("" = defaults). opID names
+// the operation for Progress and Cancel.
+func MergeSegments(opID, uri, optionsJSON string, version int, segmentsJSON, mergeOptionsJSON string) (out string, err error) {
+	defer recoverTo(&err)
+	ctx, prog, done := beginOp(opID)
+	defer done()
+	st, snap, err := openSnapshot(ctx, uri, optionsJSON, version)
+	if err != nil {
+		return "", tagged(err)
+	}
+	metas, err := segment.ParseInfos([]byte(segmentsJSON))
+	if err != nil {
+		return "", tagged(err)
+	}
+	var opts segment.MergeOptions
+	if mergeOptionsJSON != "" {
+		if err := json.Unmarshal([]byte(mergeOptionsJSON), &opts); err != nil {
+			return "", tagged(fmt.Errorf("%w: merge options: %w", errkind.InvalidInput, err))
+		}
+	}
+	opts.Progress = prog
+	merged, err := segment.Merge(ctx, st, snap, metas, opts)
+	if err != nil {
+		return "", tagged(err)
+	}
+	info, err := segment.Describe(merged)
+	if err != nil {
+		return "", tagged(err)
+	}
+	statsCtx := context.WithoutCancel(ctx)
+	if info.Stats, err = segment.ReadStats(statsCtx, st, merged); err != nil {
+		return "", tagged(err)
+	}
+	b, err := json.Marshal(info)
+	return string(b), tagged(err)
+}
