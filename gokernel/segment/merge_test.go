@@ -1,0 +1,266 @@
+package segment
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/ivf"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
+)
+
+const (
+	testParts = 5
+	testDim   = 8
+	testCode  = 4 // PQ code bytes per row
+)
+
+func centroids() *ivf.Tensor {
+	b := make([]byte, 4*testParts*testDim)
+	for i := 0; i < testParts*testDim; i++ {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(float32(i)))
+	}
+	return &ivf.Tensor{DType: pb.Tensor_FLOAT32, Shape: []uint32{testParts, testDim}, Data: b}
+}
+
+// fakeSegment writes a PQ segment covering fragment frag: rows of each
+// partition get codes derived from their row id, stored transposed (the
+// query layout) when transposed is set.
+func fakeSegment(t *testing.T, st storage.Store, frag uint32, lengths []uint32, transposed bool) *pb.IndexMetadata {
+	t.Helper()
+	ctx := context.Background()
+	id := uuid.New()
+	dir := table.IndicesDir + id.String() + "/"
+	var rowids, codes []byte
+	row := uint64(0)
+	for _, n := range lengths {
+		part := make([]byte, 0, int(n)*testCode)
+		for i := 0; i < int(n); i++ {
+			rid := uint64(frag)<<32 | row
+			rowids = binary.LittleEndian.AppendUint64(rowids, rid)
+			for c := 0; c < testCode; c++ {
+				part = append(part, byte(rid*7+uint64(c)*13))
+			}
+			row++
+		}
+		if transposed {
+			laid := make([]byte, len(part))
+			ivf.TransposePQ(laid, part, int(n), testCode)
+			part = laid
+		}
+		codes = append(codes, part...)
+	}
+	nrows := int(row)
+	codebook := &ivf.Tensor{DType: pb.Tensor_FLOAT32, Shape: []uint32{256, testDim}, Data: make([]byte, 4*256*testDim)}
+	sw, _ := st.Create(ctx, dir+ivf.AuxiliaryFileName)
+	w, err := lancefile.NewWriter(sw, []*lancefile.Field{
+		lancefile.NewField("_rowid", lancefile.Primitive(lancefile.KindUint64), true),
+		lancefile.NewField("__pq_code", lancefile.FixedSizeList(lancefile.KindUint8, testCode), true),
+	}, lancefile.WriterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ivfBytes, _ := (&ivf.Model{Lengths: lengths}).Encode()
+	w.AddGlobalBuffer(ivfBytes)
+	cb, _ := ivf.EncodeTensor(codebook)
+	w.AddGlobalBuffer(cb)
+	if err := w.Write([]*lancefile.Array{
+		{Type: lancefile.Primitive(lancefile.KindUint64), Len: nrows, Values: rowids},
+		{Type: lancefile.FixedSizeList(lancefile.KindUint8, testCode), Len: nrows, Values: codes},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	q, _ := json.Marshal(map[string]any{"codebook_position": 2, "nbits": 8, "num_sub_vectors": testCode, "dimension": testDim,
+		"codebook_tensor": []int{}, "transposed": transposed})
+	sm, _ := json.Marshal([]string{string(q)})
+	w.SetMetadata(ivf.KeyDistanceType, []byte("l2"))
+	w.SetMetadata(ivf.KeyIVF, []byte("1"))
+	w.SetMetadata(ivf.KeyStorageMetadata, sm)
+	if err := w.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	sw.Finish()
+
+	sw, _ = st.Create(ctx, dir+ivf.IndexFileName)
+	w, _ = lancefile.NewWriter(sw, []*lancefile.Field{lancefile.NewField("__flat_marker", lancefile.Primitive(lancefile.KindUint64), false)}, lancefile.WriterOptions{})
+	ivfBytes, _ = (&ivf.Model{Lengths: make([]uint32, testParts), Centroids: centroids()}).Encode()
+	w.AddGlobalBuffer(ivfBytes)
+	w.SetMetadata(ivf.KeyIndex, []byte(`{"type":"IVF_PQ","distance_type":"l2"}`))
+	w.SetMetadata(ivf.KeyIVF, []byte("1"))
+	w.SetMetadata(ivf.KeyFlat, []byte(`["","","","",""]`))
+	if err := w.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	sw.Finish()
+
+	bm, _ := table.EncodeFragmentBitmap([]uint32{frag})
+	iv := int32(1)
+	return &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: id[:]}, Fields: []int32{1}, Name: "vec_idx", DatasetVersion: 1,
+		FragmentBitmap: bm, IndexVersion: &iv, IndexDetails: &anypb.Any{TypeUrl: "/lance.index.pb.VectorIndexDetails"}}
+}
+
+func testSnapshot() *table.Snapshot {
+	return &table.Snapshot{Ref: table.VersionRef{Version: 3}, Manifest: &pb.Manifest{Version: 3}}
+}
+
+// rowMajor reads a segment's partitions back as row id -> (partition, codes).
+func rowMajor(t *testing.T, st storage.Store, im *pb.IndexMetadata) map[uint64]string {
+	t.Helper()
+	f, err := ivf.OpenFiles(context.Background(), st, table.IndexDir(im), lancefile.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := map[uint64]string{}
+	for p, n := range f.IVF.Lengths {
+		off := f.IVF.Offsets[p]
+		ids, _ := f.Aux.Read(context.Background(), "_rowid", off, off+uint64(n))
+		codes, _ := f.Aux.Read(context.Background(), "__pq_code", off, off+uint64(n))
+		plain := codes.Values
+		if f.Quant.Transposed != nil && *f.Quant.Transposed {
+			plain = make([]byte, len(codes.Values))
+			ivf.UntransposePQ(plain, codes.Values, int(n), testCode)
+		}
+		for i := 0; i < int(n); i++ {
+			out[binary.LittleEndian.Uint64(ids.Values[8*i:])] = fmt.Sprintf("p%d:%x", p, plain[i*testCode:(i+1)*testCode])
+		}
+	}
+	return out
+}
+
+func TestMergeChainsAndWindows(t *testing.T) {
+	ctx := context.Background()
+	st := storage.NewMem("memory://merge")
+	r := rand.New(rand.NewPCG(1, 1))
+	var segs []*pb.IndexMetadata
+	want := map[uint64]string{}
+	for frag := uint32(0); frag < 6; frag++ {
+		lengths := make([]uint32, testParts)
+		for p := range lengths {
+			lengths[p] = uint32(r.IntN(70)) // includes empty partitions, odd sizes
+		}
+		s := fakeSegment(t, st, frag, lengths, frag%2 == 0) // mixed layouts
+		segs = append(segs, s)
+		for k, v := range rowMajor(t, st, s) {
+			want[k] = v
+		}
+	}
+	for _, window := range []int{1, 50, 1 << 20} {
+		opts := MergeOptions{WindowRows: window, Parallelism: 2}
+		m1, err := Merge(ctx, st, testSnapshot(), segs[:3], opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m2, err := Merge(ctx, st, testSnapshot(), []*pb.IndexMetadata{m1, segs[3]}, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m3, err := Merge(ctx, st, testSnapshot(), []*pb.IndexMetadata{m2, segs[4], segs[5]}, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := rowMajor(t, st, m3)
+		if len(got) != len(want) {
+			t.Fatalf("window %d: %d rows, want %d", window, len(got), len(want))
+		}
+		for k, v := range want {
+			if got[k] != v {
+				t.Fatalf("window %d: row %x is %s, want %s", window, k, got[k], v)
+			}
+		}
+		ids, _, _ := table.DecodeFragmentBitmap(m3.GetFragmentBitmap())
+		if fmt.Sprint(ids) != "[0 1 2 3 4 5]" || len(m3.GetFiles()) != 2 || m3.GetCreatedAt() == 0 {
+			t.Fatalf("metadata %v %v", ids, m3)
+		}
+	}
+}
+
+func TestMergeFiltersUncoveredRows(t *testing.T) {
+	ctx := context.Background()
+	st := storage.NewMem("memory://filter")
+	a := fakeSegment(t, st, 0, []uint32{10, 10, 10, 10, 10}, true)
+	b := fakeSegment(t, st, 1, []uint32{5, 5, 5, 5, 5}, true)
+	// b's coverage was pruned: it no longer covers fragment 1.
+	b.FragmentBitmap, _ = table.EncodeFragmentBitmap([]uint32{7})
+	m, err := Merge(ctx, st, testSnapshot(), []*pb.IndexMetadata{a, b}, MergeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := rowMajor(t, st, m)
+	if len(got) != 50 {
+		t.Fatalf("%d rows, want fragment 0's 50", len(got))
+	}
+}
+
+func TestMergeCancelRemovesOutput(t *testing.T) {
+	st := storage.NewMem("memory://cancel")
+	a := fakeSegment(t, st, 0, []uint32{100, 100, 100, 100, 100}, true)
+	b := fakeSegment(t, st, 1, []uint32{100, 100, 100, 100, 100}, false)
+	before, _ := st.List(context.Background(), table.IndicesDir)
+	ctx, cancel := context.WithCancel(context.Background())
+	prog := &Progress{}
+	// Cancel once the first window is written.
+	go func() {
+		for prog.PartitionsDone.Load() == 0 {
+		}
+		cancel()
+	}()
+	_, err := Merge(ctx, st, testSnapshot(), []*pb.IndexMetadata{a, b}, MergeOptions{WindowRows: 1, Progress: prog})
+	if !errors.Is(err, context.Canceled) || errkind.Tag(err) != "cancelled" {
+		t.Fatalf("got %v", err)
+	}
+	after, _ := st.List(context.Background(), table.IndicesDir)
+	if len(after) != len(before) {
+		t.Fatalf("a cancelled merge left %d files", len(after)-len(before))
+	}
+}
+
+func TestMergeRefusals(t *testing.T) {
+	ctx := context.Background()
+	st := storage.NewMem("memory://refuse")
+	a := fakeSegment(t, st, 0, []uint32{3, 3, 3, 3, 3}, true)
+	b := fakeSegment(t, st, 1, []uint32{3, 3, 3, 3, 3}, true)
+	overlap := fakeSegment(t, st, 0, []uint32{1, 1, 1, 1, 1}, true)
+	future := fakeSegment(t, st, 2, []uint32{1, 1, 1, 1, 1}, true)
+	future.DatasetVersion = 9
+	stable := testSnapshot()
+	stable.Manifest.ReaderFeatureFlags = table.FlagStableRowIDs
+	for _, tc := range []struct {
+		name string
+		in   []*pb.IndexMetadata
+		snap *table.Snapshot
+		kind error
+		msg  string
+	}{
+		{"empty", nil, testSnapshot(), errkind.InvalidInput, "at least one"},
+		{"overlap", []*pb.IndexMetadata{a, overlap}, testSnapshot(), errkind.InvalidInput, "both cover fragment 0"},
+		{"future", []*pb.IndexMetadata{a, future}, testSnapshot(), errkind.InvalidInput, "dataset version 9"},
+		{"stable row ids", []*pb.IndexMetadata{a, b}, stable, errkind.Unsupported, "stable row ids"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before, _ := st.List(ctx, table.IndicesDir)
+			_, err := Merge(ctx, st, tc.snap, tc.in, MergeOptions{})
+			if !errors.Is(err, tc.kind) || !strings.Contains(err.Error(), tc.msg) {
+				t.Fatalf("got %v", err)
+			}
+			after, _ := st.List(ctx, table.IndicesDir)
+			if !bytes.Equal([]byte(fmt.Sprint(before)), []byte(fmt.Sprint(after))) {
+				t.Fatal("a refused merge wrote files")
+			}
+		})
+	}
+}
