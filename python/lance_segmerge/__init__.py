@@ -7,7 +7,7 @@ formats directly; datasets stay readable by pylance.
 
 from __future__ import annotations
 
-from .api import Dataset, merge_existing_index_segments, open
+from .api import Dataset, commit_existing_index_segments, merge_existing_index_segments, open
 from .errors import (
     CancelledError,
     ConflictError,
@@ -26,6 +26,7 @@ __all__ = [
     "Dataset",
     "open",
     "merge_existing_index_segments",
+    "commit_existing_index_segments",
     "IndexSegment",
     "OperationProgress",
     "IndexFile",

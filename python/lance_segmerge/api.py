@@ -12,7 +12,7 @@ from ._progress import ProgressArg, Reporter
 from .errors import InvalidInputError
 from .types import IndexSegment
 
-__all__ = ["Dataset", "open", "merge_existing_index_segments"]
+__all__ = ["Dataset", "open", "merge_existing_index_segments", "commit_existing_index_segments"]
 
 logger = logging.getLogger(__name__)
 
@@ -158,6 +158,23 @@ class Dataset:
             window_rows=window_rows,
             parallelism=parallelism,
             requantize_sq=requantize_sq,
+        )
+
+    def commit_existing_index_segments(
+        self,
+        index_name: str,
+        column: str,
+        segments: Any,
+        *,
+        replaces: Optional[Sequence[Any]] = None,
+        max_retries: int = 20,
+    ) -> int:
+        """Commit segments as one new dataset version.
+
+        See :func:`lance_segmerge.commit_existing_index_segments`.
+        """
+        return commit_existing_index_segments(
+            self, index_name, column, segments, replaces=replaces, max_retries=max_retries
         )
 
     # -- pickling: URI, options, version; nothing native ---------------------
@@ -330,3 +347,81 @@ def merge_existing_index_segments(
     merged = IndexSegment.from_dict(json.loads(out))
     logger.info("merged %d segments into %s (%s rows)", len(segs), merged.uuid, merged.num_rows)
     return merged
+
+
+def commit_existing_index_segments(
+    dataset: Union[Dataset, str],
+    index_name: str,
+    column: str,
+    segments: Any,
+    *,
+    replaces: Optional[Sequence[Any]] = None,
+    max_retries: int = 20,
+) -> int:
+    """Commit index segments as one new, atomic dataset version.
+
+    The new version carries every field of the latest manifest unchanged
+    (unknown fields included) except the index section, from which the
+    replaced segments are removed and to which the new ones are added, with
+    a CreateIndex transaction written as Lance writes it. pylance reads the
+    result as if it had committed it.
+
+    The commit is planned against ``dataset.version``. If other writers
+    committed since, their transactions are checked: appends, deletes and
+    work on other indices are rebased over; a commit that removed or
+    replaced a source segment, rewrote (compacted) or updated fragments the
+    segments cover, or overwrote the dataset raises :class:`ConflictError`.
+    Losing the race for the next version is retried with backoff.
+
+    Parameters
+    ----------
+    dataset : Dataset or str
+        The dataset, at the version the segments were planned against.
+    index_name : str
+        The logical index.
+    column : str
+        The indexed column.
+    segments : list of IndexSegment or lance.dataset.Index
+        The new segments (merge outputs, or ``create_index_uncommitted``
+        segments).
+    replaces : list of IndexSegment, Index or str, optional
+        The committed segments the new ones replace (for merges: their
+        inputs). They must all still be committed when the commit lands, and
+        the new segments must cover all of their fragments. When omitted,
+        same-name segments the new ones cover entirely are replaced, as
+        pylance does; a partial overlap is refused.
+    max_retries : int, default 20
+        Attempts after losing a commit race.
+
+    Returns
+    -------
+    int
+        The new version.
+
+    Raises
+    ------
+    InvalidInputError
+        Empty input, duplicate uuids, overlapping coverage, wrong column,
+        segments that would orphan or drop covered fragments.
+    NotFoundError, CorruptError
+        A segment's files are missing or incomplete.
+    ConflictError
+        A concurrent commit invalidated this one; re-plan and retry.
+    """
+    ds = dataset if isinstance(dataset, Dataset) else Dataset(str(dataset))
+    if not isinstance(index_name, str) or not index_name:
+        raise InvalidInputError(f"index_name must be a non-empty string, got {index_name!r}")
+    if not isinstance(column, str) or not column:
+        raise InvalidInputError(f"column must be a non-empty string, got {column!r}")
+    if not isinstance(max_retries, int) or max_retries < 0:
+        raise InvalidInputError(f"max_retries must be a non-negative integer, got {max_retries!r}")
+    segs = _to_segments(segments, ds)
+    request: dict[str, Any] = {"index_name": index_name, "column": column, "max_retries": max_retries}
+    if replaces is not None:
+        request["replaces"] = [r if isinstance(r, str) else str(r.uuid) for r in replaces]
+    version = _ffi.run_operation(
+        "CommitSegments",
+        (ds.uri, _ffi.options_json(ds.storage_options), ds.version, _segments_json(segs), json.dumps(request)),
+    )
+    logger.info("committed %d segments of %s as version %d", len(segs), index_name, version)
+    return int(version)

@@ -416,9 +416,11 @@ func (*Transaction_Append) Descriptor() ([]byte, []int) {
 }
 
 type Transaction_Delete struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	UpdatedFragments   []*DataFragment        `protobuf:"bytes,1,rep,name=updated_fragments,json=updatedFragments,proto3" json:"updated_fragments,omitempty"`
+	DeletedFragmentIds []uint64               `protobuf:"varint,2,rep,packed,name=deleted_fragment_ids,json=deletedFragmentIds,proto3" json:"deleted_fragment_ids,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Transaction_Delete) Reset() {
@@ -449,6 +451,20 @@ func (x *Transaction_Delete) ProtoReflect() protoreflect.Message {
 // Deprecated: Use Transaction_Delete.ProtoReflect.Descriptor instead.
 func (*Transaction_Delete) Descriptor() ([]byte, []int) {
 	return file_transaction_proto_rawDescGZIP(), []int{0, 2}
+}
+
+func (x *Transaction_Delete) GetUpdatedFragments() []*DataFragment {
+	if x != nil {
+		return x.UpdatedFragments
+	}
+	return nil
+}
+
+func (x *Transaction_Delete) GetDeletedFragmentIds() []uint64 {
+	if x != nil {
+		return x.DeletedFragmentIds
+	}
+	return nil
 }
 
 type Transaction_Overwrite struct {
@@ -540,11 +556,14 @@ func (x *Transaction_CreateIndex) GetRemovedIndices() []*IndexMetadata {
 }
 
 type Transaction_Rewrite struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	OldFragments  []*DataFragment        `protobuf:"bytes,1,rep,name=old_fragments,json=oldFragments,proto3" json:"old_fragments,omitempty"`
-	NewFragments  []*DataFragment        `protobuf:"bytes,2,rep,name=new_fragments,json=newFragments,proto3" json:"new_fragments,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Deprecated in favour of groups, still read.
+	OldFragments     []*DataFragment                       `protobuf:"bytes,1,rep,name=old_fragments,json=oldFragments,proto3" json:"old_fragments,omitempty"`
+	NewFragments     []*DataFragment                       `protobuf:"bytes,2,rep,name=new_fragments,json=newFragments,proto3" json:"new_fragments,omitempty"`
+	Groups           []*Transaction_Rewrite_RewriteGroup   `protobuf:"bytes,3,rep,name=groups,proto3" json:"groups,omitempty"`
+	RewrittenIndices []*Transaction_Rewrite_RewrittenIndex `protobuf:"bytes,4,rep,name=rewritten_indices,json=rewrittenIndices,proto3" json:"rewritten_indices,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Transaction_Rewrite) Reset() {
@@ -587,6 +606,20 @@ func (x *Transaction_Rewrite) GetOldFragments() []*DataFragment {
 func (x *Transaction_Rewrite) GetNewFragments() []*DataFragment {
 	if x != nil {
 		return x.NewFragments
+	}
+	return nil
+}
+
+func (x *Transaction_Rewrite) GetGroups() []*Transaction_Rewrite_RewriteGroup {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+func (x *Transaction_Rewrite) GetRewrittenIndices() []*Transaction_Rewrite_RewrittenIndex {
+	if x != nil {
+		return x.RewrittenIndices
 	}
 	return nil
 }
@@ -700,9 +733,13 @@ func (*Transaction_ReserveFragments) Descriptor() ([]byte, []int) {
 }
 
 type Transaction_Update struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	RemovedFragmentIds []uint64               `protobuf:"varint,1,rep,packed,name=removed_fragment_ids,json=removedFragmentIds,proto3" json:"removed_fragment_ids,omitempty"`
+	UpdatedFragments   []*DataFragment        `protobuf:"bytes,2,rep,name=updated_fragments,json=updatedFragments,proto3" json:"updated_fragments,omitempty"`
+	NewFragments       []*DataFragment        `protobuf:"bytes,3,rep,name=new_fragments,json=newFragments,proto3" json:"new_fragments,omitempty"`
+	FieldsModified     []uint32               `protobuf:"varint,4,rep,packed,name=fields_modified,json=fieldsModified,proto3" json:"fields_modified,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Transaction_Update) Reset() {
@@ -733,6 +770,34 @@ func (x *Transaction_Update) ProtoReflect() protoreflect.Message {
 // Deprecated: Use Transaction_Update.ProtoReflect.Descriptor instead.
 func (*Transaction_Update) Descriptor() ([]byte, []int) {
 	return file_transaction_proto_rawDescGZIP(), []int{0, 9}
+}
+
+func (x *Transaction_Update) GetRemovedFragmentIds() []uint64 {
+	if x != nil {
+		return x.RemovedFragmentIds
+	}
+	return nil
+}
+
+func (x *Transaction_Update) GetUpdatedFragments() []*DataFragment {
+	if x != nil {
+		return x.UpdatedFragments
+	}
+	return nil
+}
+
+func (x *Transaction_Update) GetNewFragments() []*DataFragment {
+	if x != nil {
+		return x.NewFragments
+	}
+	return nil
+}
+
+func (x *Transaction_Update) GetFieldsModified() []uint32 {
+	if x != nil {
+		return x.FieldsModified
+	}
+	return nil
 }
 
 type Transaction_Project struct {
@@ -807,15 +872,68 @@ func (*Transaction_UpdateConfig) Descriptor() ([]byte, []int) {
 	return file_transaction_proto_rawDescGZIP(), []int{0, 11}
 }
 
-type Transaction_DataReplacement struct {
+type Transaction_DataReplacementGroup struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	FragmentId    uint64                 `protobuf:"varint,1,opt,name=fragment_id,json=fragmentId,proto3" json:"fragment_id,omitempty"`
+	NewFile       *DataFile              `protobuf:"bytes,2,opt,name=new_file,json=newFile,proto3" json:"new_file,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Transaction_DataReplacementGroup) Reset() {
+	*x = Transaction_DataReplacementGroup{}
+	mi := &file_transaction_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Transaction_DataReplacementGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Transaction_DataReplacementGroup) ProtoMessage() {}
+
+func (x *Transaction_DataReplacementGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_transaction_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Transaction_DataReplacementGroup.ProtoReflect.Descriptor instead.
+func (*Transaction_DataReplacementGroup) Descriptor() ([]byte, []int) {
+	return file_transaction_proto_rawDescGZIP(), []int{0, 12}
+}
+
+func (x *Transaction_DataReplacementGroup) GetFragmentId() uint64 {
+	if x != nil {
+		return x.FragmentId
+	}
+	return 0
+}
+
+func (x *Transaction_DataReplacementGroup) GetNewFile() *DataFile {
+	if x != nil {
+		return x.NewFile
+	}
+	return nil
+}
+
+type Transaction_DataReplacement struct {
+	state         protoimpl.MessageState              `protogen:"open.v1"`
+	Replacements  []*Transaction_DataReplacementGroup `protobuf:"bytes,1,rep,name=replacements,proto3" json:"replacements,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Transaction_DataReplacement) Reset() {
 	*x = Transaction_DataReplacement{}
-	mi := &file_transaction_proto_msgTypes[13]
+	mi := &file_transaction_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -827,7 +945,7 @@ func (x *Transaction_DataReplacement) String() string {
 func (*Transaction_DataReplacement) ProtoMessage() {}
 
 func (x *Transaction_DataReplacement) ProtoReflect() protoreflect.Message {
-	mi := &file_transaction_proto_msgTypes[13]
+	mi := &file_transaction_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -840,7 +958,14 @@ func (x *Transaction_DataReplacement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transaction_DataReplacement.ProtoReflect.Descriptor instead.
 func (*Transaction_DataReplacement) Descriptor() ([]byte, []int) {
-	return file_transaction_proto_rawDescGZIP(), []int{0, 12}
+	return file_transaction_proto_rawDescGZIP(), []int{0, 13}
+}
+
+func (x *Transaction_DataReplacement) GetReplacements() []*Transaction_DataReplacementGroup {
+	if x != nil {
+		return x.Replacements
+	}
+	return nil
 }
 
 type Transaction_UpdateMemWalState struct {
@@ -851,7 +976,7 @@ type Transaction_UpdateMemWalState struct {
 
 func (x *Transaction_UpdateMemWalState) Reset() {
 	*x = Transaction_UpdateMemWalState{}
-	mi := &file_transaction_proto_msgTypes[14]
+	mi := &file_transaction_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -863,7 +988,7 @@ func (x *Transaction_UpdateMemWalState) String() string {
 func (*Transaction_UpdateMemWalState) ProtoMessage() {}
 
 func (x *Transaction_UpdateMemWalState) ProtoReflect() protoreflect.Message {
-	mi := &file_transaction_proto_msgTypes[14]
+	mi := &file_transaction_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -876,7 +1001,7 @@ func (x *Transaction_UpdateMemWalState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transaction_UpdateMemWalState.ProtoReflect.Descriptor instead.
 func (*Transaction_UpdateMemWalState) Descriptor() ([]byte, []int) {
-	return file_transaction_proto_rawDescGZIP(), []int{0, 13}
+	return file_transaction_proto_rawDescGZIP(), []int{0, 14}
 }
 
 type Transaction_Clone struct {
@@ -887,7 +1012,7 @@ type Transaction_Clone struct {
 
 func (x *Transaction_Clone) Reset() {
 	*x = Transaction_Clone{}
-	mi := &file_transaction_proto_msgTypes[15]
+	mi := &file_transaction_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -899,7 +1024,7 @@ func (x *Transaction_Clone) String() string {
 func (*Transaction_Clone) ProtoMessage() {}
 
 func (x *Transaction_Clone) ProtoReflect() protoreflect.Message {
-	mi := &file_transaction_proto_msgTypes[15]
+	mi := &file_transaction_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -912,7 +1037,7 @@ func (x *Transaction_Clone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transaction_Clone.ProtoReflect.Descriptor instead.
 func (*Transaction_Clone) Descriptor() ([]byte, []int) {
-	return file_transaction_proto_rawDescGZIP(), []int{0, 14}
+	return file_transaction_proto_rawDescGZIP(), []int{0, 15}
 }
 
 type Transaction_UpdateBases struct {
@@ -923,7 +1048,7 @@ type Transaction_UpdateBases struct {
 
 func (x *Transaction_UpdateBases) Reset() {
 	*x = Transaction_UpdateBases{}
-	mi := &file_transaction_proto_msgTypes[16]
+	mi := &file_transaction_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -935,7 +1060,7 @@ func (x *Transaction_UpdateBases) String() string {
 func (*Transaction_UpdateBases) ProtoMessage() {}
 
 func (x *Transaction_UpdateBases) ProtoReflect() protoreflect.Message {
-	mi := &file_transaction_proto_msgTypes[16]
+	mi := &file_transaction_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -948,7 +1073,7 @@ func (x *Transaction_UpdateBases) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transaction_UpdateBases.ProtoReflect.Descriptor instead.
 func (*Transaction_UpdateBases) Descriptor() ([]byte, []int) {
-	return file_transaction_proto_rawDescGZIP(), []int{0, 15}
+	return file_transaction_proto_rawDescGZIP(), []int{0, 16}
 }
 
 type Transaction_DataOverlay struct {
@@ -959,7 +1084,7 @@ type Transaction_DataOverlay struct {
 
 func (x *Transaction_DataOverlay) Reset() {
 	*x = Transaction_DataOverlay{}
-	mi := &file_transaction_proto_msgTypes[17]
+	mi := &file_transaction_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -971,7 +1096,7 @@ func (x *Transaction_DataOverlay) String() string {
 func (*Transaction_DataOverlay) ProtoMessage() {}
 
 func (x *Transaction_DataOverlay) ProtoReflect() protoreflect.Message {
-	mi := &file_transaction_proto_msgTypes[17]
+	mi := &file_transaction_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -984,7 +1109,7 @@ func (x *Transaction_DataOverlay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transaction_DataOverlay.ProtoReflect.Descriptor instead.
 func (*Transaction_DataOverlay) Descriptor() ([]byte, []int) {
-	return file_transaction_proto_rawDescGZIP(), []int{0, 16}
+	return file_transaction_proto_rawDescGZIP(), []int{0, 17}
 }
 
 type Transaction_AppendFriTransitions struct {
@@ -995,7 +1120,7 @@ type Transaction_AppendFriTransitions struct {
 
 func (x *Transaction_AppendFriTransitions) Reset() {
 	*x = Transaction_AppendFriTransitions{}
-	mi := &file_transaction_proto_msgTypes[18]
+	mi := &file_transaction_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1007,7 +1132,7 @@ func (x *Transaction_AppendFriTransitions) String() string {
 func (*Transaction_AppendFriTransitions) ProtoMessage() {}
 
 func (x *Transaction_AppendFriTransitions) ProtoReflect() protoreflect.Message {
-	mi := &file_transaction_proto_msgTypes[18]
+	mi := &file_transaction_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1020,14 +1145,118 @@ func (x *Transaction_AppendFriTransitions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Transaction_AppendFriTransitions.ProtoReflect.Descriptor instead.
 func (*Transaction_AppendFriTransitions) Descriptor() ([]byte, []int) {
-	return file_transaction_proto_rawDescGZIP(), []int{0, 17}
+	return file_transaction_proto_rawDescGZIP(), []int{0, 18}
+}
+
+type Transaction_Rewrite_RewrittenIndex struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	OldId         *UUID                  `protobuf:"bytes,1,opt,name=old_id,json=oldId,proto3" json:"old_id,omitempty"`
+	NewId         *UUID                  `protobuf:"bytes,2,opt,name=new_id,json=newId,proto3" json:"new_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Transaction_Rewrite_RewrittenIndex) Reset() {
+	*x = Transaction_Rewrite_RewrittenIndex{}
+	mi := &file_transaction_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Transaction_Rewrite_RewrittenIndex) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Transaction_Rewrite_RewrittenIndex) ProtoMessage() {}
+
+func (x *Transaction_Rewrite_RewrittenIndex) ProtoReflect() protoreflect.Message {
+	mi := &file_transaction_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Transaction_Rewrite_RewrittenIndex.ProtoReflect.Descriptor instead.
+func (*Transaction_Rewrite_RewrittenIndex) Descriptor() ([]byte, []int) {
+	return file_transaction_proto_rawDescGZIP(), []int{0, 5, 0}
+}
+
+func (x *Transaction_Rewrite_RewrittenIndex) GetOldId() *UUID {
+	if x != nil {
+		return x.OldId
+	}
+	return nil
+}
+
+func (x *Transaction_Rewrite_RewrittenIndex) GetNewId() *UUID {
+	if x != nil {
+		return x.NewId
+	}
+	return nil
+}
+
+type Transaction_Rewrite_RewriteGroup struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	OldFragments  []*DataFragment        `protobuf:"bytes,1,rep,name=old_fragments,json=oldFragments,proto3" json:"old_fragments,omitempty"`
+	NewFragments  []*DataFragment        `protobuf:"bytes,2,rep,name=new_fragments,json=newFragments,proto3" json:"new_fragments,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Transaction_Rewrite_RewriteGroup) Reset() {
+	*x = Transaction_Rewrite_RewriteGroup{}
+	mi := &file_transaction_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Transaction_Rewrite_RewriteGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Transaction_Rewrite_RewriteGroup) ProtoMessage() {}
+
+func (x *Transaction_Rewrite_RewriteGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_transaction_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Transaction_Rewrite_RewriteGroup.ProtoReflect.Descriptor instead.
+func (*Transaction_Rewrite_RewriteGroup) Descriptor() ([]byte, []int) {
+	return file_transaction_proto_rawDescGZIP(), []int{0, 5, 1}
+}
+
+func (x *Transaction_Rewrite_RewriteGroup) GetOldFragments() []*DataFragment {
+	if x != nil {
+		return x.OldFragments
+	}
+	return nil
+}
+
+func (x *Transaction_Rewrite_RewriteGroup) GetNewFragments() []*DataFragment {
+	if x != nil {
+		return x.NewFragments
+	}
+	return nil
 }
 
 var File_transaction_proto protoreflect.FileDescriptor
 
 const file_transaction_proto_rawDesc = "" +
 	"\n" +
-	"\x11transaction.proto\x12\x14segmerge.transaction\x1a\vtable.proto\"\xff\x10\n" +
+	"\x11transaction.proto\x12\x14segmerge.transaction\x1a\vtable.proto\"\xeb\x18\n" +
 	"\vTransaction\x12!\n" +
 	"\fread_version\x18\x01 \x01(\x04R\vreadVersion\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x10\n" +
@@ -1053,23 +1282,42 @@ const file_transaction_proto_rawDesc = "" +
 	"\x1aTransactionPropertiesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a\b\n" +
-	"\x06Append\x1a\b\n" +
-	"\x06Delete\x1a\v\n" +
+	"\x06Append\x1a\x85\x01\n" +
+	"\x06Delete\x12I\n" +
+	"\x11updated_fragments\x18\x01 \x03(\v2\x1c.segmerge.table.DataFragmentR\x10updatedFragments\x120\n" +
+	"\x14deleted_fragment_ids\x18\x02 \x03(\x04R\x12deletedFragmentIds\x1a\v\n" +
 	"\tOverwrite\x1a\x95\x01\n" +
 	"\vCreateIndex\x12>\n" +
 	"\vnew_indices\x18\x01 \x03(\v2\x1d.segmerge.table.IndexMetadataR\n" +
 	"newIndices\x12F\n" +
-	"\x0fremoved_indices\x18\x02 \x03(\v2\x1d.segmerge.table.IndexMetadataR\x0eremovedIndices\x1a\x8f\x01\n" +
+	"\x0fremoved_indices\x18\x02 \x03(\v2\x1d.segmerge.table.IndexMetadataR\x0eremovedIndices\x1a\xc9\x04\n" +
 	"\aRewrite\x12A\n" +
+	"\rold_fragments\x18\x01 \x03(\v2\x1c.segmerge.table.DataFragmentR\foldFragments\x12A\n" +
+	"\rnew_fragments\x18\x02 \x03(\v2\x1c.segmerge.table.DataFragmentR\fnewFragments\x12N\n" +
+	"\x06groups\x18\x03 \x03(\v26.segmerge.transaction.Transaction.Rewrite.RewriteGroupR\x06groups\x12e\n" +
+	"\x11rewritten_indices\x18\x04 \x03(\v28.segmerge.transaction.Transaction.Rewrite.RewrittenIndexR\x10rewrittenIndices\x1aj\n" +
+	"\x0eRewrittenIndex\x12+\n" +
+	"\x06old_id\x18\x01 \x01(\v2\x14.segmerge.table.UUIDR\x05oldId\x12+\n" +
+	"\x06new_id\x18\x02 \x01(\v2\x14.segmerge.table.UUIDR\x05newId\x1a\x94\x01\n" +
+	"\fRewriteGroup\x12A\n" +
 	"\rold_fragments\x18\x01 \x03(\v2\x1c.segmerge.table.DataFragmentR\foldFragments\x12A\n" +
 	"\rnew_fragments\x18\x02 \x03(\v2\x1c.segmerge.table.DataFragmentR\fnewFragments\x1a\a\n" +
 	"\x05Merge\x1a\t\n" +
 	"\aRestore\x1a\x12\n" +
-	"\x10ReserveFragments\x1a\b\n" +
-	"\x06Update\x1a\t\n" +
+	"\x10ReserveFragments\x1a\xf1\x01\n" +
+	"\x06Update\x120\n" +
+	"\x14removed_fragment_ids\x18\x01 \x03(\x04R\x12removedFragmentIds\x12I\n" +
+	"\x11updated_fragments\x18\x02 \x03(\v2\x1c.segmerge.table.DataFragmentR\x10updatedFragments\x12A\n" +
+	"\rnew_fragments\x18\x03 \x03(\v2\x1c.segmerge.table.DataFragmentR\fnewFragments\x12'\n" +
+	"\x0ffields_modified\x18\x04 \x03(\rR\x0efieldsModified\x1a\t\n" +
 	"\aProject\x1a\x0e\n" +
-	"\fUpdateConfig\x1a\x11\n" +
-	"\x0fDataReplacement\x1a\x13\n" +
+	"\fUpdateConfig\x1al\n" +
+	"\x14DataReplacementGroup\x12\x1f\n" +
+	"\vfragment_id\x18\x01 \x01(\x04R\n" +
+	"fragmentId\x123\n" +
+	"\bnew_file\x18\x02 \x01(\v2\x18.segmerge.table.DataFileR\anewFile\x1am\n" +
+	"\x0fDataReplacement\x12Z\n" +
+	"\freplacements\x18\x01 \x03(\v26.segmerge.transaction.Transaction.DataReplacementGroupR\freplacements\x1a\x13\n" +
 	"\x11UpdateMemWalState\x1a\a\n" +
 	"\x05Clone\x1a\r\n" +
 	"\vUpdateBases\x1a\r\n" +
@@ -1089,29 +1337,34 @@ func file_transaction_proto_rawDescGZIP() []byte {
 	return file_transaction_proto_rawDescData
 }
 
-var file_transaction_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_transaction_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_transaction_proto_goTypes = []any{
-	(*Transaction)(nil),                      // 0: segmerge.transaction.Transaction
-	nil,                                      // 1: segmerge.transaction.Transaction.TransactionPropertiesEntry
-	(*Transaction_Append)(nil),               // 2: segmerge.transaction.Transaction.Append
-	(*Transaction_Delete)(nil),               // 3: segmerge.transaction.Transaction.Delete
-	(*Transaction_Overwrite)(nil),            // 4: segmerge.transaction.Transaction.Overwrite
-	(*Transaction_CreateIndex)(nil),          // 5: segmerge.transaction.Transaction.CreateIndex
-	(*Transaction_Rewrite)(nil),              // 6: segmerge.transaction.Transaction.Rewrite
-	(*Transaction_Merge)(nil),                // 7: segmerge.transaction.Transaction.Merge
-	(*Transaction_Restore)(nil),              // 8: segmerge.transaction.Transaction.Restore
-	(*Transaction_ReserveFragments)(nil),     // 9: segmerge.transaction.Transaction.ReserveFragments
-	(*Transaction_Update)(nil),               // 10: segmerge.transaction.Transaction.Update
-	(*Transaction_Project)(nil),              // 11: segmerge.transaction.Transaction.Project
-	(*Transaction_UpdateConfig)(nil),         // 12: segmerge.transaction.Transaction.UpdateConfig
-	(*Transaction_DataReplacement)(nil),      // 13: segmerge.transaction.Transaction.DataReplacement
-	(*Transaction_UpdateMemWalState)(nil),    // 14: segmerge.transaction.Transaction.UpdateMemWalState
-	(*Transaction_Clone)(nil),                // 15: segmerge.transaction.Transaction.Clone
-	(*Transaction_UpdateBases)(nil),          // 16: segmerge.transaction.Transaction.UpdateBases
-	(*Transaction_DataOverlay)(nil),          // 17: segmerge.transaction.Transaction.DataOverlay
-	(*Transaction_AppendFriTransitions)(nil), // 18: segmerge.transaction.Transaction.AppendFriTransitions
-	(*IndexMetadata)(nil),                    // 19: segmerge.table.IndexMetadata
-	(*DataFragment)(nil),                     // 20: segmerge.table.DataFragment
+	(*Transaction)(nil),                        // 0: segmerge.transaction.Transaction
+	nil,                                        // 1: segmerge.transaction.Transaction.TransactionPropertiesEntry
+	(*Transaction_Append)(nil),                 // 2: segmerge.transaction.Transaction.Append
+	(*Transaction_Delete)(nil),                 // 3: segmerge.transaction.Transaction.Delete
+	(*Transaction_Overwrite)(nil),              // 4: segmerge.transaction.Transaction.Overwrite
+	(*Transaction_CreateIndex)(nil),            // 5: segmerge.transaction.Transaction.CreateIndex
+	(*Transaction_Rewrite)(nil),                // 6: segmerge.transaction.Transaction.Rewrite
+	(*Transaction_Merge)(nil),                  // 7: segmerge.transaction.Transaction.Merge
+	(*Transaction_Restore)(nil),                // 8: segmerge.transaction.Transaction.Restore
+	(*Transaction_ReserveFragments)(nil),       // 9: segmerge.transaction.Transaction.ReserveFragments
+	(*Transaction_Update)(nil),                 // 10: segmerge.transaction.Transaction.Update
+	(*Transaction_Project)(nil),                // 11: segmerge.transaction.Transaction.Project
+	(*Transaction_UpdateConfig)(nil),           // 12: segmerge.transaction.Transaction.UpdateConfig
+	(*Transaction_DataReplacementGroup)(nil),   // 13: segmerge.transaction.Transaction.DataReplacementGroup
+	(*Transaction_DataReplacement)(nil),        // 14: segmerge.transaction.Transaction.DataReplacement
+	(*Transaction_UpdateMemWalState)(nil),      // 15: segmerge.transaction.Transaction.UpdateMemWalState
+	(*Transaction_Clone)(nil),                  // 16: segmerge.transaction.Transaction.Clone
+	(*Transaction_UpdateBases)(nil),            // 17: segmerge.transaction.Transaction.UpdateBases
+	(*Transaction_DataOverlay)(nil),            // 18: segmerge.transaction.Transaction.DataOverlay
+	(*Transaction_AppendFriTransitions)(nil),   // 19: segmerge.transaction.Transaction.AppendFriTransitions
+	(*Transaction_Rewrite_RewrittenIndex)(nil), // 20: segmerge.transaction.Transaction.Rewrite.RewrittenIndex
+	(*Transaction_Rewrite_RewriteGroup)(nil),   // 21: segmerge.transaction.Transaction.Rewrite.RewriteGroup
+	(*DataFragment)(nil),                       // 22: segmerge.table.DataFragment
+	(*IndexMetadata)(nil),                      // 23: segmerge.table.IndexMetadata
+	(*DataFile)(nil),                           // 24: segmerge.table.DataFile
+	(*UUID)(nil),                               // 25: segmerge.table.UUID
 }
 var file_transaction_proto_depIdxs = []int32{
 	1,  // 0: segmerge.transaction.Transaction.transaction_properties:type_name -> segmerge.transaction.Transaction.TransactionPropertiesEntry
@@ -1126,21 +1379,32 @@ var file_transaction_proto_depIdxs = []int32{
 	10, // 9: segmerge.transaction.Transaction.update:type_name -> segmerge.transaction.Transaction.Update
 	11, // 10: segmerge.transaction.Transaction.project:type_name -> segmerge.transaction.Transaction.Project
 	12, // 11: segmerge.transaction.Transaction.update_config:type_name -> segmerge.transaction.Transaction.UpdateConfig
-	13, // 12: segmerge.transaction.Transaction.data_replacement:type_name -> segmerge.transaction.Transaction.DataReplacement
-	14, // 13: segmerge.transaction.Transaction.update_mem_wal_state:type_name -> segmerge.transaction.Transaction.UpdateMemWalState
-	15, // 14: segmerge.transaction.Transaction.clone:type_name -> segmerge.transaction.Transaction.Clone
-	16, // 15: segmerge.transaction.Transaction.update_bases:type_name -> segmerge.transaction.Transaction.UpdateBases
-	17, // 16: segmerge.transaction.Transaction.data_overlay:type_name -> segmerge.transaction.Transaction.DataOverlay
-	18, // 17: segmerge.transaction.Transaction.append_fri_transitions:type_name -> segmerge.transaction.Transaction.AppendFriTransitions
-	19, // 18: segmerge.transaction.Transaction.CreateIndex.new_indices:type_name -> segmerge.table.IndexMetadata
-	19, // 19: segmerge.transaction.Transaction.CreateIndex.removed_indices:type_name -> segmerge.table.IndexMetadata
-	20, // 20: segmerge.transaction.Transaction.Rewrite.old_fragments:type_name -> segmerge.table.DataFragment
-	20, // 21: segmerge.transaction.Transaction.Rewrite.new_fragments:type_name -> segmerge.table.DataFragment
-	22, // [22:22] is the sub-list for method output_type
-	22, // [22:22] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	14, // 12: segmerge.transaction.Transaction.data_replacement:type_name -> segmerge.transaction.Transaction.DataReplacement
+	15, // 13: segmerge.transaction.Transaction.update_mem_wal_state:type_name -> segmerge.transaction.Transaction.UpdateMemWalState
+	16, // 14: segmerge.transaction.Transaction.clone:type_name -> segmerge.transaction.Transaction.Clone
+	17, // 15: segmerge.transaction.Transaction.update_bases:type_name -> segmerge.transaction.Transaction.UpdateBases
+	18, // 16: segmerge.transaction.Transaction.data_overlay:type_name -> segmerge.transaction.Transaction.DataOverlay
+	19, // 17: segmerge.transaction.Transaction.append_fri_transitions:type_name -> segmerge.transaction.Transaction.AppendFriTransitions
+	22, // 18: segmerge.transaction.Transaction.Delete.updated_fragments:type_name -> segmerge.table.DataFragment
+	23, // 19: segmerge.transaction.Transaction.CreateIndex.new_indices:type_name -> segmerge.table.IndexMetadata
+	23, // 20: segmerge.transaction.Transaction.CreateIndex.removed_indices:type_name -> segmerge.table.IndexMetadata
+	22, // 21: segmerge.transaction.Transaction.Rewrite.old_fragments:type_name -> segmerge.table.DataFragment
+	22, // 22: segmerge.transaction.Transaction.Rewrite.new_fragments:type_name -> segmerge.table.DataFragment
+	21, // 23: segmerge.transaction.Transaction.Rewrite.groups:type_name -> segmerge.transaction.Transaction.Rewrite.RewriteGroup
+	20, // 24: segmerge.transaction.Transaction.Rewrite.rewritten_indices:type_name -> segmerge.transaction.Transaction.Rewrite.RewrittenIndex
+	22, // 25: segmerge.transaction.Transaction.Update.updated_fragments:type_name -> segmerge.table.DataFragment
+	22, // 26: segmerge.transaction.Transaction.Update.new_fragments:type_name -> segmerge.table.DataFragment
+	24, // 27: segmerge.transaction.Transaction.DataReplacementGroup.new_file:type_name -> segmerge.table.DataFile
+	13, // 28: segmerge.transaction.Transaction.DataReplacement.replacements:type_name -> segmerge.transaction.Transaction.DataReplacementGroup
+	25, // 29: segmerge.transaction.Transaction.Rewrite.RewrittenIndex.old_id:type_name -> segmerge.table.UUID
+	25, // 30: segmerge.transaction.Transaction.Rewrite.RewrittenIndex.new_id:type_name -> segmerge.table.UUID
+	22, // 31: segmerge.transaction.Transaction.Rewrite.RewriteGroup.old_fragments:type_name -> segmerge.table.DataFragment
+	22, // 32: segmerge.transaction.Transaction.Rewrite.RewriteGroup.new_fragments:type_name -> segmerge.table.DataFragment
+	33, // [33:33] is the sub-list for method output_type
+	33, // [33:33] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_transaction_proto_init() }
@@ -1174,7 +1438,7 @@ func file_transaction_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transaction_proto_rawDesc), len(file_transaction_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
