@@ -14,7 +14,8 @@ PY     := $(VENV)/bin/python
 GO     ?= go
 
 PY_DEPS := pybindgen==0.22.1 "setuptools>=68" wheel \
-           pylance==14.0.2 "pyarrow>=17" "numpy>=1.24" "pytest>=8" "mypy>=1.10"
+           pylance==14.0.2 "pyarrow>=17" "numpy>=1.24" "pytest>=8" "mypy>=1.10" \
+           "ray>=2.40" "dask>=2024.1" "distributed>=2024.1" "tqdm>=4.60"
 
 .PHONY: all venv build test test-go test-py vet demo proto fuzz clean
 

@@ -7,7 +7,15 @@ formats directly; datasets stay readable by pylance.
 
 from __future__ import annotations
 
-from .api import Dataset, commit_existing_index_segments, merge_existing_index_segments, open
+from .api import (
+    Dataset,
+    cleanup,
+    commit_existing_index_segments,
+    merge_existing_index_segments,
+    open,
+    plan_index_segment_merge,
+)
+from .distributed import OptimizeProgress, optimize, run_plan
 from .errors import (
     CancelledError,
     ConflictError,
@@ -18,17 +26,24 @@ from .errors import (
     SegmergeError,
     UnsupportedError,
 )
-from .types import IndexFile, IndexSegment, OperationProgress
+from .types import IndexFile, IndexSegment, MergePlan, MergeTask, OperationProgress
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Dataset",
     "open",
+    "plan_index_segment_merge",
     "merge_existing_index_segments",
     "commit_existing_index_segments",
+    "optimize",
+    "run_plan",
+    "cleanup",
     "IndexSegment",
+    "MergePlan",
+    "MergeTask",
     "OperationProgress",
+    "OptimizeProgress",
     "IndexFile",
     "SegmergeError",
     "InvalidInputError",

@@ -18,6 +18,9 @@ from .errors import InternalError, translate
 
 _lock = threading.Lock()
 _native: Optional[ModuleType] = None
+# Operation ids running in this process, so that a driver can cancel the
+# merges its worker threads run.
+_active: set[str] = set()
 
 
 def native() -> ModuleType:
@@ -91,6 +94,8 @@ def run_operation(
             box["error"] = exc
 
     worker = threading.Thread(target=target, name=f"lance-segmerge-{name}", daemon=True)
+    with _lock:
+        _active.add(op_id)
     worker.start()
     try:
         while worker.is_alive():
@@ -103,6 +108,17 @@ def run_operation(
         native().Cancel(op_id)
         worker.join()
         raise
+    finally:
+        with _lock:
+            _active.discard(op_id)
     if "error" in box:
         raise box["error"]
     return box["value"]
+
+
+def cancel_all() -> int:
+    """Cancel every kernel operation running in this process; returns how
+    many were running."""
+    with _lock:
+        ids = list(_active)
+    return sum(1 for i in ids if native().Cancel(i))

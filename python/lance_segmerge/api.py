@@ -5,14 +5,22 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import timedelta
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 from . import _ffi
 from ._progress import ProgressArg, Reporter
 from .errors import InvalidInputError
-from .types import IndexSegment
+from .types import IndexSegment, MergePlan
 
-__all__ = ["Dataset", "open", "merge_existing_index_segments", "commit_existing_index_segments"]
+__all__ = [
+    "Dataset",
+    "open",
+    "plan_index_segment_merge",
+    "merge_existing_index_segments",
+    "commit_existing_index_segments",
+    "cleanup",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -175,6 +183,28 @@ class Dataset:
         """
         return commit_existing_index_segments(
             self, index_name, column, segments, replaces=replaces, max_retries=max_retries
+        )
+
+    def plan_index_segment_merge(
+        self,
+        index_name: str,
+        segments_per_task: int = 32,
+        max_segments_to_merge: Optional[int] = None,
+        *,
+        target_rows_per_task: Optional[int] = None,
+        requantize_sq: bool = False,
+    ) -> MergePlan:
+        """Plan the merge of an index's segments.
+
+        See :func:`lance_segmerge.plan_index_segment_merge`.
+        """
+        return plan_index_segment_merge(
+            self,
+            index_name,
+            segments_per_task,
+            max_segments_to_merge,
+            target_rows_per_task=target_rows_per_task,
+            requantize_sq=requantize_sq,
         )
 
     # -- pickling: URI, options, version; nothing native ---------------------
@@ -425,3 +455,157 @@ def commit_existing_index_segments(
     )
     logger.info("committed %d segments of %s as version %d", len(segs), index_name, version)
     return int(version)
+
+
+def _plan_options(
+    index_name: str,
+    segments_per_task: int,
+    max_segments_to_merge: Optional[int],
+    target_rows_per_task: Optional[int],
+    requantize_sq: bool,
+) -> str:
+    if not isinstance(index_name, str) or not index_name:
+        raise InvalidInputError(f"index_name must be a non-empty string, got {index_name!r}")
+    if not isinstance(segments_per_task, int) or segments_per_task < 2:
+        raise InvalidInputError(f"segments_per_task must be an integer >= 2, got {segments_per_task!r}")
+    if max_segments_to_merge is not None and (not isinstance(max_segments_to_merge, int) or max_segments_to_merge < 2):
+        raise InvalidInputError(f"max_segments_to_merge must be an integer >= 2, got {max_segments_to_merge!r}")
+    if target_rows_per_task is not None and (not isinstance(target_rows_per_task, int) or target_rows_per_task <= 0):
+        raise InvalidInputError(f"target_rows_per_task must be a positive integer, got {target_rows_per_task!r}")
+    return json.dumps(
+        {
+            "index_name": index_name,
+            "segments_per_task": segments_per_task,
+            "max_segments_to_merge": max_segments_to_merge or 0,
+            "target_rows_per_task": target_rows_per_task or 0,
+            "requantize_sq": bool(requantize_sq),
+        }
+    )
+
+
+def plan_index_segment_merge(
+    dataset: Union[Dataset, str],
+    index_name: str,
+    segments_per_task: int = 32,
+    max_segments_to_merge: Optional[int] = None,
+    *,
+    target_rows_per_task: Optional[int] = None,
+    requantize_sq: bool = False,
+) -> MergePlan:
+    """Plan the merge of the segments of a vector index into disjoint tasks.
+
+    Every planned segment is opened and checked against the others up front
+    (same index type, metric, IVF centroids, PQ codebook / SQ bounds / RQ
+    rotation, disjoint coverage), so a task cannot fail on a model mismatch
+    later. Tasks are balanced by bytes (and, with ``target_rows_per_task``,
+    by rows), each merges at least two segments, and the same input always
+    gives the same plan.
+
+    Parameters
+    ----------
+    dataset : Dataset or str
+        The dataset; the plan is pinned to its version.
+    index_name : str
+        The logical index.
+    segments_per_task : int, default 32
+        Most segments one task merges (a task may get one more so that no
+        task merges a single segment).
+    max_segments_to_merge : int, optional
+        Plan only the newest N segments and leave the rest (typically the
+        large base) untouched, as pylance's ``num_indices_to_merge`` does.
+    target_rows_per_task : int, optional
+        Add tasks until the average task holds about this many rows.
+    requantize_sq : bool, default False
+        Accept IVF_SQ segments with different bounds (see
+        :func:`merge_existing_index_segments`).
+
+    Returns
+    -------
+    MergePlan
+        Fewer than two qualifying segments give a plan without tasks.
+
+    Raises
+    ------
+    NotFoundError
+        No index of that name.
+    InvalidInputError
+        Bad arguments, or segments that cannot be merged together.
+    UnsupportedError
+        IVF_HNSW_* segments.
+    """
+    ds = dataset if isinstance(dataset, Dataset) else Dataset(str(dataset))
+    opts = _plan_options(index_name, segments_per_task, max_segments_to_merge, target_rows_per_task, requantize_sq)
+    out = _ffi.call_json("PlanIndex", ds.uri, _ffi.options_json(ds.storage_options), ds.version, opts)
+    plan = MergePlan.from_dict(out)
+    logger.info(
+        "planned %d tasks over %d segments of %s at version %d",
+        len(plan.tasks),
+        plan.num_segments,
+        index_name,
+        plan.read_version,
+    )
+    return plan
+
+
+def plan_segments(
+    dataset: Dataset,
+    segments: Sequence[IndexSegment],
+    segments_per_task: int,
+    *,
+    requantize_sq: bool = False,
+) -> MergePlan:
+    """Group an explicit list of segments (e.g. one level of a tree merge)
+    into tasks, with the same checks and balancing as
+    :func:`plan_index_segment_merge`."""
+    if not segments:
+        raise InvalidInputError("no segments to plan")
+    opts = _plan_options(segments[0].name, segments_per_task, None, None, requantize_sq)
+    out = _ffi.call_json(
+        "PlanSegments", dataset.uri, _ffi.options_json(dataset.storage_options), dataset.version, _segments_json(segments), opts
+    )
+    return MergePlan.from_dict(out)
+
+
+def cleanup(
+    dataset: Union[Dataset, str],
+    older_than: Union[float, timedelta] = 3600.0,
+    *,
+    dry_run: bool = False,
+) -> list[dict[str, Any]]:
+    """Find (and remove) segment directories that no version references.
+
+    Crashed or cancelled merges leave their partial outputs under
+    ``_indices/<uuid>/``. A directory is removed only when no version of the
+    dataset references it and its newest file is older than ``older_than``,
+    a grace period for merges still running and commits about to land.
+
+    Parameters
+    ----------
+    dataset : Dataset or str
+        The dataset.
+    older_than : float or datetime.timedelta, default 1 hour
+        Grace period (seconds when a float).
+    dry_run : bool, default False
+        Only list what would be removed.
+
+    Returns
+    -------
+    list of dict
+        One entry per orphan: ``uuid``, ``files``, ``bytes``, ``modified``,
+        ``removed``.
+    """
+    ds = dataset if isinstance(dataset, Dataset) else Dataset(str(dataset))
+    seconds = older_than.total_seconds() if hasattr(older_than, "total_seconds") else float(older_than)
+    if seconds < 0:
+        raise InvalidInputError(f"older_than must not be negative, got {older_than!r}")
+    out = _ffi.call_json("Cleanup", ds.uri, _ffi.options_json(ds.storage_options), seconds, bool(dry_run))
+    logger.info("cleanup of %s: %d orphaned segment directories%s", ds.uri, len(out), " (dry run)" if dry_run else "")
+    return list(out)
+
+
+def remove_uncommitted(dataset: Dataset, uuids: Sequence[str]) -> int:
+    """Delete the files of uncommitted segments (outputs of cancelled or
+    intermediate merges). Committed segments are refused."""
+    if not uuids:
+        return 0
+    return int(_ffi.call("RemoveUncommitted", dataset.uri, _ffi.options_json(dataset.storage_options), json.dumps(list(uuids))))

@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from .api import Dataset
 
-__all__ = ["IndexFile", "IndexSegment", "OperationProgress", "SEGMENT_FORMAT_VERSION"]
+__all__ = ["IndexFile", "IndexSegment", "MergePlan", "MergeTask", "OperationProgress", "SEGMENT_FORMAT_VERSION", "PLAN_FORMAT_VERSION"]
 
 #: Version of the IndexSegment serialisation; bumped on incompatible changes.
 SEGMENT_FORMAT_VERSION = 1
@@ -360,3 +360,159 @@ class OperationProgress:
             rows_written=int(d.get("rows_written", 0)),
             bytes_written=int(d.get("bytes_written", 0)),
         )
+
+
+#: Version of the MergePlan / MergeTask serialisation.
+PLAN_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class MergeTask:
+    """One worker's job: merge these segments into one new segment.
+
+    Parameters
+    ----------
+    task_id : int
+        Position of the task in its plan.
+    segments : tuple of IndexSegment
+        Input segments, in merge order.
+    rows : int
+        Rows of the inputs.
+    bytes : int
+        Bytes of the inputs' files.
+    """
+
+    task_id: int
+    segments: tuple[IndexSegment, ...]
+    rows: int = 0
+    bytes: int = 0
+    format_version: int = PLAN_FORMAT_VERSION
+
+    def __post_init__(self) -> None:
+        if self.format_version != PLAN_FORMAT_VERSION:
+            raise InvalidInputError(f"MergeTask format_version {self.format_version} is not supported")
+        if len(self.segments) < 2:
+            raise InvalidInputError(f"task {self.task_id}: a merge task needs at least two segments")
+
+    @property
+    def segment_ids(self) -> tuple[str, ...]:
+        """UUIDs of the input segments."""
+        return tuple(s.uuid for s in self.segments)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format_version": self.format_version,
+            "task_id": self.task_id,
+            "segments": [s.to_dict() for s in self.segments],
+            "rows": self.rows,
+            "bytes": self.bytes,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "MergeTask":
+        return cls(
+            task_id=int(d["task_id"]),
+            segments=tuple(IndexSegment.from_dict(s) for s in d["segments"]),
+            rows=int(d.get("rows") or 0),
+            bytes=int(d.get("bytes") or 0),
+            format_version=int(d.get("format_version", PLAN_FORMAT_VERSION)),
+        )
+
+
+@dataclass(frozen=True)
+class MergePlan:
+    """A set of disjoint merge tasks over the segments of one index, pinned
+    to the dataset version it was planned at.
+
+    A plan holds no credentials and nothing native: it pickles and
+    round-trips through JSON, so it can be shipped to any worker that sees
+    the same storage.
+
+    Parameters
+    ----------
+    plan_id : str
+        Content hash: the same inputs give the same id.
+    dataset_uri : str
+        Dataset root.
+    read_version : int
+        Version the plan was made at; the commit checks everything
+        committed since.
+    index_name, column, index_type : str
+        The index, its column, its type.
+    tasks : tuple of MergeTask
+        Disjoint tasks.
+    untouched : tuple of str
+        Segments of the index the plan leaves alone (beyond
+        ``max_segments_to_merge``, or covering no live fragment).
+    requantize_sq : bool
+        Workers merge IVF_SQ inputs with different bounds by re-quantizing.
+    """
+
+    plan_id: str
+    dataset_uri: str
+    read_version: int
+    index_name: str
+    column: str
+    index_type: str
+    tasks: tuple[MergeTask, ...]
+    untouched: tuple[str, ...] = ()
+    requantize_sq: bool = False
+    format_version: int = PLAN_FORMAT_VERSION
+
+    def __post_init__(self) -> None:
+        if self.format_version != PLAN_FORMAT_VERSION:
+            raise InvalidInputError(
+                f"MergePlan format_version {self.format_version} is not supported "
+                f"(this lance_segmerge reads version {PLAN_FORMAT_VERSION})"
+            )
+        seen: set[str] = set()
+        for t in self.tasks:
+            for u in t.segment_ids:
+                if u in seen:
+                    raise InvalidInputError(f"segment {u} appears in two tasks")
+                seen.add(u)
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """UUIDs of every segment the plan merges (what its commit replaces)."""
+        return tuple(u for t in self.tasks for u in t.segment_ids)
+
+    @property
+    def num_segments(self) -> int:
+        return len(self.sources)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format_version": self.format_version,
+            "plan_id": self.plan_id,
+            "dataset_uri": self.dataset_uri,
+            "read_version": self.read_version,
+            "index_name": self.index_name,
+            "column": self.column,
+            "index_type": self.index_type,
+            "tasks": [t.to_dict() for t in self.tasks],
+            "untouched": list(self.untouched),
+            "requantize_sq": self.requantize_sq,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "MergePlan":
+        return cls(
+            plan_id=str(d["plan_id"]),
+            dataset_uri=str(d["dataset_uri"]),
+            read_version=int(d["read_version"]),
+            index_name=str(d["index_name"]),
+            column=str(d.get("column") or ""),
+            index_type=str(d.get("index_type") or ""),
+            tasks=tuple(MergeTask.from_dict(t) for t in (d.get("tasks") or ())),
+            untouched=tuple(d.get("untouched") or ()),
+            requantize_sq=bool(d.get("requantize_sq", False)),
+            format_version=int(d.get("format_version", PLAN_FORMAT_VERSION)),
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, s: str) -> "MergePlan":
+        return cls.from_dict(json.loads(s))

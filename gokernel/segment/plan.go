@@ -1,0 +1,267 @@
+package segment
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
+)
+
+// PlanFormatVersion versions the plan's serialised form; workers and the
+// commit refuse versions they do not know.
+const PlanFormatVersion = 1
+
+// PlanOptions shape a plan. SegmentsPerTask must be at least 2.
+type PlanOptions struct {
+	IndexName string `json:"index_name"`
+	// SegmentsPerTask is the most segments one task merges (a task of an
+	// odd remainder may get one more so that no task merges a single
+	// segment).
+	SegmentsPerTask int `json:"segments_per_task"`
+	// MaxSegmentsToMerge limits the plan to the newest segments (by
+	// dataset version, then commit order); the rest (typically the large
+	// base) is left untouched. 0 plans every segment.
+	MaxSegmentsToMerge int `json:"max_segments_to_merge"`
+	// TargetRowsPerTask, when set, adds tasks until the average task has
+	// about this many rows.
+	TargetRowsPerTask int64 `json:"target_rows_per_task"`
+	// RequantizeSQ plans IVF_SQ segments whose bounds differ (see
+	// MergeOptions.RequantizeSQ); the plan records it for its workers.
+	RequantizeSQ bool `json:"requantize_sq"`
+}
+
+// Task is one worker's job: merge these segments into one.
+type Task struct {
+	ID       int     `json:"task_id"`
+	Segments []*Info `json:"segments"`
+	Rows     uint64  `json:"rows"`
+	Bytes    uint64  `json:"bytes"`
+}
+
+// Plan is a set of disjoint merge tasks over segments of one index, pinned
+// to the dataset version it was made at.
+type Plan struct {
+	FormatVersion int    `json:"format_version"`
+	PlanID        string `json:"plan_id"`
+	URI           string `json:"dataset_uri"`
+	ReadVersion   uint64 `json:"read_version"`
+	IndexName     string `json:"index_name"`
+	Column        string `json:"column"`
+	IndexType     string `json:"index_type"`
+	Tasks         []Task `json:"tasks"`
+	// Untouched lists the index's segments the plan leaves alone.
+	Untouched []string `json:"untouched"`
+	// RequantizeSQ tells workers to merge with MergeOptions.RequantizeSQ.
+	RequantizeSQ bool `json:"requantize_sq"`
+}
+
+// PlanIndex plans the merge of the segments of one index at snap.
+func PlanIndex(ctx context.Context, st storage.Store, snap *table.Snapshot, opts PlanOptions) (*Plan, error) {
+	if err := opts.check(); err != nil {
+		return nil, err
+	}
+	current := map[uint32]bool{}
+	for _, f := range snap.FragmentIDs() {
+		current[uint32(f)] = true
+	}
+	type cand struct {
+		im  *pb.IndexMetadata
+		pos int
+	}
+	var cands []cand
+	var untouched []string
+	found := false
+	for pos, im := range snap.Indices {
+		if im.GetName() != opts.IndexName {
+			continue
+		}
+		found = true
+		ids, ok, err := table.DecodeFragmentBitmap(im.GetFragmentBitmap())
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, fmt.Errorf("%w: segment %s of index %q has no fragment coverage; rebuild the index with pylance", errkind.InvalidInput, table.IndexUUID(im), opts.IndexName)
+		}
+		live := slices.ContainsFunc(ids, func(f uint32) bool { return current[f] })
+		if !live {
+			// Deferred, or covering only deleted fragments: nothing to merge.
+			untouched = append(untouched, table.IndexUUID(im))
+			continue
+		}
+		cands = append(cands, cand{im, pos})
+	}
+	if !found {
+		return nil, fmt.Errorf("%w: index %q does not exist in %s version %d (indices: %v)", errkind.NotFound, opts.IndexName, st.URI(), snap.Ref.Version, IndexNames(snap))
+	}
+	// Newest last: by the dataset version a segment was built at, then by
+	// commit order.
+	sort.SliceStable(cands, func(i, j int) bool {
+		a, b := cands[i], cands[j]
+		return cmp.Or(cmp.Compare(a.im.GetDatasetVersion(), b.im.GetDatasetVersion()), cmp.Compare(a.pos, b.pos)) < 0
+	})
+	if n := opts.MaxSegmentsToMerge; n > 0 && len(cands) > n {
+		for _, c := range cands[:len(cands)-n] {
+			untouched = append(untouched, table.IndexUUID(c.im))
+		}
+		cands = cands[len(cands)-n:]
+	}
+	metas := make([]*pb.IndexMetadata, len(cands))
+	for i, c := range cands {
+		metas[i] = c.im
+	}
+	p, err := PlanSegments(ctx, st, snap, metas, opts)
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(untouched)
+	p.Untouched = untouched
+	if len(metas) > 0 {
+		p.Column = snap.FieldPath(metas[0].GetFields()[0])
+	}
+	p.PlanID = planID(p)
+	return p, nil
+}
+
+func (o PlanOptions) check() error {
+	switch {
+	case o.IndexName == "":
+		return fmt.Errorf("%w: an index name is required", errkind.InvalidInput)
+	case o.SegmentsPerTask < 2:
+		return fmt.Errorf("%w: segments_per_task must be at least 2, got %d", errkind.InvalidInput, o.SegmentsPerTask)
+	case o.MaxSegmentsToMerge < 0 || o.MaxSegmentsToMerge == 1:
+		return fmt.Errorf("%w: max_segments_to_merge must be at least 2, got %d", errkind.InvalidInput, o.MaxSegmentsToMerge)
+	case o.TargetRowsPerTask < 0:
+		return fmt.Errorf("%w: target_rows_per_task must be positive, got %d", errkind.InvalidInput, o.TargetRowsPerTask)
+	}
+	return nil
+}
+
+// PlanSegments groups the given segments into balanced tasks after
+// checking, once, that they can all be merged together (one index, one
+// model, disjoint coverage), so that no task fails on a mismatch later.
+// Fewer than two segments give a plan without tasks.
+func PlanSegments(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, opts PlanOptions) (*Plan, error) {
+	if opts.IndexName == "" && len(metas) > 0 {
+		opts.IndexName = metas[0].GetName()
+	}
+	if err := opts.check(); err != nil {
+		return nil, err
+	}
+	p := &Plan{FormatVersion: PlanFormatVersion, URI: st.URI(), ReadVersion: snap.Ref.Version, IndexName: opts.IndexName, Tasks: []Task{}, Untouched: []string{}}
+	if len(metas) < 2 {
+		p.PlanID = planID(p)
+		return p, nil
+	}
+	if err := checkEntries(metas, snap); err != nil {
+		return nil, err
+	}
+	srcs, err := openSources(ctx, st, metas)
+	if err != nil {
+		return nil, err
+	}
+	defer closeSources(srcs)
+	m, err := sharedModel(srcs, opts.RequantizeSQ)
+	if err != nil {
+		return nil, err
+	}
+	p.IndexType = string(m.typ)
+	p.RequantizeSQ = m.requantize
+	p.Column = snap.FieldPath(metas[0].GetFields()[0])
+	rows := make([]uint64, len(srcs))
+	bytes := make([]uint64, len(srcs))
+	for i, s := range srcs {
+		rows[i] = s.files.Aux.NumRows()
+		bytes[i] = uint64(s.files.Aux.Size() + s.files.Index.Size())
+	}
+	for ti, members := range group(bytes, rows, opts) {
+		t := Task{ID: ti}
+		for _, i := range members {
+			info, err := Describe(metas[i])
+			if err != nil {
+				return nil, err
+			}
+			if info.Stats, err = ReadStats(ctx, st, metas[i]); err != nil {
+				return nil, err
+			}
+			t.Segments = append(t.Segments, info)
+			t.Rows += rows[i]
+			t.Bytes += bytes[i]
+		}
+		p.Tasks = append(p.Tasks, t)
+	}
+	p.PlanID = planID(p)
+	return p, nil
+}
+
+// group assigns segments to tasks: as few tasks as segments_per_task (and
+// target_rows_per_task) allow, every task with at least two segments,
+// loads (bytes) balanced greedily, largest first. Deterministic: ties go
+// to the lowest task id, and each task lists its segments in input order.
+func group(load, rows []uint64, opts PlanOptions) [][]int {
+	n := len(load)
+	spt := opts.SegmentsPerTask
+	tasks := (n + spt - 1) / spt
+	if opts.TargetRowsPerTask > 0 {
+		var total uint64
+		for _, r := range rows {
+			total += r
+		}
+		tasks = max(tasks, int((total+uint64(opts.TargetRowsPerTask)-1)/uint64(opts.TargetRowsPerTask)))
+	}
+	tasks = max(1, min(tasks, n/2))
+	capacity := max(spt, (n+tasks-1)/tasks)
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return load[order[a]] > load[order[b]] })
+	members := make([][]int, tasks)
+	loads := make([]uint64, tasks)
+	for k, i := range order {
+		remaining := n - k
+		need := 0
+		for _, m := range members {
+			need += max(0, 2-len(m))
+		}
+		best := -1
+		for t := range members {
+			if len(members[t]) >= capacity || (remaining <= need && len(members[t]) >= 2) {
+				continue
+			}
+			if best < 0 || loads[t] < loads[best] {
+				best = t
+			}
+		}
+		members[best] = append(members[best], i)
+		loads[best] += load[i]
+	}
+	for _, m := range members {
+		sort.Ints(m)
+	}
+	sort.Slice(members, func(a, b int) bool { return members[a][0] < members[b][0] })
+	return members
+}
+
+// planID names a plan by its content: the same inputs give the same id.
+func planID(p *Plan) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%d\x00%s\x00", p.URI, p.ReadVersion, p.IndexName)
+	for _, t := range p.Tasks {
+		h.Write([]byte(strconv.Itoa(t.ID)))
+		for _, s := range t.Segments {
+			h.Write([]byte(s.UUID))
+		}
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil)[:12])
+}

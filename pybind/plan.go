@@ -1,0 +1,113 @@
+package pybind
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/segment"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
+)
+
+func decodePlanOptions(planOptionsJSON string) (segment.PlanOptions, error) {
+	var opts segment.PlanOptions
+	if err := json.Unmarshal([]byte(planOptionsJSON), &opts); err != nil {
+		return opts, fmt.Errorf("%w: plan options: %w", errkind.InvalidInput, err)
+	}
+	return opts, nil
+}
+
+// PlanIndex plans the merge of the segments of one index at a dataset
+// version (0 = latest) and returns the plan as JSON (segment.Plan).
+func PlanIndex(uri, optionsJSON string, version int, planOptionsJSON string) (out string, err error) {
+	defer recoverTo(&err)
+	ctx := context.Background()
+	opts, err := decodePlanOptions(planOptionsJSON)
+	if err != nil {
+		return "", tagged(err)
+	}
+	st, snap, err := openSnapshot(ctx, uri, optionsJSON, version)
+	if err != nil {
+		return "", tagged(err)
+	}
+	p, err := segment.PlanIndex(ctx, st, snap, opts)
+	if err != nil {
+		return "", tagged(err)
+	}
+	p.URI = uri
+	b, err := json.Marshal(p)
+	return string(b), tagged(err)
+}
+
+// PlanSegments groups an explicit list of segments (a JSON list of segment
+// infos, e.g. the outputs of one level of a tree merge) into tasks.
+func PlanSegments(uri, optionsJSON string, version int, segmentsJSON, planOptionsJSON string) (out string, err error) {
+	defer recoverTo(&err)
+	ctx := context.Background()
+	opts, err := decodePlanOptions(planOptionsJSON)
+	if err != nil {
+		return "", tagged(err)
+	}
+	st, snap, err := openSnapshot(ctx, uri, optionsJSON, version)
+	if err != nil {
+		return "", tagged(err)
+	}
+	metas, err := segment.ParseInfos([]byte(segmentsJSON))
+	if err != nil {
+		return "", tagged(err)
+	}
+	p, err := segment.PlanSegments(ctx, st, snap, metas, opts)
+	if err != nil {
+		return "", tagged(err)
+	}
+	p.URI = uri
+	b, err := json.Marshal(p)
+	return string(b), tagged(err)
+}
+
+// Cleanup lists (and unless dryRun removes) segment directories no version
+// references, older than olderThanSeconds. Returns a JSON list.
+func Cleanup(uri, optionsJSON string, olderThanSeconds float64, dryRun bool) (out string, err error) {
+	defer recoverTo(&err)
+	ctx := context.Background()
+	opts, err := decodeOptions(optionsJSON)
+	if err != nil {
+		return "", tagged(err)
+	}
+	st, err := storage.Open(ctx, uri, opts)
+	if err != nil {
+		return "", tagged(err)
+	}
+	orphans, err := segment.Cleanup(ctx, st, time.Duration(olderThanSeconds*float64(time.Second)), dryRun, time.Now())
+	if err != nil {
+		return "", tagged(err)
+	}
+	if orphans == nil {
+		orphans = []segment.Orphan{}
+	}
+	b, err := json.Marshal(orphans)
+	return string(b), tagged(err)
+}
+
+// RemoveUncommitted deletes the files of uncommitted segments (a JSON list
+// of uuids); committed ones are refused. Returns the number of files.
+func RemoveUncommitted(uri, optionsJSON, uuidsJSON string) (n int, err error) {
+	defer recoverTo(&err)
+	ctx := context.Background()
+	opts, err := decodeOptions(optionsJSON)
+	if err != nil {
+		return 0, tagged(err)
+	}
+	var uuids []string
+	if err := json.Unmarshal([]byte(uuidsJSON), &uuids); err != nil {
+		return 0, tagged(fmt.Errorf("%w: uuids: %w", errkind.InvalidInput, err))
+	}
+	st, err := storage.Open(ctx, uri, opts)
+	if err != nil {
+		return 0, tagged(err)
+	}
+	n, err = segment.RemoveUncommitted(ctx, st, uuids)
+	return n, tagged(err)
+}

@@ -1,0 +1,244 @@
+"""optimize: plan, merge level by level as a tree on an executor, commit
+once."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Union
+
+from . import _worker
+from .api import (
+    Dataset,
+    commit_existing_index_segments,
+    plan_index_segment_merge,
+    plan_segments,
+    remove_uncommitted,
+)
+from .errors import InvalidInputError
+from .executors import Executor, resolve_executor
+from .types import IndexSegment, MergePlan, MergeTask
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["optimize", "OptimizeProgress", "run_plan"]
+
+
+@dataclass(frozen=True)
+class OptimizeProgress:
+    """Progress of :func:`optimize`, reported on the driver.
+
+    Parameters
+    ----------
+    level : int
+        Tree level being merged (1 = the planned segments).
+    tasks_done, tasks_total : int
+        Tasks finished and planned at this level.
+    segments : int
+        Segments this level reduces.
+    """
+
+    level: int
+    tasks_done: int
+    tasks_total: int
+    segments: int
+
+
+ProgressArg = Union[None, bool, Callable[[OptimizeProgress], None]]
+
+
+class _Reporter:
+    def __init__(self, progress: ProgressArg) -> None:
+        self._cb: Optional[Callable[[OptimizeProgress], None]] = progress if callable(progress) else None
+        self._bar: Any = None
+        if progress is True:
+            try:
+                from tqdm.auto import tqdm
+
+                self._bar = tqdm(desc="optimize", unit="task")
+            except ImportError:
+                logger.info("progress=True: tqdm is not installed; logging progress instead")
+
+    def __call__(self, p: OptimizeProgress) -> None:
+        if self._cb is not None:
+            self._cb(p)
+        if self._bar is not None:
+            self._bar.set_description(f"optimize level {p.level}")
+            self._bar.total = p.tasks_total
+            self._bar.n = p.tasks_done
+            self._bar.refresh()
+        logger.debug("level %d: %d/%d tasks", p.level, p.tasks_done, p.tasks_total)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def _run_level(
+    ds: Dataset,
+    tasks: tuple[MergeTask, ...],
+    pool: Executor,
+    level: int,
+    report: _Reporter,
+    created: list[str],
+    options: dict[str, Any],
+) -> list[IndexSegment]:
+    jobs = []
+    for t in tasks:
+        out = str(uuid.uuid4())
+        created.append(out)  # known before the worker starts: removable on failure
+        jobs.append({"dataset": ds, "task": t.to_dict(), "index_uuid": out, **options})
+    done = [0]
+    nseg = sum(len(t.segments) for t in tasks)
+    report(OptimizeProgress(level, 0, len(tasks), nseg))
+
+    def on_done(_: int) -> None:
+        done[0] += 1
+        report(OptimizeProgress(level, done[0], len(tasks), nseg))
+
+    results = pool.map(_worker.merge_task, jobs, on_done)
+    return [IndexSegment.from_dict(r) for r in results]
+
+
+def run_plan(
+    dataset: Dataset,
+    plan: MergePlan,
+    *,
+    executor: Union[str, cf.Executor, Executor] = "local",
+    max_workers: Optional[int] = None,
+    fan_in: int = 32,
+    progress: ProgressArg = None,
+    window_rows: Optional[int] = None,
+) -> int:
+    """Execute a plan as a tree and commit once.
+
+    Level 1 merges the plan's tasks; each further level merges the previous
+    level's outputs in groups of ``fan_in`` until one segment is left, which
+    is committed in place of every planned segment. Intermediate outputs are
+    removed after the commit. On any failure or interrupt, running work is
+    cancelled, every output this call created is removed, and the dataset is
+    left as it was.
+
+    Returns
+    -------
+    int
+        The new dataset version (the dataset's version when the plan has no
+        tasks).
+    """
+    if dataset.version != plan.read_version:
+        raise InvalidInputError(
+            f"the plan was made at version {plan.read_version}, the dataset is pinned to {dataset.version}"
+        )
+    if not plan.tasks:
+        return dataset.version
+    if not isinstance(fan_in, int) or fan_in < 2:
+        raise InvalidInputError(f"fan_in must be an integer >= 2, got {fan_in!r}")
+    options: dict[str, Any] = {"requantize_sq": plan.requantize_sq}
+    if window_rows is not None:
+        options["window_rows"] = window_rows
+    pool = resolve_executor(executor, max_workers)
+    report = _Reporter(progress)
+    created: list[str] = []
+    committed = False
+    t0 = time.perf_counter()
+    try:
+        tasks = plan.tasks
+        level = 1
+        while True:
+            outputs = _run_level(dataset, tasks, pool, level, report, created, options)
+            if len(outputs) == 1:
+                break
+            tasks = plan_segments(dataset, outputs, fan_in, requantize_sq=plan.requantize_sq).tasks
+            level += 1
+        (final,) = outputs
+        version = commit_existing_index_segments(dataset, plan.index_name, plan.column, [final], replaces=plan.sources)
+        committed = True
+        logger.info(
+            "optimize %s: %d segments -> 1 in %d levels, version %d, %.1fs",
+            plan.index_name,
+            plan.num_segments,
+            level,
+            version,
+            time.perf_counter() - t0,
+        )
+    except BaseException:
+        pool.cancel()
+        raise
+    finally:
+        report.close()
+        pool.close()
+        leftovers = created[:-1] if committed else created
+        try:
+            remove_uncommitted(dataset, leftovers)
+        except Exception as exc:  # the cleanup verb can finish the job
+            logger.warning("could not remove %d uncommitted segments: %s", len(leftovers), exc)
+    return version
+
+
+def optimize(
+    dataset: Union[Dataset, str],
+    index_name: str,
+    *,
+    executor: Union[str, cf.Executor, Executor] = "local",
+    max_workers: Optional[int] = None,
+    fan_in: int = 32,
+    max_segments_to_merge: Optional[int] = None,
+    target_rows_per_task: Optional[int] = None,
+    requantize_sq: bool = False,
+    progress: ProgressArg = True,
+    window_rows: Optional[int] = None,
+) -> int:
+    """Merge the segments of a vector index into one, distributed, and
+    commit once.
+
+    Plans (:func:`plan_index_segment_merge` with ``segments_per_task =
+    fan_in``), merges level by level as a tree on ``executor`` (each level's
+    tasks are independent), and commits the result as one new version that
+    replaces exactly the planned segments.
+
+    Parameters
+    ----------
+    dataset : Dataset or str
+        The dataset (a URI opens its latest version).
+    index_name : str
+        The logical index.
+    executor : {"local", "processes", "ray", "dask"} or concurrent.futures.Executor
+        Where merges run. ``"local"`` uses threads (the kernel releases the
+        GIL), ``"processes"`` a spawn-started process pool; Ray and Dask are
+        optional extras and use a running cluster or start a local one.
+    max_workers : int, optional
+        Size of pools this call creates.
+    fan_in : int, default 32
+        Segments merged per task at every level.
+    max_segments_to_merge : int, optional
+        Merge only the newest N segments; leave the rest untouched.
+    target_rows_per_task : int, optional
+        More, smaller first-level tasks.
+    requantize_sq : bool, default False
+        Accept IVF_SQ segments with different bounds.
+    progress : bool or callable, default True
+        A tqdm bar (the ``progress`` extra), or a callable receiving
+        :class:`OptimizeProgress` on the driver.
+    window_rows : int, optional
+        Rows each merge holds in memory at once.
+
+    Returns
+    -------
+    int
+        The new dataset version (unchanged when there was nothing to merge).
+    """
+    ds = dataset if isinstance(dataset, Dataset) else Dataset(str(dataset))
+    plan = plan_index_segment_merge(
+        ds,
+        index_name,
+        segments_per_task=fan_in,
+        max_segments_to_merge=max_segments_to_merge,
+        target_rows_per_task=target_rows_per_task,
+        requantize_sq=requantize_sq,
+    )
+    return run_plan(
+        ds, plan, executor=executor, max_workers=max_workers, fan_in=fan_in, progress=progress, window_rows=window_rows
+    )

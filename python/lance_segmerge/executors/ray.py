@@ -1,0 +1,64 @@
+"""Run merge tasks on Ray (the ``ray`` extra). Uses the running Ray
+cluster, or starts a local one."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Optional, Sequence
+
+from ..errors import UnsupportedError
+
+logger = logging.getLogger(__name__)
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError as exc:  # pragma: no cover - depends on the extra
+        raise UnsupportedError("executor='ray' needs Ray: pip install 'lance-segmerge[ray]'") from exc
+    return ray
+
+
+class RayExecutor:
+    """Runs each item as a Ray task (one CPU each)."""
+
+    def __init__(self, max_workers: Optional[int] = None) -> None:
+        ray = _ray()
+        self._started = False
+        if not ray.is_initialized():
+            ray.init(num_cpus=max_workers, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True)
+            self._started = True
+        self._refs: list[Any] = []
+
+    def map(
+        self, fn: Callable[[Any], Any], items: Sequence[Any], on_done: Optional[Callable[[int], None]] = None
+    ) -> list[Any]:
+        ray = _ray()
+        remote = ray.remote(num_cpus=1, max_retries=0)(fn)
+        refs = [remote.remote(item) for item in items]
+        self._refs = refs
+        index = {r: i for i, r in enumerate(refs)}
+        pending = list(refs)
+        try:
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                for r in done:
+                    ray.get(r)  # raise the first failure
+                    if on_done is not None:
+                        on_done(index[r])
+        except BaseException:
+            self.cancel()
+            raise
+        return [ray.get(r) for r in refs]
+
+    def cancel(self) -> None:
+        ray = _ray()
+        for r in self._refs:
+            try:
+                ray.cancel(r, force=True)
+            except Exception:  # already finished
+                pass
+
+    def close(self) -> None:
+        if self._started:
+            _ray().shutdown()
