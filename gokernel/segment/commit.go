@@ -166,7 +166,9 @@ func prepareSegments(ctx context.Context, st storage.Store, base *table.Snapshot
 		}
 		sizes := map[string]int64{}
 		for _, e := range listed {
-			sizes[strings.TrimPrefix(e.Name, dir)] = e.Size
+			if !storage.IsTemp(e.Name) {
+				sizes[strings.TrimPrefix(e.Name, dir)] = e.Size
+			}
 		}
 		for _, f := range s.GetFiles() {
 			got, ok := sizes[f.GetPath()]
@@ -185,7 +187,7 @@ func prepareSegments(ctx context.Context, st storage.Store, base *table.Snapshot
 				return nil, fmt.Errorf("segment %s: %w", u, err)
 			}
 			files.Close()
-		} else if len(listed) == 0 {
+		} else if len(sizes) == 0 {
 			return nil, fmt.Errorf("%w: segment %s has no files under %s", errkind.NotFound, u, dir)
 		}
 		names := make([]string, 0, len(sizes))

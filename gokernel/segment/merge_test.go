@@ -206,24 +206,40 @@ func TestMergeFiltersUncoveredRows(t *testing.T) {
 	}
 }
 
+// cancelOnWrite cancels a context at the first write to any object it
+// creates, so a merge is cancelled while its output is half written.
+type cancelOnWrite struct {
+	storage.Store
+	cancel context.CancelFunc
+}
+
+func (c cancelOnWrite) Create(ctx context.Context, name string) (storage.Writer, error) {
+	w, err := c.Store.Create(ctx, name)
+	return cancelWriter{w, c.cancel}, err
+}
+
+type cancelWriter struct {
+	storage.Writer
+	cancel context.CancelFunc
+}
+
+func (w cancelWriter) Write(p []byte) (int, error) {
+	w.cancel()
+	return w.Writer.Write(p)
+}
+
 func TestMergeCancelRemovesOutput(t *testing.T) {
-	st := storage.NewMem("memory://cancel")
-	a := fakeSegment(t, st, 0, []uint32{100, 100, 100, 100, 100}, true)
-	b := fakeSegment(t, st, 1, []uint32{100, 100, 100, 100, 100}, false)
-	before, _ := st.List(context.Background(), table.IndicesDir)
+	mem := storage.NewMem("memory://cancel")
+	a := fakeSegment(t, mem, 0, []uint32{100, 100, 100, 100, 100}, true)
+	b := fakeSegment(t, mem, 1, []uint32{100, 100, 100, 100, 100}, false)
+	before, _ := mem.List(context.Background(), table.IndicesDir)
 	ctx, cancel := context.WithCancel(context.Background())
-	prog := &Progress{}
-	// Cancel once the first window is written.
-	go func() {
-		for prog.PartitionsDone.Load() == 0 {
-		}
-		cancel()
-	}()
-	_, err := Merge(ctx, st, testSnapshot(), []*pb.IndexMetadata{a, b}, MergeOptions{WindowRows: 1, Progress: prog})
+	st := cancelOnWrite{mem, cancel}
+	_, err := Merge(ctx, st, testSnapshot(), []*pb.IndexMetadata{a, b}, MergeOptions{WindowRows: 1})
 	if !errors.Is(err, context.Canceled) || errkind.Tag(err) != "cancelled" {
 		t.Fatalf("got %v", err)
 	}
-	after, _ := st.List(context.Background(), table.IndicesDir)
+	after, _ := mem.List(context.Background(), table.IndicesDir)
 	if len(after) != len(before) {
 		t.Fatalf("a cancelled merge left %d files", len(after)-len(before))
 	}

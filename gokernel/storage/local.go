@@ -109,7 +109,7 @@ func (l *Local) Create(ctx context.Context, name string) (Writer, error) {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return nil, mapErr("mkdir for", name, err)
 	}
-	tmp := filepath.Join(filepath.Dir(p), ".tmp-"+uuid.NewString())
+	tmp := filepath.Join(filepath.Dir(p), TempPrefix+uuid.NewString())
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {
 		return nil, mapErr("create", name, err)
@@ -176,7 +176,7 @@ func (l *Local) PutIfAbsent(ctx context.Context, name string, data []byte) error
 	}
 	// The temporary name must not start with "d" nor end with "manifest":
 	// Lance would take such a file in _versions/ for a manifest.
-	tmp := filepath.Join(dir, ".tmp-"+uuid.NewString())
+	tmp := filepath.Join(dir, TempPrefix+uuid.NewString())
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {
 		return mapErr("create", name, err)
@@ -247,7 +247,7 @@ func (l *Local) List(ctx context.Context, prefix string) ([]Entry, error) {
 			return err
 		}
 		name := filepath.ToSlash(rel)
-		if !strings.HasPrefix(name, prefix) || strings.HasPrefix(d.Name(), ".tmp-") {
+		if !strings.HasPrefix(name, prefix) {
 			return nil
 		}
 		info, err := d.Info()

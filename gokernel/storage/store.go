@@ -72,6 +72,16 @@ type Writer interface {
 	Abort()
 }
 
+// TempPrefix starts the names of the temporary objects a backend writes
+// before publishing (a crashed writer can leave them behind). List returns
+// them, so that cleanup can remove them; IsTemp tells them apart.
+const TempPrefix = ".tmp-"
+
+// IsTemp reports whether an object name is a backend's temporary object.
+func IsTemp(name string) bool {
+	return strings.HasPrefix(name[strings.LastIndex(name, "/")+1:], TempPrefix)
+}
+
 // Entry describes a stored object.
 type Entry struct {
 	Name    string

@@ -156,6 +156,9 @@ func TestLocalLeavesNoTemporaries(t *testing.T) {
 	if len(names) != 2 {
 		t.Fatalf("files left: %v", names)
 	}
+	if !IsTemp("_versions/.tmp-x") || IsTemp("_indices/u/index.idx") {
+		t.Fatal("IsTemp")
+	}
 	if err := st.Delete(ctx, "_indices/u/index.idx"); err != nil {
 		t.Fatal(err)
 	}

@@ -1,5 +1,6 @@
 """Demo: build a Lance dataset whose vector index has many delta segments,
-then show what lance_segmerge sees in it.
+merge them with lance_segmerge on local worker processes, commit, and
+compare with pylance's own optimize_indices on a copy of the same data.
 
 Run with ``python -m lance_segmerge.demo`` (``make demo``). Needs pylance,
 pyarrow and numpy (the ``lance`` extra).
@@ -86,14 +87,20 @@ def table(segments: list[IndexSegment]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m lance_segmerge.demo", description=__doc__.splitlines()[0])
-    ap.add_argument("--deltas", type=int, default=24, help="delta segments to create (default 24)")
+    ap.add_argument("--deltas", type=int, default=64, help="delta segments to create (default 64)")
     ap.add_argument("--base-rows", type=int, default=20000)
     ap.add_argument("--delta-rows", type=int, default=1000)
     ap.add_argument("--dim", type=int, default=64)
     ap.add_argument("--index-type", default="IVF_PQ", choices=["IVF_FLAT", "IVF_SQ", "IVF_PQ", "IVF_RQ"])
+    ap.add_argument("--executor", default="processes", choices=["local", "processes", "ray", "dask"])
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--fan-in", type=int, default=8)
     ap.add_argument("--uri", help="where to build the dataset (default: a temporary directory)")
     args = ap.parse_args(argv)
 
+    from .distributed import optimize
+
+    lance = _need("lance")
     tmp = None
     uri = args.uri
     if uri is None:
@@ -110,13 +117,40 @@ def main(argv: list[str] | None = None) -> int:
             index_type=args.index_type,
         )
         print(f"built {uri}: {len(x)} rows, {args.index_type}, {args.deltas} deltas in {time.perf_counter() - t0:.1f}s")
+        reference = uri + ".pylance"
+        shutil.copytree(uri, reference)
+
         ds = open_dataset(uri)
-        t0 = time.perf_counter()
         segs = ds.list_index_segments("vec_idx")
-        print(f"\nversion {ds.version}: {len(segs)} segments (listed in {1000 * (time.perf_counter() - t0):.0f} ms)")
-        print(table(segs))
-        r, ms = recall(uri, x)
-        print(f"\nrecall@10 {r:.3f}, {ms:.1f} ms/query with {len(segs)} segments")
+        print(f"\nversion {ds.version}: {len(segs)} segments")
+        print(table(segs[:6]) + (f"\n… and {len(segs) - 6} more" if len(segs) > 6 else ""))
+        r0, ms0 = recall(uri, x)
+
+        t0 = time.perf_counter()
+        version = optimize(
+            ds, "vec_idx", executor=args.executor, max_workers=args.workers, fan_in=args.fan_in, progress=False
+        )
+        ours = time.perf_counter() - t0
+        after = open_dataset(uri).list_index_segments("vec_idx")
+        r1, ms1 = recall(uri, x)
+
+        t0 = time.perf_counter()
+        lance.dataset(reference).optimize.optimize_indices(num_indices_to_merge=len(segs))
+        theirs = time.perf_counter() - t0
+        r2, ms2 = recall(reference, x)
+        n_ref = len(lance.dataset(reference).describe_indices()[0].segments)
+
+        print(f"\nversion {version}: {len(after)} segment(s)")
+        print(table(after))
+        print()
+        rows = [
+            ("", "segments", "recall@10", "ms/query", "merge time"),
+            ("before", str(len(segs)), f"{r0:.3f}", f"{ms0:.1f}", "-"),
+            (f"lance-segmerge ({args.executor} x{args.workers})", str(len(after)), f"{r1:.3f}", f"{ms1:.1f}", f"{ours:.2f}s"),
+            ("pylance optimize_indices", str(n_ref), f"{r2:.3f}", f"{ms2:.1f}", f"{theirs:.2f}s"),
+        ]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        print("\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows))
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
