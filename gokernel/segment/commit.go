@@ -82,7 +82,7 @@ func Commit(ctx context.Context, st storage.Store, base *table.Snapshot, req Com
 	prog.SetStage("commit")
 	txnID := uuid.NewString()
 	checked := base.Ref.Version
-	backoff := 50 * time.Millisecond
+	backoff := 10 * time.Millisecond
 	for attempt := 0; ; attempt++ {
 		latest, err := table.Open(ctx, st, 0)
 		if err != nil {
@@ -109,13 +109,16 @@ func Commit(ctx context.Context, st storage.Store, base *table.Snapshot, req Com
 			}
 			return 0, err
 		}
-		// Another writer took version latest+1: wait, re-read, re-check.
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(backoff + time.Duration(rand.Int64N(int64(backoff)))):
+		// Another writer took version latest+1: re-read and re-check at
+		// once the first time, then back off with jitter.
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			case <-time.After(time.Duration(rand.Int64N(int64(backoff)))):
+			}
+			backoff = min(2*backoff, time.Second)
 		}
-		backoff = min(2*backoff, 2*time.Second)
 	}
 }
 

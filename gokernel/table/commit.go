@@ -34,16 +34,13 @@ const KnownWriterFlags = FlagDeletionFiles | FlagStableRowIDs | FlagUseV2FormatD
 // section of its manifest, else the .txn file it names. errkind.NotFound
 // when it has neither (concurrent writers cannot check conflicts then).
 func (s *Snapshot) Transaction(ctx context.Context, st storage.Store) (*pb.Transaction, error) {
-	data, err := storage.ReadAll(ctx, st, s.Ref.Name, maxManifestBytes)
-	if err != nil {
-		return nil, err
-	}
-	body := data[:len(data)-footerLen]
+	body := s.body
 	pos := s.Manifest.TransactionSection
 	if pos == nil {
 		pos = s.Manifest.TransactionSectionLegacy
 	}
 	var raw []byte
+	var err error
 	if pos != nil {
 		if raw, err = section(body, int64(*pos), "transaction section"); err != nil {
 			return nil, fmt.Errorf("table: version %d: %w", s.Ref.Version, err)

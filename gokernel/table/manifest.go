@@ -55,6 +55,9 @@ type Snapshot struct {
 	// IndexSectionRaw is the index section's encoded bytes, kept so that
 	// entries can be carried over byte for byte.
 	IndexSectionRaw []byte
+	// body is the manifest file without its footer (for the inline
+	// transaction, read on demand).
+	body []byte
 }
 
 // Open opens version v of the dataset in st (0 = the latest).
@@ -105,7 +108,7 @@ func DecodeManifestFile(data []byte) (*Snapshot, error) {
 	if err := proto.Unmarshal(msg, m); err != nil {
 		return nil, fmt.Errorf("%w: decode manifest: %w", errkind.Corrupt, err)
 	}
-	snap := &Snapshot{Manifest: m}
+	snap := &Snapshot{Manifest: m, body: data[:body]}
 	if m.IndexSection != nil {
 		raw, err := section(data[:body], int64(m.GetIndexSection()), "index section")
 		if err != nil {
