@@ -110,3 +110,53 @@ func RequantizeSQ(dst, src []byte, lo, hi, newLo, newHi float64) {
 		dst[i] = table[c]
 	}
 }
+
+// PQPart is one input's rows of a partition: n rows of PQ codes, stored
+// transposed (column-major) or row-major.
+type PQPart struct {
+	Codes      []byte
+	N          int
+	Transposed bool
+}
+
+// MergeTransposedPQ writes the transposed layout of the concatenation of
+// parts (in order) into dst, B bytes per row. A transposed part is copied
+// one code byte column at a time (its columns are runs of the output's);
+// a row-major part is transposed byte by byte.
+func MergeTransposedPQ(dst []byte, parts []PQPart, b int) {
+	total := 0
+	for _, p := range parts {
+		total += p.N
+	}
+	base := 0
+	for _, p := range parts {
+		if p.Transposed {
+			for c := 0; c < b; c++ {
+				copy(dst[c*total+base:c*total+base+p.N], p.Codes[c*p.N:(c+1)*p.N])
+			}
+		} else {
+			transposeInto(dst, p.Codes, p.N, b, total, base)
+		}
+		base += p.N
+	}
+}
+
+// transposeInto writes the n×b row-major block src, transposed, at column
+// offset base of a b×total column-major dst. Rows go 8 at a time, so that
+// every column receives 8 contiguous bytes per step.
+func transposeInto(dst, src []byte, n, b, total, base int) {
+	i := 0
+	for ; i+8 <= n; i += 8 {
+		blk := src[i*b : (i+8)*b]
+		for c := 0; c < b; c++ {
+			out := dst[c*total+base+i : c*total+base+i+8]
+			out[0], out[1], out[2], out[3] = blk[c], blk[b+c], blk[2*b+c], blk[3*b+c]
+			out[4], out[5], out[6], out[7] = blk[4*b+c], blk[5*b+c], blk[6*b+c], blk[7*b+c]
+		}
+	}
+	for ; i < n; i++ {
+		for c, v := range src[i*b : (i+1)*b] {
+			dst[c*total+base+i] = v
+		}
+	}
+}

@@ -70,3 +70,31 @@ func TestPackRQExample(t *testing.T) {
 		}
 	}
 }
+
+func TestMergeTransposedPQ(t *testing.T) {
+	r := rand.New(rand.NewPCG(8, 8))
+	const b = 6
+	var parts []PQPart
+	var rowMajor []byte
+	for k, n := range []int{0, 7, 1, 33, 12} {
+		x := make([]byte, n*b)
+		for i := range x {
+			x[i] = byte(r.Uint32())
+		}
+		rowMajor = append(rowMajor, x...)
+		p := PQPart{Codes: x, N: n}
+		if k%2 == 1 {
+			p.Codes = make([]byte, len(x))
+			TransposePQ(p.Codes, x, n, b)
+			p.Transposed = true
+		}
+		parts = append(parts, p)
+	}
+	want := make([]byte, len(rowMajor))
+	TransposePQ(want, rowMajor, len(rowMajor)/b, b)
+	got := make([]byte, len(rowMajor))
+	MergeTransposedPQ(got, parts, b)
+	if !bytes.Equal(got, want) {
+		t.Fatal("MergeTransposedPQ differs from transposing the concatenation")
+	}
+}

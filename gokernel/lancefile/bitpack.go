@@ -72,6 +72,10 @@ func unpackFastLanes(dst, src []byte, t, w int) error {
 	if w == 64 {
 		mask = ^uint64(0)
 	}
+	if t == 64 {
+		unpack64(dst, src, w, mask)
+		return nil
+	}
 	for lane := 0; lane < lanes; lane++ {
 		for row := 0; row < t; row++ {
 			pos := row * w
@@ -86,15 +90,41 @@ func unpackFastLanes(dst, src []byte, t, w int) error {
 	return nil
 }
 
+// unpack64 is unpackFastLanes for 64-bit values (row ids), without the
+// per-value width dispatch.
+func unpack64(dst, src []byte, w int, mask uint64) {
+	const lanes = flValues / 64
+	_ = dst[8*flValues-1]
+	for lane := 0; lane < lanes; lane++ {
+		for row := 0; row < 64; row++ {
+			pos := row * w
+			j, s := pos>>6, pos&63
+			v := binary.LittleEndian.Uint64(src[8*(lanes*j+lane):]) >> s
+			if s+w > 64 {
+				v |= binary.LittleEndian.Uint64(src[8*(lanes*(j+1)+lane):]) << (64 - s)
+			}
+			binary.LittleEndian.PutUint64(dst[8*(flOrder[row>>3]*16+(row&7)*128+lane):], v&mask)
+		}
+	}
+}
+
 // packFastLanes is the inverse of unpackFastLanes: src holds 1024 T-bit
 // values; every value must fit in w bits.
 func packFastLanes(src []byte, t, w int) []byte {
+	return packFastLanesInto(make([]byte, packedBytes(t, w)), src, t, w)
+}
+
+// packFastLanesInto packs into dst (packedBytes(t, w) zeroed bytes).
+func packFastLanesInto(dst, src []byte, t, w int) []byte {
 	bw := t / 8
-	dst := make([]byte, packedBytes(t, w))
 	if w == 0 {
 		return dst
 	}
 	lanes := flValues / t
+	if t == 64 {
+		pack64(dst, src, w)
+		return dst
+	}
 	for lane := 0; lane < lanes; lane++ {
 		for row := 0; row < t; row++ {
 			v := readWord(src, flOrder[row/8]*16+(row%8)*128+lane, bw)
@@ -111,13 +141,45 @@ func packFastLanes(src []byte, t, w int) []byte {
 	return dst
 }
 
+// pack64 is packFastLanesInto for 64-bit values.
+func pack64(dst, src []byte, w int) {
+	const lanes = flValues / 64
+	_ = src[8*flValues-1]
+	for lane := 0; lane < lanes; lane++ {
+		var acc uint64 // bits of the current output word of this lane
+		j := 0
+		for row := 0; row < 64; row++ {
+			v := binary.LittleEndian.Uint64(src[8*(flOrder[row>>3]*16+(row&7)*128+lane):])
+			s := (row * w) & 63
+			acc |= v << s
+			if s+w >= 64 {
+				binary.LittleEndian.PutUint64(dst[8*(lanes*j+lane):], acc)
+				j++
+				acc = 0
+				if s+w > 64 {
+					acc = v >> (64 - s)
+				}
+			}
+		}
+		if j < w {
+			binary.LittleEndian.PutUint64(dst[8*(lanes*j+lane):], acc)
+		}
+	}
+}
+
 // bitWidth is the number of bits needed for the largest of the T-bit values
 // in src.
 func bitWidth(src []byte, t int) int {
 	bw := t / 8
 	var or uint64
-	for i := 0; i < len(src)/bw; i++ {
-		or |= readWord(src, i, bw)
+	if bw == 8 {
+		for i := 0; i+8 <= len(src); i += 8 {
+			or |= binary.LittleEndian.Uint64(src[i:])
+		}
+	} else {
+		for i := 0; i < len(src)/bw; i++ {
+			or |= readWord(src, i, bw)
+		}
 	}
 	w := 0
 	for or != 0 {

@@ -3,6 +3,8 @@ package lancefile
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
+	"sort"
 
 	"google.golang.org/protobuf/proto"
 
@@ -69,6 +71,12 @@ func (c *colWriter) flush() error {
 	if c.rows == 0 {
 		return nil
 	}
+	if c.streamable() {
+		parts, rows, first := c.pending, c.rows, c.firstRow
+		c.pending, c.bytes, c.rows = nil, 0, 0
+		c.firstRow += uint64(rows)
+		return c.flushStream(newRowSource(parts), rows, first)
+	}
 	a := c.pending[0]
 	if len(c.pending) > 1 {
 		var err error
@@ -88,6 +96,19 @@ func (c *colWriter) flush() error {
 
 // page writes the buffers of one page and records it in physical column i.
 func (c *colWriter) page(i int, url string, enc proto.Message, bufs [][]byte, rows int, priority uint64) error {
+	refs := make([]bufRef, len(bufs))
+	for k, b := range bufs {
+		pos, err := c.w.writeBuffer(b)
+		if err != nil {
+			return err
+		}
+		refs[k] = bufRef{pos, uint64(len(b))}
+	}
+	return c.pageRefs(i, url, enc, refs, rows, priority)
+}
+
+// pageRefs records a page whose buffers are already written.
+func (c *colWriter) pageRefs(i int, url string, enc proto.Message, refs []bufRef, rows int, priority uint64) error {
 	value, err := proto.MarshalOptions{Deterministic: true}.Marshal(enc)
 	if err != nil {
 		return fmt.Errorf("lancefile: encode page: %w", err)
@@ -97,16 +118,209 @@ func (c *colWriter) page(i int, url string, enc proto.Message, bufs [][]byte, ro
 		return err
 	}
 	p := &pb.Page{Length: uint64(rows), Encoding: e, Priority: priority}
-	for _, b := range bufs {
-		pos, err := c.w.writeBuffer(b)
-		if err != nil {
-			return err
-		}
-		p.BufferOffsets = append(p.BufferOffsets, pos)
-		p.BufferSizes = append(p.BufferSizes, uint64(len(b)))
+	for _, r := range refs {
+		p.BufferOffsets = append(p.BufferOffsets, r.pos)
+		p.BufferSizes = append(p.BufferSizes, r.size)
 	}
 	c.phys[i].pages = append(c.phys[i].pages, p)
 	return nil
+}
+
+// ---- streaming fast path ------------------------------------------------
+//
+// Fixed-width columns without nulls (what index files hold) are written
+// straight from the pending arrays: no concatenation, and pages stream to
+// the output chunk by chunk, so a page costs about one copy of its bytes.
+
+func (c *colWriter) streamable() bool {
+	if isList(c.f.Type) {
+		return false
+	}
+	for _, a := range c.pending {
+		if a.Validity != nil && a.NullCount() > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// rowSource reads row ranges across the pending arrays.
+type rowSource struct {
+	parts  []*Array
+	starts []int // first row of each part
+	rb     int   // bytes per row
+	buf    []byte
+}
+
+func newRowSource(parts []*Array) *rowSource {
+	s := &rowSource{parts: parts, rb: parts[0].Type.ValueBits() / 8}
+	n := 0
+	for _, p := range parts {
+		s.starts = append(s.starts, n)
+		n += p.Len
+	}
+	return s
+}
+
+// rows returns the bytes of rows [lo, hi): a slice of one part when the
+// range lies within it, else a copy in a scratch buffer that stays valid
+// until the next call.
+func (s *rowSource) rows(lo, hi int) []byte {
+	k := sort.Search(len(s.starts), func(i int) bool { return s.starts[i] > lo }) - 1
+	if off := lo - s.starts[k]; hi-s.starts[k] <= s.parts[k].Len {
+		return s.parts[k].Values[off*s.rb : (hi-s.starts[k])*s.rb]
+	}
+	s.buf = s.buf[:0]
+	for lo < hi {
+		off := lo - s.starts[k]
+		end := min(hi, s.starts[k]+s.parts[k].Len)
+		s.buf = append(s.buf, s.parts[k].Values[off*s.rb:(end-s.starts[k])*s.rb]...)
+		lo = end
+		k++
+	}
+	return s.buf
+}
+
+// each calls f on consecutive byte slices covering all rows.
+func (s *rowSource) each(f func([]byte) error) error {
+	for _, p := range s.parts {
+		if err := f(p.Values); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// streamBuffer writes one page buffer from pieces and pads it.
+func (w *Writer) streamBuffer(fill func(put func([]byte) error) error) (bufRef, error) {
+	pos := w.pos
+	if err := fill(w.write); err != nil {
+		return bufRef{}, err
+	}
+	ref := bufRef{pos, w.pos - pos}
+	if pad := (bufferAlign - ref.size%bufferAlign) % bufferAlign; pad > 0 {
+		if err := w.write(padding[:pad]); err != nil {
+			return bufRef{}, err
+		}
+	}
+	return ref, nil
+}
+
+func (c *colWriter) flushStream(src *rowSource, rows int, firstRow uint64) error {
+	t := c.f.Type
+	vb := t.ValueBits() / 8
+	whole := func(put func([]byte) error) error { return src.each(put) }
+	if c.w.opts.Version == V2_0 {
+		enc, _ := values20(&Array{Type: t, Len: rows})
+		ref, err := c.w.streamBuffer(whole)
+		if err != nil {
+			return err
+		}
+		return c.pageRefs(0, typeURLArrayEncoding, enc, []bufRef{ref}, rows, 0)
+	}
+	layers := []enc21.RepDefLayer{enc21.RepDefLayer_REPDEF_ALL_VALID_ITEM}
+	if vb >= miniBlockMaxValueBytes {
+		l := &enc21.FullZipLayout{Details: &enc21.FullZipLayout_BitsPerValue{BitsPerValue: uint32(t.ValueBits())},
+			NumItems: uint32(rows), NumVisibleItems: uint32(rows), ValueCompression: valueCompression(t), Layers: layers}
+		ref, err := c.w.streamBuffer(whole)
+		if err != nil {
+			return err
+		}
+		return c.pageRefs(0, typeURLPageLayout, pageLayout(l), []bufRef{ref}, rows, firstRow)
+	}
+
+	// Mini-block: size every chunk first (the metadata buffer comes first),
+	// then stream the chunks.
+	large := c.w.opts.Version == V2_2
+	per := valuesPerChunk(vb)
+	valueEnc := valueCompression(t)
+	packed := false
+	if t.Kind == KindUint32 || t.Kind == KindUint64 {
+		w := 0
+		for lo := 0; lo < rows && w < t.ValueBits(); lo += flValues {
+			w = max(w, bitWidth(src.rows(lo, min(lo+flValues, rows)), t.ValueBits()))
+		}
+		packed = w < t.ValueBits()
+	}
+	if packed {
+		per = flValues
+		valueEnc = &enc21.CompressiveEncoding{Compression: &enc21.CompressiveEncoding_InlineBitpacking{
+			InlineBitpacking: &enc21.InlineBitpacking{UncompressedBitsPerValue: uint64(t.ValueBits())}}}
+	}
+	header := 2 + 2 // num_levels, one value buffer size (u16)
+	if large {
+		header = 2 + 4
+	}
+	headerPadded := (header + 7) &^ 7
+	nChunks := (rows + per - 1) / per
+	widths := make([]int, nChunks) // bitpacked chunks: their width
+	meta := make([]byte, 0, 4*nChunks)
+	for k := 0; k < nChunks; k++ {
+		lo, hi := k*per, min((k+1)*per, rows)
+		dataBytes := (hi - lo) * vb
+		if packed {
+			widths[k] = bitWidth(src.rows(lo, hi), t.ValueBits())
+			dataBytes = vb + packedBytes(t.ValueBits(), widths[k])
+		}
+		size := headerPadded + (dataBytes+7)&^7
+		words := size/8 - 1
+		if (!large && words >= 1<<12) || words >= 1<<28 {
+			return fmt.Errorf("%w: lancefile: mini-block chunk of %d bytes is too large", errkind.Unsupported, size)
+		}
+		log2 := 0
+		if k < nChunks-1 {
+			for 1<<log2 < hi-lo {
+				log2++
+			}
+		}
+		w := uint32(words)<<4 | uint32(log2)
+		if large {
+			meta = binary.LittleEndian.AppendUint32(meta, w)
+		} else {
+			meta = binary.LittleEndian.AppendUint16(meta, uint16(w))
+		}
+	}
+	metaPos, err := c.w.writeBuffer(meta)
+	if err != nil {
+		return err
+	}
+	metaRef := bufRef{metaPos, uint64(len(meta))}
+	fe := [8]byte{0xfe, 0xfe, 0xfe, 0xfe, 0xfe, 0xfe, 0xfe, 0xfe}
+	hdr := make([]byte, 0, 8)
+	var packer bitpacker
+	dataRef, err := c.w.streamBuffer(func(put func([]byte) error) error {
+		for k := 0; k < nChunks; k++ {
+			lo, hi := k*per, min((k+1)*per, rows)
+			data := src.rows(lo, hi)
+			if packed {
+				data = packer.pack(data, t.ValueBits())
+			}
+			hdr = binary.LittleEndian.AppendUint16(hdr[:0], 0)
+			if large {
+				hdr = binary.LittleEndian.AppendUint32(hdr, uint32(len(data)))
+			} else {
+				hdr = binary.LittleEndian.AppendUint16(hdr, uint16(len(data)))
+			}
+			hdr = append(hdr, fe[:headerPadded-len(hdr)]...)
+			if err := put(hdr); err != nil {
+				return err
+			}
+			if err := put(data); err != nil {
+				return err
+			}
+			if pad := (8 - len(data)%8) % 8; pad > 0 {
+				if err := put(fe[:pad]); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	l := &enc21.MiniBlockLayout{ValueCompression: valueEnc, Layers: layers, NumBuffers: 1, NumItems: uint64(rows), HasLargeChunk: large}
+	return c.pageRefs(0, typeURLPageLayout, pageLayout(l), []bufRef{metaRef, dataRef}, rows, firstRow)
 }
 
 // ---- 2.0 ----------------------------------------------------------------
@@ -259,54 +473,39 @@ func (c *colWriter) flush21(a *Array, firstRow uint64) error {
 		}
 	}
 	per := valuesPerChunk(vb)
-	valueEnc := valueCompression(t)
-	packed := bitpackable(t, a.Values)
-	if packed {
-		// Inline bitpacking: one FastLanes group of 1024 values per chunk,
-		// behind its own bit width. Row ids (fragment << 32 | offset) shrink
-		// from 64 to about 35 bits.
-		per = flValues
-		valueEnc = &enc21.CompressiveEncoding{Compression: &enc21.CompressiveEncoding_InlineBitpacking{
-			InlineBitpacking: &enc21.InlineBitpacking{UncompressedBitsPerValue: uint64(t.ValueBits())}}}
-	}
 	var chunks []miniChunk
 	for lo := 0; lo < a.Len; lo += per {
 		hi := min(lo+per, a.Len)
 		ch := miniChunk{values: hi - lo, data: a.Values[lo*vb : hi*vb]}
-		if packed {
-			ch.data = inlineBitpack(ch.data, t.ValueBits())
-		}
 		if def != nil {
 			ch.def, ch.levels = def[lo:hi], hi-lo
 		}
 		chunks = append(chunks, ch)
 	}
-	l := &enc21.MiniBlockLayout{ValueCompression: valueEnc, Layers: layers, NumBuffers: 1, NumItems: uint64(a.Len)}
+	l := &enc21.MiniBlockLayout{ValueCompression: valueCompression(t), Layers: layers, NumBuffers: 1, NumItems: uint64(a.Len)}
 	if def != nil {
 		l.DefCompression = flat21(16)
 	}
 	return c.miniBlockPage(l, chunks, nil, a.Len, firstRow)
 }
 
-// bitpackable reports whether an unsigned integer page would shrink under
-// inline bitpacking: its widest value needs fewer bits than the type.
-func bitpackable(t DataType, values []byte) bool {
-	if t.Kind != KindUint32 && t.Kind != KindUint64 {
-		return false
-	}
-	return bitWidth(values, t.ValueBits()) < t.ValueBits()
-}
+// bitpacker packs mini-block chunks with inline bitpacking, reusing its
+// buffers: a packed chunk stays valid until the next call.
+type bitpacker struct{ group, out []byte }
 
-// inlineBitpack packs up to 1024 values (zero-padded to 1024) as one chunk
-// buffer: [W as a T-bit word][1024·W/T packed words].
-func inlineBitpack(values []byte, t int) []byte {
+// pack packs up to 1024 values (zero-padded to 1024) as one chunk buffer:
+// [W as a T-bit word][1024·W/T packed words].
+func (b *bitpacker) pack(values []byte, t int) []byte {
 	bw := t / 8
-	group := make([]byte, flValues*bw)
-	copy(group, values)
-	w := bitWidth(group, t)
-	out := make([]byte, bw, bw+packedBytes(t, w))
-	writeWord(out, 0, bw, uint64(w))
-	return append(out, packFastLanes(group, t, w)...)
+	b.group = slices.Grow(b.group[:0], flValues*bw)[:flValues*bw]
+	clear(b.group[copy(b.group, values):])
+	w := bitWidth(b.group, t)
+	n := bw + packedBytes(t, w)
+	b.out = slices.Grow(b.out[:0], n)[:n]
+	clear(b.out)
+	writeWord(b.out, 0, bw, uint64(w))
+	packFastLanesInto(b.out[bw:], b.group, t, w)
+	return b.out
 }
 
 // miniChunk is one mini-block chunk before serialisation.

@@ -1,6 +1,7 @@
 package lancefile
 
 import (
+	"bufio"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -21,6 +22,10 @@ const (
 	typeURLPageLayout     = "/lance.encodings21.PageLayout"
 	typeURLColumnEncoding = "/lance.encodings.ColumnEncoding"
 )
+
+// writeBufferBytes is the size of the Writer's output buffer: large writes
+// to the store, whatever the size of the pieces a page is made of.
+const writeBufferBytes = 1 << 20
 
 // Buffers start on 64-byte boundaries; the gap is filled with 0x48 ('H'),
 // as Lance does. Part of the file format (2.1+ readers check alignment).
@@ -56,7 +61,7 @@ func (o WriterOptions) withDefaults() WriterOptions {
 // file size. Call Finish to write the metadata; the caller owns (and
 // finishes or aborts) the underlying io.Writer. Not safe for concurrent use.
 type Writer struct {
-	out      io.Writer
+	out      *bufio.Writer
 	opts     WriterOptions
 	pos      uint64
 	fields   []*Field
@@ -86,7 +91,9 @@ func NewWriter(out io.Writer, fields []*Field, opts WriterOptions) (*Writer, err
 	if opts.Version != V2_0 && opts.Version != V2_1 && opts.Version != V2_2 {
 		return nil, fmt.Errorf("%w: lancefile: cannot write file version %s", errkind.InvalidInput, opts.Version)
 	}
-	w := &Writer{out: out, opts: opts, globals: []bufRef{{}}, metadata: map[string][]byte{}}
+	// Pages stream to the output in many small pieces (chunk headers,
+	// chunk data, padding): buffer them into large writes.
+	w := &Writer{out: bufio.NewWriterSize(out, writeBufferBytes), opts: opts, globals: []bufRef{{}}, metadata: map[string][]byte{}}
 	id := int32(0)
 	var assign func(f *Field, parent int32) *Field
 	assign = func(f *Field, parent int32) *Field {
@@ -283,7 +290,14 @@ func (w *Writer) Finish() error {
 	}
 	foot := footer{colMetaStart: colMetaStart, cmoStart: cmoStart, gboStart: gboStart,
 		numGlobal: uint32(len(w.globals)), numColumns: uint32(len(cmo) / 16), version: w.opts.Version}
-	return w.write(foot.bytes())
+	if err := w.write(foot.bytes()); err != nil {
+		return err
+	}
+	if err := w.out.Flush(); err != nil {
+		w.err = fmt.Errorf("lancefile: write: %w", err)
+		return w.err
+	}
+	return nil
 }
 
 // Rows is the number of rows written so far.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"time"
 
@@ -127,6 +128,9 @@ type merger struct {
 	m    *model
 	opts MergeOptions
 	dir  string
+	// scratch holds a partition's row-major RQ codes before packing; it is
+	// reused across partitions (grown, never shrunk).
+	scratch []byte
 }
 
 func (mg *merger) run(ctx context.Context) (mergeOutput, error) {
@@ -334,6 +338,7 @@ func (mg *merger) mergeWindow(ctx context.Context, w *lancefile.Writer, win wind
 			return err
 		}
 		parts := make([][]*lancefile.Array, len(m.fields))
+		var layouts []bool // per part: code column still in its input's query layout
 		for i, s := range mg.srcs {
 			iv := s.files.IVF
 			lo := int(iv.Offsets[p] - shards[i].start)
@@ -345,13 +350,26 @@ func (mg *merger) mergeWindow(ctx context.Context, w *lancefile.Writer, win wind
 			for c, a := range shards[i].cols {
 				cols[c] = a.Slice(lo, lo+n)
 			}
-			if codeCol >= 0 {
+			laid := codeCol >= 0 && mg.inQueryLayout(s)
+			if keep := keptRows(cols[rowidCol], s.fragSet); keep != nil {
+				// Rows are dropped: undo the layout first, then take rows.
+				if codeCol >= 0 {
+					cols[codeCol] = mg.toRowMajor(s, cols[codeCol])
+				}
+				for c := range cols {
+					cols[c] = takeRows(cols[c], keep)
+				}
+				laid = false
+			} else if codeCol >= 0 && m.typ.Quantizer() == "sq" {
 				cols[codeCol] = mg.toRowMajor(s, cols[codeCol])
 			}
-			cols = filterRows(cols, rowidCol, s.fragSet)
+			if cols[rowidCol].Len == 0 {
+				continue
+			}
 			for c := range cols {
 				parts[c] = append(parts[c], cols[c])
 			}
+			layouts = append(layouts, laid)
 		}
 		if len(parts[0]) == 0 {
 			mg.opts.Progress.PartitionsDone.Add(1)
@@ -359,6 +377,14 @@ func (mg *merger) mergeWindow(ctx context.Context, w *lancefile.Writer, win wind
 		}
 		merged := make([]*lancefile.Array, len(m.fields))
 		for c, ps := range parts {
+			if c == codeCol {
+				merged[c] = mg.mergeCodes(ps, layouts)
+				continue
+			}
+			if len(ps) == 1 {
+				merged[c] = ps[0]
+				continue
+			}
 			a, err := lancefile.Concat(m.fields[c].Type, ps)
 			if err != nil {
 				return err
@@ -366,19 +392,70 @@ func (mg *merger) mergeWindow(ctx context.Context, w *lancefile.Writer, win wind
 			merged[c] = a
 		}
 		n := merged[0].Len
-		if codeCol >= 0 {
-			merged[codeCol] = mg.toQueryLayout(merged[codeCol])
-		}
-		if n > 0 {
-			if err := w.Write(merged); err != nil {
-				return err
-			}
+		if err := w.Write(merged); err != nil {
+			return err
 		}
 		lengths[p] = uint32(n)
 		mg.opts.Progress.RowsWritten.Add(int64(n))
 		mg.opts.Progress.PartitionsDone.Add(1)
 	}
 	return nil
+}
+
+// inQueryLayout reports whether an input stores its codes in the search
+// layout (PQ transposed, RQ packed).
+func (mg *merger) inQueryLayout(s *source) bool {
+	q := s.files.Quant
+	switch mg.m.typ.Quantizer() {
+	case "pq":
+		return q.Transposed != nil && *q.Transposed
+	case "rq":
+		return q.Packed != nil && *q.Packed
+	}
+	return false
+}
+
+// mergeCodes builds a merged partition's code column in the query layout
+// from the inputs' parts (laid[i]: part i is still in its input's query
+// layout, else row-major). Each part is read once: PQ parts go straight to
+// their place in the transposed output; RQ parts are brought to row-major
+// order (unpacked) and the whole partition packed once.
+func (mg *merger) mergeCodes(parts []*lancefile.Array, laid []bool) *lancefile.Array {
+	t := parts[0].Type
+	width := t.ValueBits() / 8
+	n := 0
+	for _, p := range parts {
+		n += p.Len
+	}
+	out := make([]byte, n*width)
+	switch mg.m.typ.Quantizer() {
+	case "pq":
+		pq := make([]ivf.PQPart, len(parts))
+		for i, p := range parts {
+			pq[i] = ivf.PQPart{Codes: p.Values, N: p.Len, Transposed: laid[i]}
+		}
+		ivf.MergeTransposedPQ(out, pq, width)
+	case "rq":
+		rows := slices.Grow(mg.scratch[:0], n*width)[:n*width]
+		off := 0
+		for i, p := range parts {
+			dst := rows[off : off+len(p.Values)]
+			if laid[i] {
+				ivf.UnpackRQ(dst, p.Values, p.Len, width)
+			} else {
+				copy(dst, p.Values)
+			}
+			off += len(p.Values)
+		}
+		ivf.PackRQ(out, rows, n, width)
+		mg.scratch = rows
+	default: // SQ: already re-quantized where needed
+		off := 0
+		for _, p := range parts {
+			off += copy(out[off:], p.Values)
+		}
+	}
+	return &lancefile.Array{Type: t, Len: n, Values: out}
 }
 
 // toRowMajor undoes an input's code layout for one of its partitions (the
@@ -413,40 +490,30 @@ func (mg *merger) toRowMajor(s *source, a *lancefile.Array) *lancefile.Array {
 	return a
 }
 
-// toQueryLayout applies the search layout once to a merged partition.
-func (mg *merger) toQueryLayout(a *lancefile.Array) *lancefile.Array {
-	width := a.Type.ValueBits() / 8
-	out := make([]byte, len(a.Values))
-	switch mg.m.typ.Quantizer() {
-	case "pq":
-		ivf.TransposePQ(out, a.Values, a.Len, width)
-	case "rq":
-		ivf.PackRQ(out, a.Values, a.Len, width)
-	default:
-		return a
-	}
-	return &lancefile.Array{Type: a.Type, Len: a.Len, Values: out, Validity: a.Validity}
-}
-
-// filterRows keeps the rows whose fragment (row id >> 32) the input covers.
-// Rows of fragments the input no longer covers (pruned by a commit after
-// an update or compaction) are dropped, as Lance's merger drops them.
-func filterRows(cols []*lancefile.Array, rowidCol int, frags map[uint32]bool) []*lancefile.Array {
-	ids := cols[rowidCol]
-	keep := make([]int, 0, ids.Len)
+// keptRows returns the rows (of a row id column) whose fragment (row id >>
+// 32) the input covers, or nil when all are. Rows of fragments the input
+// no longer covers (pruned by a commit after an update or compaction) are
+// dropped, as Lance's merger drops them.
+func keptRows(ids *lancefile.Array, frags map[uint32]bool) []int {
+	// Rows of one fragment come in runs: look each fragment up once per run.
+	last, lastOK := uint32(0), false
 	for i := 0; i < ids.Len; i++ {
-		if frags[uint32(binary.LittleEndian.Uint64(ids.Values[8*i:])>>32)] {
-			keep = append(keep, i)
+		f := uint32(binary.LittleEndian.Uint64(ids.Values[8*i:]) >> 32)
+		if lastOK && f == last {
+			continue
+		}
+		last, lastOK = f, frags[f]
+		if !lastOK {
+			keep := make([]int, 0, ids.Len)
+			for k := 0; k < ids.Len; k++ {
+				if frags[uint32(binary.LittleEndian.Uint64(ids.Values[8*k:])>>32)] {
+					keep = append(keep, k)
+				}
+			}
+			return keep
 		}
 	}
-	if len(keep) == ids.Len {
-		return cols
-	}
-	out := make([]*lancefile.Array, len(cols))
-	for c, a := range cols {
-		out[c] = takeRows(a, keep)
-	}
-	return out
+	return nil
 }
 
 func takeRows(a *lancefile.Array, rows []int) *lancefile.Array {

@@ -206,26 +206,17 @@ func TestMergeFiltersUncoveredRows(t *testing.T) {
 	}
 }
 
-// cancelOnWrite cancels a context at the first write to any object it
-// creates, so a merge is cancelled while its output is half written.
-type cancelOnWrite struct {
+// cancelOnCreate cancels a context as soon as an output object is
+// created, so a merge is cancelled with its output open.
+type cancelOnCreate struct {
 	storage.Store
 	cancel context.CancelFunc
 }
 
-func (c cancelOnWrite) Create(ctx context.Context, name string) (storage.Writer, error) {
+func (c cancelOnCreate) Create(ctx context.Context, name string) (storage.Writer, error) {
 	w, err := c.Store.Create(ctx, name)
-	return cancelWriter{w, c.cancel}, err
-}
-
-type cancelWriter struct {
-	storage.Writer
-	cancel context.CancelFunc
-}
-
-func (w cancelWriter) Write(p []byte) (int, error) {
-	w.cancel()
-	return w.Writer.Write(p)
+	c.cancel()
+	return w, err
 }
 
 func TestMergeCancelRemovesOutput(t *testing.T) {
@@ -234,7 +225,7 @@ func TestMergeCancelRemovesOutput(t *testing.T) {
 	b := fakeSegment(t, mem, 1, []uint32{100, 100, 100, 100, 100}, false)
 	before, _ := mem.List(context.Background(), table.IndicesDir)
 	ctx, cancel := context.WithCancel(context.Background())
-	st := cancelOnWrite{mem, cancel}
+	st := cancelOnCreate{mem, cancel}
 	_, err := Merge(ctx, st, testSnapshot(), []*pb.IndexMetadata{a, b}, MergeOptions{WindowRows: 1})
 	if !errors.Is(err, context.Canceled) || errkind.Tag(err) != "cancelled" {
 		t.Fatalf("got %v", err)

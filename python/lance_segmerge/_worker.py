@@ -24,3 +24,11 @@ def merge_task(job: dict[str, Any]) -> dict[str, Any]:
         parallelism=job.get("parallelism"),
     )
     return seg.to_dict()
+
+
+def ping(_: Any = None) -> str:
+    """Load the native kernel in a worker and return its version (to warm a
+    pool up before timing, or to check a worker's installation)."""
+    from . import kernel_version
+
+    return kernel_version()
