@@ -15,9 +15,10 @@ GO     ?= go
 
 PY_DEPS := pybindgen==0.22.1 "setuptools>=68" wheel \
            pylance==14.0.2 "pyarrow>=17" "numpy>=1.24" "pytest>=8" "mypy>=1.10" \
-           "ray>=2.40" "dask>=2024.1" "distributed>=2024.1" "tqdm>=4.60"
+           "ray>=2.40" "dask>=2024.1" "distributed>=2024.1" "tqdm>=4.60" \
+           "moto[server]>=5.1" boto3 "matplotlib>=3.8"
 
-.PHONY: all venv build test test-go test-py vet demo proto fuzz clean
+.PHONY: all venv build test test-go test-py vet demo bench proto fuzz clean
 
 all: build
 
@@ -36,18 +37,27 @@ build: venv
 vet:
 	$(GO) vet ./...
 
-test-go: vet
-	$(GO) test ./...
+# Go and Python tests run next to a local S3 server (moto, on loopback),
+# which tools/with_moto.py starts and stops.
+test-go: vet venv
+	$(PY) tools/with_moto.py -- $(GO) test ./...
 	$(MAKE) fuzz FUZZTIME=$(CI_FUZZTIME)
 
 test-py: build
 	$(PY) -m mypy
-	PYTHONPATH=python $(PY) -m pytest -q
+	PYTHONPATH=python $(PY) tools/with_moto.py -- $(PY) -m pytest -q
 
 test: test-go test-py
 
 demo: build
 	PYTHONPATH=python $(PY) -m lance_segmerge.demo
+
+# Benchmarks against pylance (bench/README.md): `make bench` runs the
+# default preset (2M rows, ~200 deltas; tens of minutes), BENCH_PRESET=small
+# or smoke for less.
+BENCH_PRESET ?= default
+bench: build
+	PYTHONPATH=python $(PY) bench/bench_merge.py --preset $(BENCH_PRESET)
 
 # Regenerate the protobuf Go code (needs protoc, e.g. Debian's
 # protobuf-compiler). The generated files are committed.

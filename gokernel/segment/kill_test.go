@@ -24,8 +24,13 @@ const killFragments = 16
 // newKillDataset writes a dataset of killFragments fragments at version 1
 // and commits one segment per fragment as version 2.
 func newKillDataset(t *testing.T, dir string) {
+	newFakeDataset(t, storage.NewLocal(dir, dir))
+}
+
+// newFakeDataset writes a dataset of killFragments fragments at version 1
+// into st and commits one segment per fragment as version 2.
+func newFakeDataset(t *testing.T, st storage.Store) {
 	ctx := context.Background()
-	st := storage.NewLocal(dir, dir)
 	m := &pb.Manifest{
 		Version:       1,
 		Fields:        []*pb.Field{{Name: "id", Id: 0, ParentId: -1, LogicalType: "int64"}, {Name: "vec", Id: 1, ParentId: -1, LogicalType: "fixed_size_list:float:8"}},

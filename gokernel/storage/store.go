@@ -117,7 +117,13 @@ func Open(ctx context.Context, uri string, options map[string]string) (Store, er
 		return NewLocal(abs, uri), nil
 	case "memory":
 		return memStore(rest), nil
-	case "s3", "s3a", "gs", "az", "abfss":
+	case "s3", "s3a":
+		cfg, err := ParseS3Options(options)
+		if err != nil {
+			return nil, err
+		}
+		return NewS3(uri, cfg)
+	case "gs", "az", "abfss", "s3+ddb":
 		return nil, fmt.Errorf("%w: storage: %s:// is not supported yet", errkind.Unsupported, scheme)
 	default:
 		return nil, fmt.Errorf("%w: storage: unknown URI scheme %q in %q", errkind.InvalidInput, scheme, uri)

@@ -1,0 +1,100 @@
+// Package s3test supports tests against a local S3 server (moto, started
+// by tools/with_moto.py): fresh buckets, and a proxy that injects faults.
+package s3test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/google/uuid"
+)
+
+// Endpoint is the local S3 server, or the test is skipped.
+func Endpoint(t testing.TB) string {
+	ep := os.Getenv("SEGMERGE_S3_ENDPOINT")
+	if ep == "" {
+		t.Skip("SEGMERGE_S3_ENDPOINT is not set (run through tools/with_moto.py)")
+	}
+	return ep
+}
+
+// NewBucket creates a fresh bucket on the local S3 server and returns its
+// name.
+func NewBucket(t testing.TB) string {
+	t.Helper()
+	bucket := "t-" + uuid.NewString()[:13]
+	client := s3.New(s3.Options{
+		Region: "us-east-1", BaseEndpoint: aws.String(Endpoint(t)), UsePathStyle: true,
+		Credentials: credentials.NewStaticCredentialsProvider("testing", "testing", ""),
+	})
+	if _, err := client.CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String(bucket)}); err != nil {
+		t.Fatal(err)
+	}
+	return bucket
+}
+
+// FaultProxy stands between a client and the S3 server and fails or
+// delays a fraction of requests: 503 SlowDown (which S3 clients retry),
+// 500, a dropped connection, or a delay.
+type FaultProxy struct {
+	*httptest.Server
+	failRate, delayRate float64
+	delay               time.Duration
+	Faults              atomic.Int64
+	mu                  sync.Mutex
+	r                   *rand.Rand
+}
+
+// NewFaultProxy starts a proxy to target failing failRate and delaying
+// delayRate of the requests.
+func NewFaultProxy(t testing.TB, target string, failRate, delayRate float64) *FaultProxy {
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	p := &FaultProxy{failRate: failRate, delayRate: delayRate, delay: 50 * time.Millisecond, r: rand.New(rand.NewPCG(7, 7))}
+	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		p.mu.Lock()
+		x, y, kind := p.r.Float64(), p.r.Float64(), p.r.IntN(3)
+		p.mu.Unlock()
+		if y < p.delayRate {
+			time.Sleep(p.delay)
+		}
+		if x < p.failRate {
+			p.Faults.Add(1)
+			switch kind {
+			case 0:
+				w.WriteHeader(http.StatusServiceUnavailable)
+				fmt.Fprint(w, `<?xml version="1.0"?><Error><Code>SlowDown</Code><Message>injected</Message></Error>`)
+			case 1:
+				w.WriteHeader(http.StatusInternalServerError)
+				fmt.Fprint(w, `<?xml version="1.0"?><Error><Code>InternalError</Code><Message>injected</Message></Error>`)
+			default:
+				if hj, ok := w.(http.Hijacker); ok {
+					conn, _, _ := hj.Hijack()
+					conn.Close()
+					return
+				}
+				w.WriteHeader(http.StatusBadGateway)
+			}
+			return
+		}
+		rp.ServeHTTP(w, req)
+	}))
+	t.Cleanup(p.Close)
+	return p
+}

@@ -1,0 +1,97 @@
+package segment
+
+import (
+	"context"
+	"testing"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/s3test"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
+)
+
+func s3Store(t *testing.T, bucket, endpoint string, attempts int) storage.Store {
+	st, err := storage.NewS3("s3://"+bucket+"/ds.lance", storage.S3Config{
+		Endpoint: endpoint, AllowHTTP: true, AccessKeyID: "testing", SecretAccessKey: "testing", MaxAttempts: attempts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// Merges and commits through a proxy that fails or delays a fifth of the
+// requests succeed after retries; through a dead one they fail, and the
+// failed commit changes nothing.
+func TestMergeCommitOverFaultyS3(t *testing.T) {
+	ctx := context.Background()
+	bucket := s3test.NewBucket(t)
+	direct := s3Store(t, bucket, s3test.Endpoint(t), 3)
+	newFakeDataset(t, direct)
+
+	proxy := s3test.NewFaultProxy(t, s3test.Endpoint(t), 0.2, 0.1)
+	flaky := s3Store(t, bucket, proxy.URL, 10)
+	for round := 0; round < 3; round++ {
+		snap, err := table.Open(ctx, flaky, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		segs := snap.Indices
+		a, b := segs[len(segs)-2], segs[len(segs)-1]
+		m, err := Merge(ctx, flaky, snap, []*pb.IndexMetadata{a, b}, MergeOptions{})
+		if err != nil {
+			t.Fatalf("merge over a flaky store: %v", err)
+		}
+		v, err := Commit(ctx, flaky, snap, CommitRequest{IndexName: "vec_idx", Column: "vec", Segments: []*pb.IndexMetadata{m},
+			Replaces: []string{table.IndexUUID(a), table.IndexUUID(b)}}, nil)
+		if err != nil || v != snap.Ref.Version+1 {
+			t.Fatalf("commit over a flaky store: %d %v", v, err)
+		}
+	}
+	if proxy.Faults.Load() == 0 {
+		t.Fatal("no fault was injected")
+	}
+	verifyS3(t, direct)
+
+	snap, _ := table.Open(ctx, direct, 0)
+	m, err := Merge(ctx, direct, snap, snap.Indices[:2], MergeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := s3test.NewFaultProxy(t, s3test.Endpoint(t), 1.0, 0)
+	if _, err := Commit(ctx, s3Store(t, bucket, dead.URL, 2), snap, CommitRequest{IndexName: "vec_idx", Column: "vec",
+		Segments: []*pb.IndexMetadata{m}, Replaces: []string{table.IndexUUID(snap.Indices[0]), table.IndexUUID(snap.Indices[1])}}, nil); err == nil {
+		t.Fatal("a commit through a dead store succeeded")
+	}
+	after, err := table.Open(ctx, direct, 0)
+	if err != nil || after.Ref.Version != snap.Ref.Version {
+		t.Fatalf("a failed commit changed the dataset: version %d -> %d (%v)", snap.Ref.Version, after.Ref.Version, err)
+	}
+	verifyS3(t, direct)
+}
+
+func verifyS3(t *testing.T, st storage.Store) {
+	t.Helper()
+	ctx := context.Background()
+	snap, err := table.Open(ctx, st, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[uint32]bool{}
+	for _, im := range snap.Indices {
+		ids, _, _ := table.DecodeFragmentBitmap(im.GetFragmentBitmap())
+		for _, f := range ids {
+			if seen[f] {
+				t.Fatalf("fragment %d covered twice", f)
+			}
+			seen[f] = true
+		}
+		for _, f := range im.GetFiles() {
+			if e, err := st.Stat(ctx, table.IndexDir(im)+f.GetPath()); err != nil || uint64(e.Size) != f.GetSizeBytes() {
+				t.Fatalf("segment file %s: %v", f.GetPath(), err)
+			}
+		}
+	}
+	if len(seen) != killFragments {
+		t.Fatalf("%d fragments covered", len(seen))
+	}
+}

@@ -1,0 +1,28 @@
+"""The benchmark's smoke preset runs end to end and reports every number
+(the performance targets themselves live in bench/, not in tests)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+
+@pytest.mark.slow
+def test_bench_smoke(tmp_path):
+    pytest.importorskip("matplotlib", reason="the benchmark plots with matplotlib")
+    out = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "bench_merge.py"), "--preset", "smoke", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    (report,) = tmp_path.glob("smoke-*.json")
+    res = json.loads(report.read_text())
+    summary = res["types"]["IVF_PQ"]["summary"]
+    for name in ("ours_merge_1", "ours_merge_2", "pylance_merge", "copy_floor", "ours_optimize_2", "pylance_optimize"):
+        assert summary[name]["seconds"] > 0 and summary[name]["peak_rss_mib"] > 0
+    assert (tmp_path / report.name.replace(".json", ".png")).stat().st_size > 1000
+    assert "pylance merge / ours" in (tmp_path / report.name.replace(".json", ".md")).read_text()
