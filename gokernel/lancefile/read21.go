@@ -211,10 +211,14 @@ func (r *Reader) readMiniBlock(ctx context.Context, pg *pageIO, l *enc21.MiniBlo
 	if first < last {
 		total := ct.first[last-1] + ct.values[last-1] - ct.first[first]
 		values = make([]byte, 0, total*mb.valueBits/8)
-		span, err := pg.read(ctx, 1, ct.offsets[first], ct.offsets[last-1]+ct.sizes[last-1]-ct.offsets[first])
+		// The chunks' bytes are only decoded from, never kept: read them into
+		// a pooled buffer.
+		spanLen := ct.offsets[last-1] + ct.sizes[last-1] - ct.offsets[first]
+		span, err := pg.readInto(ctx, 1, ct.offsets[first], spanLen, getSpan(spanLen))
 		if err != nil {
 			return nil, err
 		}
+		defer putSpan(span)
 		for c := first; c < last; c++ {
 			if err := ctx.Err(); err != nil {
 				return nil, err

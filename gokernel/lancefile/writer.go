@@ -209,6 +209,42 @@ func (w *Writer) Write(batch []*Array) error {
 	return nil
 }
 
+// WriteChunked appends one batch whose columns come in parts: cols[i] are
+// consecutive pieces of field i, and every field's pieces add up to the
+// same number of rows. Nothing is concatenated: the pieces are written
+// from where they are (same ownership rule as Write).
+func (w *Writer) WriteChunked(cols [][]*Array) error {
+	if err := w.usable(); err != nil {
+		return err
+	}
+	if len(cols) != len(w.cols) {
+		return fmt.Errorf("%w: lancefile: batch of %d columns for %d fields", errkind.InvalidInput, len(cols), len(w.cols))
+	}
+	n := -1
+	for i, parts := range cols {
+		rows := 0
+		for _, a := range parts {
+			if err := checkArray(a, w.fields[i]); err != nil {
+				return err
+			}
+			rows += a.Len
+		}
+		if n >= 0 && rows != n {
+			return fmt.Errorf("%w: lancefile: column %q has %d rows, column %q %d", errkind.InvalidInput, w.fields[i].Name, rows, w.fields[0].Name, n)
+		}
+		n = rows
+	}
+	for i, parts := range cols {
+		for _, a := range parts {
+			if err := w.cols[i].append(a); err != nil {
+				return err
+			}
+		}
+	}
+	w.rows += uint64(n)
+	return nil
+}
+
 func checkArray(a *Array, f *Field) error {
 	t := a.Type
 	if t.Kind != f.Type.Kind || t.Dim != f.Type.Dim || t.Elem != f.Type.Elem {

@@ -198,6 +198,14 @@ func prepareSegments(ctx context.Context, st storage.Store, base *table.Snapshot
 			names = append(names, n)
 		}
 		sort.Strings(names)
+		// The files must be durable before a manifest references them.
+		paths := make([]string, len(names))
+		for i, n := range names {
+			paths[i] = dir + n
+		}
+		if err := st.Sync(ctx, paths); err != nil {
+			return nil, fmt.Errorf("segment %s: %w", u, err)
+		}
 		s.Files = nil
 		for _, n := range names {
 			s.Files = append(s.Files, &pb.IndexFile{Path: n, SizeBytes: uint64(sizes[n])})

@@ -375,24 +375,16 @@ func (mg *merger) mergeWindow(ctx context.Context, w *lancefile.Writer, win wind
 			mg.opts.Progress.PartitionsDone.Add(1)
 			continue
 		}
-		merged := make([]*lancefile.Array, len(m.fields))
-		for c, ps := range parts {
-			if c == codeCol {
-				merged[c] = mg.mergeCodes(ps, layouts)
-				continue
-			}
-			if len(ps) == 1 {
-				merged[c] = ps[0]
-				continue
-			}
-			a, err := lancefile.Concat(m.fields[c].Type, ps)
-			if err != nil {
-				return err
-			}
-			merged[c] = a
+		// Columns other than the codes go to the writer as the inputs'
+		// pieces, without being concatenated.
+		n := 0
+		for _, a := range parts[rowidCol] {
+			n += a.Len
 		}
-		n := merged[0].Len
-		if err := w.Write(merged); err != nil {
+		if codeCol >= 0 {
+			parts[codeCol] = []*lancefile.Array{mg.mergeCodes(parts[codeCol], layouts)}
+		}
+		if err := w.WriteChunked(parts); err != nil {
 			return err
 		}
 		lengths[p] = uint32(n)

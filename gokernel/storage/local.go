@@ -137,11 +137,6 @@ func (w *localWriter) Finish() error {
 		return fmt.Errorf("storage: %s: Finish after Finish or Abort", w.name)
 	}
 	w.done = true
-	if err := w.f.Sync(); err != nil {
-		w.f.Close()
-		os.Remove(w.tmp)
-		return fmt.Errorf("storage: sync %s: %w", w.name, err)
-	}
 	if err := w.f.Close(); err != nil {
 		os.Remove(w.tmp)
 		return fmt.Errorf("storage: close %s: %w", w.name, err)
@@ -150,7 +145,40 @@ func (w *localWriter) Finish() error {
 		os.Remove(w.tmp)
 		return mapErr("publish", w.name, err)
 	}
-	return syncDir(filepath.Dir(w.final))
+	return nil
+}
+
+// Sync makes objects written with Create durable: their data and their
+// directory entries reach the disk. Create does not sync on Finish (a merge
+// output may never be committed: intermediate levels of a tree, cancelled
+// runs); the commit syncs what it is about to reference.
+func (l *Local) Sync(ctx context.Context, names []string) error {
+	dirs := map[string]bool{}
+	for _, name := range names {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		p, err := l.path(name)
+		if err != nil {
+			return err
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return mapErr("sync", name, err)
+		}
+		err = f.Sync()
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("storage: sync %s: %w", name, err)
+		}
+		dirs[filepath.Dir(p)] = true
+	}
+	for d := range dirs {
+		if err := syncDir(d); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (w *localWriter) Abort() {

@@ -143,3 +143,6 @@ func (m *Mem) Delete(ctx context.Context, name string) error {
 	delete(m.objs, name)
 	return nil
 }
+
+// Sync does nothing: memory is as durable as it gets.
+func (m *Mem) Sync(ctx context.Context, names []string) error { return nil }

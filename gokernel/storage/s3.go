@@ -220,6 +220,9 @@ func NewS3(uri string, cfg S3Config) (*S3, error) {
 
 func (s *S3) URI() string { return s.uri }
 
+// Sync does nothing: an S3 PUT is durable when it returns.
+func (s *S3) Sync(ctx context.Context, names []string) error { return nil }
+
 func (s *S3) key(name string) (string, error) {
 	if err := checkName(name); err != nil {
 		return "", err

@@ -35,8 +35,11 @@ type Store interface {
 	Open(ctx context.Context, name string) (Object, error)
 	// Create starts writing an object. The object becomes visible under name
 	// only when Writer.Finish returns nil; Abort leaves no trace. An existing
-	// object of that name is replaced on Finish.
+	// object of that name is replaced on Finish. Durability may need Sync.
 	Create(ctx context.Context, name string) (Writer, error)
+	// Sync makes objects written with Create durable. Object stores whose
+	// writes are durable when they return (S3) do nothing.
+	Sync(ctx context.Context, names []string) error
 	// PutIfAbsent publishes data under name atomically, and fails with
 	// errkind.Conflict when name already exists. Readers never see a partial
 	// object.

@@ -103,6 +103,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         executor=args.executor,
         max_workers=args.workers,
         fan_in=args.fan_in,
+        target_segments=args.target_segments,
         max_segments_to_merge=args.max_segments,
         progress=not args.no_progress,
     )
@@ -153,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     op.add_argument("--executor", default="local", choices=["local", "processes", "ray", "dask"])
     op.add_argument("--workers", type=int, help="pool size")
     op.add_argument("--fan-in", type=int, default=32)
+    op.add_argument("--target-segments", type=int, default=1, help="stop at this many segments (default 1)")
     op.add_argument("--max-segments", type=int, help="merge only the newest N segments")
     op.add_argument("--no-progress", action="store_true")
     op.set_defaults(fn=cmd_optimize)

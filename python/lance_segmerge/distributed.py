@@ -110,17 +110,22 @@ def run_plan(
     executor: Union[str, cf.Executor, Executor] = "local",
     max_workers: Optional[int] = None,
     fan_in: int = 32,
+    target_segments: int = 1,
     progress: ProgressArg = None,
     window_rows: Optional[int] = None,
 ) -> int:
     """Execute a plan as a tree and commit once.
 
     Level 1 merges the plan's tasks; each further level merges the previous
-    level's outputs in groups of ``fan_in`` until one segment is left, which
-    is committed in place of every planned segment. Intermediate outputs are
-    removed after the commit. On any failure or interrupt, running work is
-    cancelled, every output this call created is removed, and the dataset is
-    left as it was.
+    level's outputs in groups of at most ``fan_in`` until at most
+    ``target_segments`` are left, which are committed in place of every
+    planned segment. Intermediate outputs are removed after the commit. On
+    any failure or interrupt, running work is cancelled, every output this
+    call created is removed, and the dataset is left as it was.
+
+    With ``target_segments = 1`` the last level is one task that rewrites
+    every row on one worker; ``target_segments = N`` keeps every level
+    parallel over N workers and leaves N segments over disjoint fragments.
 
     Returns
     -------
@@ -136,6 +141,8 @@ def run_plan(
         return dataset.version
     if not isinstance(fan_in, int) or fan_in < 2:
         raise InvalidInputError(f"fan_in must be an integer >= 2, got {fan_in!r}")
+    if not isinstance(target_segments, int) or target_segments < 1:
+        raise InvalidInputError(f"target_segments must be a positive integer, got {target_segments!r}")
     options: dict[str, Any] = {"requantize_sq": plan.requantize_sq}
     if window_rows is not None:
         options["window_rows"] = window_rows
@@ -149,17 +156,22 @@ def run_plan(
         level = 1
         while True:
             outputs = _run_level(dataset, tasks, pool, level, report, created, options)
-            if len(outputs) == 1:
+            if len(outputs) <= target_segments:
                 break
-            tasks = plan_segments(dataset, outputs, fan_in, requantize_sq=plan.requantize_sq).tasks
+            # As many tasks as the target asks for (or fan_in forces), each
+            # merging an even share of the outputs.
+            n_tasks = max(target_segments, -(-len(outputs) // fan_in))
+            per_task = max(2, -(-len(outputs) // n_tasks))
+            tasks = plan_segments(dataset, outputs, per_task, requantize_sq=plan.requantize_sq).tasks
             level += 1
-        (final,) = outputs
-        version = commit_existing_index_segments(dataset, plan.index_name, plan.column, [final], replaces=plan.sources)
+        final = outputs
+        version = commit_existing_index_segments(dataset, plan.index_name, plan.column, final, replaces=plan.sources)
         committed = True
         logger.info(
-            "optimize %s: %d segments -> 1 in %d levels, version %d, %.1fs",
+            "optimize %s: %d segments -> %d in %d levels, version %d, %.1fs",
             plan.index_name,
             plan.num_segments,
+            len(final),
             level,
             version,
             time.perf_counter() - t0,
@@ -170,7 +182,7 @@ def run_plan(
     finally:
         report.close()
         pool.close()
-        leftovers = created[:-1] if committed else created
+        leftovers = [u for u in created if not (committed and u in {f.uuid for f in final})]
         try:
             remove_uncommitted(dataset, leftovers)
         except Exception as exc:  # the cleanup verb can finish the job
@@ -185,6 +197,7 @@ def optimize(
     executor: Union[str, cf.Executor, Executor] = "local",
     max_workers: Optional[int] = None,
     fan_in: int = 32,
+    target_segments: int = 1,
     max_segments_to_merge: Optional[int] = None,
     target_rows_per_task: Optional[int] = None,
     requantize_sq: bool = False,
@@ -213,6 +226,10 @@ def optimize(
         Size of pools this call creates.
     fan_in : int, default 32
         Segments merged per task at every level.
+    target_segments : int, default 1
+        Stop merging at this many segments (over disjoint fragments). One
+        segment makes the last level a single task that rewrites every row;
+        as many as there are workers keeps the whole tree parallel.
     max_segments_to_merge : int, optional
         Merge only the newest N segments; leave the rest untouched.
     target_rows_per_task : int, optional
@@ -240,5 +257,12 @@ def optimize(
         requantize_sq=requantize_sq,
     )
     return run_plan(
-        ds, plan, executor=executor, max_workers=max_workers, fan_in=fan_in, progress=progress, window_rows=window_rows
+        ds,
+        plan,
+        executor=executor,
+        max_workers=max_workers,
+        fan_in=fan_in,
+        target_segments=target_segments,
+        progress=progress,
+        window_rows=window_rows,
     )

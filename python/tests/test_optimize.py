@@ -160,3 +160,20 @@ def test_cli(deltas64, tmp_path, capsys):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     p = subprocess.run([sys.executable, "-m", "lance_segmerge", "ls", uri, "--json"], capture_output=True, text=True, env=env)
     assert p.returncode == 0 and len(json.loads(p.stdout)) == 1
+
+
+def test_optimize_to_several_segments(deltas64, tmp_path):
+    built, r_ref = deltas64
+    uri = str(tmp_path / "ds")
+    shutil.copytree(built.uri, uri)
+    v = ls.optimize(uri, "vec_idx", fan_in=8, target_segments=3, progress=False)
+    pds = lance.dataset(uri)
+    segs = pds.describe_indices()[0].segments
+    assert pds.version == v and len(segs) == 3
+    frags = sorted(f for s in segs for f in s.fragment_ids)
+    assert frags == list(range(2 + DELTAS))
+    r = lancegen.recall(pds, built.vectors, lancegen.vectors(30, seed=6), k=10, nprobes=4)
+    assert abs(r - r_ref) <= 0.01
+    assert ls.cleanup(uri, 0, dry_run=True) == []
+    with pytest.raises(ls.InvalidInputError, match="target_segments"):
+        ls.optimize(uri, "vec_idx", target_segments=0)
