@@ -27,11 +27,14 @@ var (
 	Unsupported = errors.New("unsupported")
 	// Cancelled: the operation's context was cancelled or timed out.
 	Cancelled = errors.New("cancelled")
+	// IO: the store failed (a disk error, an unreachable or failing object
+	// store after retries): neither the data's fault nor the caller's.
+	IO = errors.New("storage I/O error")
 )
 
 // Tag returns the stable binding tag of err: "not_found", "conflict",
-// "corrupt", "invalid_input", "unsupported", "cancelled", or "internal" for
-// anything else. context.Canceled and context.DeadlineExceeded are
+// "corrupt", "invalid_input", "unsupported", "cancelled", "io", or
+// "internal" for anything else. context.Canceled and context.DeadlineExceeded are
 // "cancelled". When err wraps several kinds, the first in that order wins.
 func Tag(err error) string {
 	switch {
@@ -49,6 +52,8 @@ func Tag(err error) string {
 		return "invalid_input"
 	case errors.Is(err, Unsupported):
 		return "unsupported"
+	case errors.Is(err, IO):
+		return "io"
 	default:
 		return "internal"
 	}

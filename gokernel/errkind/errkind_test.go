@@ -21,6 +21,7 @@ func TestTag(t *testing.T) {
 		{"invalid", fmt.Errorf("%w: k<0", InvalidInput), "invalid_input"},
 		{"unsupported", fmt.Errorf("%w: flag", Unsupported), "unsupported"},
 		{"cancelled", fmt.Errorf("%w", Cancelled), "cancelled"},
+		{"io", fmt.Errorf("%w: disk on fire", IO), "io"},
 		{"ctx", fmt.Errorf("merge: %w", context.Canceled), "cancelled"},
 		{"deadline", context.DeadlineExceeded, "cancelled"},
 		{"cancel wins", fmt.Errorf("%w: %w", Corrupt, context.Canceled), "cancelled"},

@@ -48,7 +48,7 @@ func mapErr(op, name string, err error) error {
 	case errors.Is(err, fs.ErrExist):
 		return fmt.Errorf("%w: storage: %s %s: already exists", errkind.Conflict, op, name)
 	default:
-		return fmt.Errorf("storage: %s %s: %w", op, name, err)
+		return fmt.Errorf("%w: storage: %s %s: %w", errkind.IO, op, name, err)
 	}
 }
 

@@ -74,7 +74,7 @@ var s3OptionKeys = map[string]string{
 	"aws_region": "region", "region": "region", "aws_default_region": "region",
 	"aws_endpoint": "endpoint", "endpoint": "endpoint", "aws_endpoint_url": "endpoint", "endpoint_url": "endpoint",
 	"aws_endpoint_url_s3": "endpoint",
-	"allow_http": "allow_http", "aws_allow_http": "allow_http",
+	"allow_http":          "allow_http", "aws_allow_http": "allow_http",
 	"aws_virtual_hosted_style_request": "virtual", "virtual_hosted_style_request": "virtual",
 	"timeout": "timeout", "request_timeout": "timeout",
 	"max_retries": "retries", "client_max_retries": "retries",
@@ -251,13 +251,13 @@ func (s *S3) s3Err(op, name string, err error) error {
 		case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch":
 			return fmt.Errorf("%w: storage: s3 %s %s: %s (check the credentials)", errkind.InvalidInput, op, name, api.ErrorCode())
 		}
-		return fmt.Errorf("storage: s3 %s %s: %s: %s", op, name, api.ErrorCode(), api.ErrorMessage())
+		return fmt.Errorf("%w: storage: s3 %s %s: %s: %s", errkind.IO, op, name, api.ErrorCode(), api.ErrorMessage())
 	}
 	var re interface{ HTTPStatusCode() int }
 	if errors.As(err, &re) && re.HTTPStatusCode() == http.StatusNotFound {
 		return fmt.Errorf("%w: storage: s3 %s %s", errkind.NotFound, op, name)
 	}
-	return fmt.Errorf("storage: s3 %s %s: %w", op, name, err)
+	return fmt.Errorf("%w: storage: s3 %s %s: %w", errkind.IO, op, name, err)
 }
 
 func (s *S3) Open(ctx context.Context, name string) (Object, error) {

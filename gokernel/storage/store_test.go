@@ -178,7 +178,9 @@ func TestOpenURI(t *testing.T) {
 		{"file://" + dir, nil},
 		{"memory://x", nil},
 		{"", errkind.InvalidInput},
-		{"s3://bucket/t.lance", errkind.Unsupported},
+		{"s3://bucket/t.lance", nil},
+		{"gs://bucket/t.lance", errkind.Unsupported},
+		{"s3://", errkind.InvalidInput},
 		{"ftp://host/x", errkind.InvalidInput},
 	} {
 		t.Run(tc.uri, func(t *testing.T) {

@@ -24,6 +24,7 @@ from .errors import (
     InvalidInputError,
     NotFoundError,
     SegmergeError,
+    StorageError,
     UnsupportedError,
 )
 from .types import IndexFile, IndexSegment, MergePlan, MergeTask, OperationProgress
@@ -52,6 +53,7 @@ __all__ = [
     "ConflictError",
     "CancelledError",
     "UnsupportedError",
+    "StorageError",
     "InternalError",
     "kernel_version",
 ]

@@ -24,6 +24,7 @@ EXIT_CODES: dict[type[errors.SegmergeError], int] = {
     errors.CorruptError: 5,
     errors.ConflictError: 6,
     errors.UnsupportedError: 7,
+    errors.StorageError: 8,
     errors.CancelledError: 130,
     errors.InternalError: 1,
 }

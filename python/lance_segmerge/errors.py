@@ -19,6 +19,7 @@ __all__ = [
     "ConflictError",
     "CancelledError",
     "UnsupportedError",
+    "StorageError",
     "InternalError",
 ]
 
@@ -66,6 +67,13 @@ class UnsupportedError(SegmergeError, NotImplementedError):
     tag = "unsupported"
 
 
+class StorageError(SegmergeError, OSError):
+    """The store failed: a disk error, or an object store that stayed
+    unreachable or failing after retries."""
+
+    tag = "io"
+
+
 class InternalError(SegmergeError):
     """A bug in lance_segmerge (including a recovered Go panic)."""
 
@@ -81,6 +89,7 @@ _BY_TAG: dict[str, type[SegmergeError]] = {
         ConflictError,
         CancelledError,
         UnsupportedError,
+        StorageError,
         InternalError,
     )
 }

@@ -44,7 +44,7 @@ def test_invalid_arguments(args):
 
 def test_unsupported_scheme():
     with pytest.raises(ls.UnsupportedError):
-        ls.open("s3://bucket/table.lance")
+        ls.open("gs://bucket/table.lance")
     with pytest.raises(ls.InvalidInputError):
         ls.open("ftp://host/table.lance")
 
@@ -107,6 +107,7 @@ def test_corrupt_segment_file(delta_datasets, copy_dataset):
         ("[conflict] x", ls.ConflictError),
         ("[cancelled] x", ls.CancelledError),
         ("[unsupported] x", ls.UnsupportedError),
+        ("[io] x", ls.StorageError),
         ("[internal] x", ls.InternalError),
         ("[weird] x", ls.InternalError),
         ("no tag", ls.InternalError),
