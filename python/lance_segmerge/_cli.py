@@ -58,8 +58,19 @@ def _frags(ids: Sequence[int]) -> str:
     return text + (f",… ({len(ids)})" if len(ids) > 8 else "")
 
 
+def _storage_options(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"not KEY=VALUE: {text!r}")
+    return key.strip(), value
+
+
+def _open(args: argparse.Namespace, version: Optional[int] = None) -> Dataset:
+    return Dataset(args.uri, version, dict(args.storage_option) or None)
+
+
 def cmd_ls(args: argparse.Namespace) -> int:
-    ds = Dataset(args.uri, args.version)
+    ds = _open(args, args.version)
     segs = ds.list_index_segments(args.index)
     if args.json:
         print(json.dumps([s.to_dict() for s in segs], indent=2))
@@ -79,7 +90,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    ds = Dataset(args.uri, args.version)
+    ds = _open(args, args.version)
     plan = plan_index_segment_merge(
         ds, args.index, args.segments_per_task, args.max_segments, target_rows_per_task=args.target_rows
     )
@@ -96,7 +107,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_optimize(args: argparse.Namespace) -> int:
-    ds = Dataset(args.uri)
+    ds = _open(args)
     before = len(ds.list_index_segments(args.index, with_stats=False))
     version = optimize(
         ds,
@@ -108,13 +119,13 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         max_segments_to_merge=args.max_segments,
         progress=not args.no_progress,
     )
-    after = len(Dataset(args.uri).list_index_segments(args.index, with_stats=False))
+    after = len(_open(args).list_index_segments(args.index, with_stats=False))
     print(f"{args.index}: {before} segments -> {after}, version {ds.version} -> {version}")
     return 0
 
 
 def cmd_cleanup(args: argparse.Namespace) -> int:
-    orphans: list[dict[str, Any]] = cleanup(args.uri, args.older_than, dry_run=not args.delete)
+    orphans: list[dict[str, Any]] = cleanup(_open(args), args.older_than, dry_run=not args.delete)
     if not orphans:
         print("no orphaned segment directories")
         return 0
@@ -131,15 +142,25 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lance-segmerge", description="Plan, merge and commit Lance vector index segments.")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
     sub = p.add_subparsers(dest="command", required=True)
+    store = argparse.ArgumentParser(add_help=False)
+    store.add_argument(
+        "-o",
+        "--storage-option",
+        type=_storage_options,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a storage option, as pylance takes them (repeatable; e.g. -o aws_region=eu-west-1)",
+    )
 
-    ls_ = sub.add_parser("ls", help="list the segments of vector indices")
+    ls_ = sub.add_parser("ls", parents=[store], help="list the segments of vector indices")
     ls_.add_argument("uri")
     ls_.add_argument("--index", help="one index (default: every vector index)")
     ls_.add_argument("--version", type=int, help="dataset version (default: latest)")
     ls_.add_argument("--json", action="store_true", help="print JSON")
     ls_.set_defaults(fn=cmd_ls)
 
-    pl = sub.add_parser("plan", help="plan a merge of an index's segments")
+    pl = sub.add_parser("plan", parents=[store], help="plan a merge of an index's segments")
     pl.add_argument("uri")
     pl.add_argument("--index", required=True)
     pl.add_argument("--version", type=int)
@@ -149,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--json", action="store_true", help="print the plan as JSON")
     pl.set_defaults(fn=cmd_plan)
 
-    op = sub.add_parser("optimize", help="merge an index's segments and commit")
+    op = sub.add_parser("optimize", parents=[store], help="merge an index's segments and commit")
     op.add_argument("uri")
     op.add_argument("--index", required=True)
     op.add_argument("--executor", default="local", choices=["local", "processes", "ray", "dask"])
@@ -160,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     op.add_argument("--no-progress", action="store_true")
     op.set_defaults(fn=cmd_optimize)
 
-    cl = sub.add_parser("cleanup", help="find (and with --delete remove) segment directories no version references")
+    cl = sub.add_parser("cleanup", parents=[store], help="find (and with --delete remove) segment directories no version references")
     cl.add_argument("uri")
     cl.add_argument("--older-than", type=_duration, default=3600.0, help="grace period, e.g. 30m, 1h (default 1h)")
     cl.add_argument("--delete", action="store_true", help="remove them (default: dry run)")

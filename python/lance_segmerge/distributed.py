@@ -8,7 +8,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Mapping, Optional, Union
 
 from . import _worker
 from .api import (
@@ -203,6 +203,7 @@ def optimize(
     requantize_sq: bool = False,
     progress: ProgressArg = True,
     window_rows: Optional[int] = None,
+    storage_options: Optional[Mapping[str, str]] = None,
 ) -> int:
     """Merge the segments of a vector index into one, distributed, and
     commit once.
@@ -241,13 +242,22 @@ def optimize(
         :class:`OptimizeProgress` on the driver.
     window_rows : int, optional
         Rows each merge holds in memory at once.
+    storage_options : dict of str to str, optional
+        Options for the store when ``dataset`` is a URI (the keys pylance
+        accepts, e.g. ``aws_endpoint``, ``aws_region``); a :class:`Dataset`
+        carries its own.
 
     Returns
     -------
     int
         The new dataset version (unchanged when there was nothing to merge).
     """
-    ds = dataset if isinstance(dataset, Dataset) else Dataset(str(dataset))
+    if isinstance(dataset, Dataset):
+        if storage_options is not None:
+            raise InvalidInputError("storage_options go with a URI; this Dataset already carries its own")
+        ds = dataset
+    else:
+        ds = Dataset(str(dataset), storage_options=storage_options)
     plan = plan_index_segment_merge(
         ds,
         index_name,

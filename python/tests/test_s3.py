@@ -113,3 +113,35 @@ def test_errors_do_not_leak_credentials(s3_dataset):
     assert SECRET not in str(ei.value)
     with pytest.raises(ls.InvalidInputError, match="allow_http"):
         ls.open(uri, storage_options={**opts, "allow_http": "false"})
+
+
+def test_cli_and_uri_with_storage_options(s3_dataset, capsys):
+    from lance_segmerge import _cli
+
+    uri, opts, x = s3_dataset
+    flags = [a for k, v in opts.items() for a in ("-o", f"{k}={v}")]
+    assert _cli.main(["ls", uri, "--index", "vec_idx", "--json", *flags]) == 0
+    listed = __import__("json").loads(capsys.readouterr().out)
+    assert [s["uuid"] for s in listed] == [s.uuid for s in ls.open(uri, storage_options=opts).list_index_segments("vec_idx")]
+    # Without the options the endpoint is unknown: a clean error, no traceback.
+    assert _cli.main(["ls", uri, "-o", "aws_region=us-east-1", "-o", "aws_access_key_id=x",
+                      "-o", "aws_secret_access_key=y", "-o", "aws_endpoint=http://127.0.0.1:9", "-o", "allow_http=true",
+                      "-o", "max_retries=0", "-o", "timeout=2s"]) == _cli.EXIT_CODES[ls.StorageError]
+    assert "error:" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        _cli.main(["ls", uri, "-o", "no-equals-sign"])
+    # optimize() takes a URI and its options (a Dataset carries its own).
+    before = len(ls.open(uri, storage_options=opts).list_index_segments("vec_idx"))
+    v = ls.optimize(uri, "vec_idx", storage_options=opts, progress=False)
+    assert lance.dataset(uri, storage_options=opts).version == v
+    assert len(ls.open(uri, storage_options=opts).list_index_segments("vec_idx")) <= before
+    with pytest.raises(ls.InvalidInputError, match="storage_options"):
+        ls.optimize(ls.open(uri, storage_options=opts), "vec_idx", storage_options=opts)
+
+
+def test_unreachable_endpoint_is_a_storage_error():
+    opts = {"aws_endpoint": "http://127.0.0.1:9", "allow_http": "true", "aws_region": "us-east-1",
+            "aws_access_key_id": "x", "aws_secret_access_key": "y", "max_retries": "1", "timeout": "2s"}
+    with pytest.raises(ls.StorageError) as ei:
+        ls.open("s3://bucket/t.lance", storage_options=opts)
+    assert isinstance(ei.value, OSError) and "127.0.0.1:9" in str(ei.value)
