@@ -67,9 +67,9 @@ PRESETS = {
     "small": Preset(rows=200_000, fragments=32, group=8, base_rows=100_000, deltas=64, delta_rows=1_500, dim=128,
                     partitions=64, repeats=3),
     "medium": Preset(rows=1_000_000, fragments=32, group=8, base_rows=500_000, deltas=100, delta_rows=5_000, dim=128,
-                     partitions=128, repeats=3),
+                     partitions=128, repeats=5),
     "default": Preset(rows=2_000_000, fragments=64, group=8, base_rows=1_000_000, deltas=200, delta_rows=5_000,
-                      dim=128, partitions=256, repeats=3),
+                      dim=128, partitions=256, repeats=5),
 }
 
 
@@ -175,6 +175,9 @@ CHILD = textwrap.dedent(
 
 
 def run_child(setup: str, work: str, after: str = "") -> dict[str, Any]:
+    # Write back every dirty page first (untimed), so that no run pays for
+    # the previous run's output being flushed to the disk.
+    os.sync()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "python"), str(HERE)] + sys.path), "LANCE_LOG": "error"}
     job = json.dumps({"setup": textwrap.dedent(setup), "work": textwrap.dedent(work), "after": textwrap.dedent(after)})
     out = subprocess.run([sys.executable, "-c", CHILD, job], capture_output=True, text=True, env=env)
@@ -256,9 +259,6 @@ def copy_floor(uri: str, groups: list[list[str]], scratch: str) -> dict[str, Any
             for f in os.listdir(d):
                 out = os.path.join(dst, f"{i}-{f}")
                 shutil.copyfile(os.path.join(d, f), out)
-                fd = os.open(out, os.O_RDONLY)
-                os.fsync(fd)
-                os.close(fd)
     """
     return run_child(setup, work, f"shutil.rmtree({scratch!r}, ignore_errors=True)")
 

@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     pa, pb, pc = models["pylance"]
     pylance_t = pa + pb * D + pc * R
     ex = []
-    fans = (4, 8, 16, 32, 64, 128, 256)
+    fans = (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
     for n in (1, 8, 32, 128):
         # The best fan_in for each goal (what a user would pass).
         one, lv1, f1 = min(tree_time(models["ours_1"], D, R, n, f, 1) + (f,) for f in fans)

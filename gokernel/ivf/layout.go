@@ -24,6 +24,10 @@ import "math"
 // rqBlock is the FastScan block size (rows).
 const rqBlock = 32
 
+// RQBlockRows is the FastScan block size: the packed bytes of each full
+// block of RQBlockRows rows depend only on those rows, at their position.
+const RQBlockRows = rqBlock
+
 var rqPerm0 = [16]int{0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15}
 
 // TransposePQ writes the column-major form of n rows of b bytes from src
@@ -88,6 +92,18 @@ func UnpackRQ(dst, src []byte, n, l int) {
 	for c := 0; c < l; c++ {
 		for k := 0; k < r; k++ {
 			dst[(p+k)*l+c] = src[p*l+c*r+k]
+		}
+	}
+}
+
+// UnpackRQTail writes the rows after the last full block of a packed
+// partition of n rows of l code bytes (src) into dst, row-major (len
+// (n mod 32)·l).
+func UnpackRQTail(dst, src []byte, n, l int) {
+	p, r := n/rqBlock*rqBlock, n%rqBlock
+	for c := 0; c < l; c++ {
+		for k := 0; k < r; k++ {
+			dst[k*l+c] = src[p*l+c*r+k]
 		}
 	}
 }

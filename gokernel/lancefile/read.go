@@ -85,6 +85,11 @@ func (r *Reader) Read(ctx context.Context, name string, start, end uint64) (*Arr
 
 // readColumn reads rows [start, end) of one physical column, page by page.
 func (r *Reader) readColumn(ctx context.Context, col int, t, item DataType, start, end int) (*Array, error) {
+	if !isList(t) && r.foot.version != V2_0 {
+		if out, ok, err := r.readFixedInto(ctx, col, t, start, end); ok || err != nil {
+			return out, err
+		}
+	}
 	var parts []*Array
 	pageStart := 0
 	for pi, p := range r.columns[col].GetPages() {
@@ -127,6 +132,68 @@ func (r *Reader) readColumn(ctx context.Context, col int, t, item DataType, star
 	return Concat(t, parts)
 }
 
+// intoSlackRows is the room left, past a column's rows, for the rows a
+// page decodes beyond the requested range (whole mini-block chunks).
+const intoSlackRows = 4096
+
+// readFixedInto reads rows [start, end) of a fixed-width column whose range
+// spans several 2.1+ pages by decoding every page straight into one buffer
+// (each page's values land after the previous page's, and the rows a chunk
+// holds outside the range are moved out), instead of decoding each page
+// into its own buffer and concatenating them. ok is false when the fast
+// path does not apply (one page, or a page with nulls): the caller reads
+// the general way.
+func (r *Reader) readFixedInto(ctx context.Context, col int, t DataType, start, end int) (*Array, bool, error) {
+	pages := r.columns[col].GetPages()
+	w := t.ValueBits() / 8
+	touched, pageStart := 0, 0
+	for _, p := range pages {
+		n := int(p.GetLength())
+		if max(start, pageStart) < min(end, pageStart+n) {
+			touched++
+		}
+		pageStart += n
+	}
+	if touched < 2 {
+		return nil, false, nil
+	}
+	buf := make([]byte, 0, (end-start+intoSlackRows)*w)
+	pageStart = 0
+	for pi, p := range pages {
+		n := int(p.GetLength())
+		a, b := max(start, pageStart), min(end, pageStart+n)
+		if a < b {
+			if err := ctx.Err(); err != nil {
+				return nil, true, err
+			}
+			pos := len(buf)
+			pg := &pageIO{r: r, col: col, idx: pi, page: p, into: buf[pos:pos]}
+			arr, err := r.readPage21(ctx, pg, t, DataType{}, a-pageStart, b-pageStart)
+			if err != nil {
+				return nil, true, fmt.Errorf("page %d: %w", pi, err)
+			}
+			if arr.Len != b-a || len(arr.Values) != arr.Len*w {
+				return nil, true, fmt.Errorf("%w: page %d gave %d rows, want %d", errkind.Corrupt, pi, arr.Len, b-a)
+			}
+			if arr.Validity != nil || arr.ItemValidity != nil {
+				return nil, false, nil
+			}
+			// arr.Values usually sits in buf past pos (after the chunk's
+			// leading rows); append moves it down (memmove allows overlap),
+			// or copies it when the page outgrew buf's capacity.
+			buf = append(buf[:pos], arr.Values...)
+		}
+		pageStart += n
+		if pageStart >= end {
+			break
+		}
+	}
+	if pageStart < end {
+		return nil, true, fmt.Errorf("%w: column %d pages hold %d rows, file has %d", errkind.Corrupt, col, pageStart, r.numRows)
+	}
+	return &Array{Type: t, Len: end - start, Values: buf}, true, nil
+}
+
 func emptyArray(t, item DataType) *Array {
 	if isList(t) {
 		return &Array{Type: t, Offsets: []int64{0}, Items: &Array{Type: item, Values: []byte{}}}
@@ -140,6 +207,9 @@ type pageIO struct {
 	col  int
 	idx  int
 	page *pb.Page
+	// into, when not nil, is where a mini-block page of a fixed-width
+	// column appends its decoded values (see readFixedInto).
+	into []byte
 }
 
 func (p *pageIO) numBuffers() int { return len(p.page.GetBufferSizes()) }

@@ -210,7 +210,11 @@ func (r *Reader) readMiniBlock(ctx context.Context, pg *pageIO, l *enc21.MiniBlo
 	var values, itemValidity []byte
 	if first < last {
 		total := ct.first[last-1] + ct.values[last-1] - ct.first[first]
-		values = make([]byte, 0, total*mb.valueBits/8)
+		if pg.into != nil && !rd.hasList && l.GetDictionary() == nil {
+			values = pg.into
+		} else {
+			values = make([]byte, 0, total*mb.valueBits/8)
+		}
 		// The chunks' bytes are only decoded from, never kept: read them into
 		// a pooled buffer.
 		spanLen := ct.offsets[last-1] + ct.sizes[last-1] - ct.offsets[first]

@@ -172,7 +172,12 @@ func TestWriteReadRoundTrip(t *testing.T) {
 						t.Fatalf("%s: %v", s.name, err)
 					}
 					equalRows(t, s.name, want[i], got)
-					for _, rg := range [][2]int{{0, min(1, total)}, {total / 3, total / 2}, {max(total-5, 0), total}} {
+					ranges := [][2]int{{0, min(1, total)}, {total / 3, total / 2}, {max(total-5, 0), total}}
+					for k := 0; k < 8 && total > 0; k++ { // random ranges, most across pages
+						a := r.IntN(total)
+						ranges = append(ranges, [2]int{a, a + 1 + r.IntN(total-a)})
+					}
+					for _, rg := range ranges {
 						got, err := rd.Read(ctx, s.name, uint64(rg[0]), uint64(rg[1]))
 						if err != nil {
 							t.Fatalf("%s %v: %v", s.name, rg, err)

@@ -27,10 +27,11 @@ import (
 type MergeOptions struct {
 	// IndexUUID names the output segment; a new random uuid when "".
 	IndexUUID string `json:"index_uuid"`
-	// WindowRows bounds the rows (over all inputs) held in memory at once:
-	// partitions are read in windows of about this many rows. Default
-	// 262144 (for 16-byte PQ codes and row ids, about 6 MiB read plus the
-	// same again for the merged partition).
+	// WindowRows bounds the rows (over all inputs) of a window: partitions
+	// are read in windows of about this many rows, and two windows are in
+	// memory at once (one read ahead while the other is merged and
+	// written). Default 131072 (for 16-byte PQ codes and row ids, about
+	// 3 MiB read per window, plus the same again for the merged partition).
 	WindowRows int `json:"window_rows"`
 	// Parallelism bounds the input segments read concurrently. Default 4.
 	Parallelism int `json:"parallelism"`
@@ -47,7 +48,7 @@ type MergeOptions struct {
 
 func (o MergeOptions) withDefaults() MergeOptions {
 	if o.WindowRows <= 0 {
-		o.WindowRows = 1 << 18
+		o.WindowRows = 1 << 17
 	}
 	if o.Parallelism <= 0 {
 		o.Parallelism = 4
@@ -230,13 +231,8 @@ func (mg *merger) writeAux(ctx context.Context) (int64, error) {
 	}
 
 	lengths := make([]uint32, m.nparts)
-	for _, win := range mg.windows() {
-		if err := ctx.Err(); err != nil {
-			return 0, err
-		}
-		if err := mg.mergeWindow(ctx, w, win, lengths); err != nil {
-			return 0, err
-		}
+	if err := mg.mergeWindows(ctx, w, lengths); err != nil {
+		return 0, err
 	}
 
 	ivfBytes, err := (&ivf.Model{Lengths: lengths, Centroids: m.centroids}).Encode()
@@ -295,7 +291,59 @@ type shardWindow struct {
 	start uint64             // first row of the window in the input
 }
 
-func (mg *merger) mergeWindow(ctx context.Context, w *lancefile.Writer, win window, lengths []uint32) error {
+// mergeWindows streams the windows through two stages: while one window's
+// partitions are merged and written (one goroutine: the writer is
+// sequential), the next window is read and decoded. At most two windows are
+// in memory at once.
+func (mg *merger) mergeWindows(ctx context.Context, w *lancefile.Writer, lengths []uint32) error {
+	type read struct {
+		shards []shardWindow
+		err    error
+	}
+	wins := mg.windows()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ahead := make(chan read, 1)
+	readAhead := func(win window) {
+		go func() {
+			var r read
+			defer func() {
+				if p := recover(); p != nil {
+					r = read{err: fmt.Errorf("lance-segmerge kernel panic reading a window: %v\n%s", p, debug.Stack())}
+				}
+				ahead <- r
+			}()
+			r.shards, r.err = mg.readWindow(ctx, win)
+		}()
+	}
+	if len(wins) > 0 {
+		readAhead(wins[0])
+	}
+	for i, win := range wins {
+		r := <-ahead
+		if r.err != nil {
+			return r.err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if i+1 < len(wins) {
+			readAhead(wins[i+1])
+		}
+		if err := mg.mergeWindow(ctx, w, win, r.shards, lengths); err != nil {
+			if i+1 < len(wins) {
+				cancel()
+				<-ahead // the reader must not outlive the merge
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// readWindow reads and decodes every input's rows of a window, inputs in
+// parallel.
+func (mg *merger) readWindow(ctx context.Context, win window) ([]shardWindow, error) {
 	m := mg.m
 	shards := make([]shardWindow, len(mg.srcs))
 	g, gctx := errgroup.WithContext(ctx)
@@ -319,8 +367,15 @@ func (mg *merger) mergeWindow(ctx context.Context, w *lancefile.Writer, win wind
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return err
+		return nil, err
 	}
+	return shards, nil
+}
+
+// mergeWindow merges a window's partitions, read by readWindow, and writes
+// them.
+func (mg *merger) mergeWindow(ctx context.Context, w *lancefile.Writer, win window, shards []shardWindow, lengths []uint32) error {
+	m := mg.m
 	codeCol, rowidCol := -1, -1
 	for i, f := range m.fields {
 		switch f.Name {
@@ -428,19 +483,7 @@ func (mg *merger) mergeCodes(parts []*lancefile.Array, laid []bool) *lancefile.A
 		}
 		ivf.MergeTransposedPQ(out, pq, width)
 	case "rq":
-		rows := slices.Grow(mg.scratch[:0], n*width)[:n*width]
-		off := 0
-		for i, p := range parts {
-			dst := rows[off : off+len(p.Values)]
-			if laid[i] {
-				ivf.UnpackRQ(dst, p.Values, p.Len, width)
-			} else {
-				copy(dst, p.Values)
-			}
-			off += len(p.Values)
-		}
-		ivf.PackRQ(out, rows, n, width)
-		mg.scratch = rows
+		mg.mergeRQ(out, parts, laid, width)
 	default: // SQ: already re-quantized where needed
 		off := 0
 		for _, p := range parts {
@@ -448,6 +491,49 @@ func (mg *merger) mergeCodes(parts []*lancefile.Array, laid []bool) *lancefile.A
 		}
 	}
 	return &lancefile.Array{Type: t, Len: n, Values: out}
+}
+
+// mergeRQ packs a merged partition's RQ codes into out. A packed part that
+// lands on a block boundary keeps its full 32-row blocks as they are (a
+// block's bytes depend only on its own rows), so the large base segment of
+// an optimize is copied rather than unpacked and packed again; every other
+// row goes through row-major scratch and is packed once.
+func (mg *merger) mergeRQ(out []byte, parts []*lancefile.Array, laid []bool, width int) {
+	const block = ivf.RQBlockRows
+	n := 0
+	for _, p := range parts {
+		n += p.Len
+	}
+	rows := slices.Grow(mg.scratch[:0], n*width)[:0]
+	start := 0 // first output row of the rows pending in scratch (block-aligned)
+	flush := func() {
+		pending := len(rows) / width
+		ivf.PackRQ(out[start*width:(start+pending)*width], rows, pending, width)
+		start += pending
+		rows = rows[:0]
+	}
+	for i, p := range parts {
+		if laid[i] && (len(rows)/width)%block == 0 {
+			flush()
+			full := p.Len / block * block
+			copy(out[start*width:], p.Values[:full*width])
+			start += full
+			if tail := p.Len - full; tail > 0 {
+				rows = rows[:tail*width]
+				ivf.UnpackRQTail(rows, p.Values, p.Len, width)
+			}
+			continue
+		}
+		k := len(rows)
+		rows = rows[:k+len(p.Values)]
+		if laid[i] {
+			ivf.UnpackRQ(rows[k:], p.Values, p.Len, width)
+		} else {
+			copy(rows[k:], p.Values)
+		}
+	}
+	flush()
+	mg.scratch = rows
 }
 
 // toRowMajor undoes an input's code layout for one of its partitions (the

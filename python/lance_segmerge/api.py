@@ -327,7 +327,8 @@ def merge_existing_index_segments(
         callable receiving :class:`OperationProgress` snapshots on the
         calling thread.
     window_rows : int, optional
-        Rows (over all inputs) held in memory at once; default 262144.
+        Rows (over all inputs) per window; default 131072. Two windows are
+        in memory at once: one being read while the other is written.
     parallelism : int, optional
         Input segments read concurrently; default 4.
     requantize_sq : bool, default False
