@@ -68,11 +68,7 @@ proto:
 FUZZTIME ?= 30s
 CI_FUZZTIME ?= 3s
 fuzz:
-	for pkg in $$($(GO) list ./gokernel/...); do \
-	  for t in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
-	    $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
-	  done; \
-	done
+	GO=$(GO) FUZZTIME=$(FUZZTIME) sh tools/fuzz.sh
 
 clean:
 	rm -rf _build build dist python/lance_segmerge/_native/pybind.py \

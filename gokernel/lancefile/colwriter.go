@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/bufpool"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb/enc20"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb/enc21"
@@ -18,10 +19,14 @@ import (
 type physCol struct{ pages []*pb.Page }
 
 // colWriter buffers the rows of one top-level field until a page is full.
+// Pending rows are either references to the caller's arrays (Write) or
+// bytes copied into own (WriteChunked), which is reused page after page.
 type colWriter struct {
 	w        *Writer
 	f        *Field
 	pending  []*Array
+	own      []byte // pending values, when ownRows > 0 (pending is then empty)
+	ownRows  int
 	bytes    int
 	rows     int
 	firstRow uint64 // top-level row number of the first pending row
@@ -53,9 +58,84 @@ func arrayBytes(a *Array) int {
 	return len(a.Values) + len(a.Validity)
 }
 
+// ownable reports whether a's rows can be kept as plain copied bytes: a
+// fixed-width array without nulls.
+func (c *colWriter) ownable(a *Array) bool {
+	return !isList(c.f.Type) && (a.Validity == nil || a.NullCount() == 0)
+}
+
+// appendCopy adds a's rows without keeping a reference to a's buffers.
+func (c *colWriter) appendCopy(a *Array) error {
+	if a.Len == 0 {
+		return nil
+	}
+	if !c.ownable(a) || !allOwnable(c, c.pending) {
+		clone, err := Concat(a.Type, []*Array{a}) // a deep copy
+		if err != nil {
+			return err
+		}
+		return c.append(clone)
+	}
+	if c.own == nil {
+		c.own = getOwn(c.w.opts.MaxPageBytes + len(a.Values))
+	}
+	for _, p := range c.pending { // earlier references join the copy
+		c.own = append(c.own, p.Values...)
+		c.ownRows += p.Len
+	}
+	c.pending = nil
+	c.own = append(c.own, a.Values...)
+	c.ownRows += a.Len
+	c.bytes += len(a.Values)
+	c.rows += a.Len
+	if c.bytes >= c.w.opts.MaxPageBytes {
+		return c.flush()
+	}
+	return nil
+}
+
+// getOwn takes a page buffer from the process-wide pool: a process that
+// merges segment after segment does not grow a new 8 MiB buffer per column
+// each time.
+func getOwn(want int) []byte { return bufpool.Default.Get(want) }
+
+// release hands the column's page buffer back to the pool once the
+// writer is done with it.
+func (c *colWriter) release() {
+	if c.own != nil && c.ownRows == 0 {
+		bufpool.Default.Put(c.own)
+	}
+	c.own = nil
+}
+
+func allOwnable(c *colWriter, as []*Array) bool {
+	for _, a := range as {
+		if !c.ownable(a) {
+			return false
+		}
+	}
+	return true
+}
+
 func (c *colWriter) append(a *Array) error {
 	if a.Len == 0 {
 		return nil
+	}
+	if c.ownRows > 0 {
+		if c.ownable(a) {
+			c.own = append(c.own, a.Values...)
+			c.ownRows += a.Len
+			c.bytes += len(a.Values)
+			c.rows += a.Len
+			if c.bytes >= c.w.opts.MaxPageBytes {
+				return c.flush()
+			}
+			return nil
+		}
+		// The copied rows become a reference of their own (own is reused
+		// after every flush, so hand them fresh memory).
+		c.pending = []*Array{{Type: c.f.Type, Len: c.ownRows, Values: slices.Clone(c.own)}}
+		c.own, c.ownRows = c.own[:0], 0
 	}
 	c.pending = append(c.pending, a)
 	c.bytes += arrayBytes(a)
@@ -70,6 +150,14 @@ func (c *colWriter) append(a *Array) error {
 func (c *colWriter) flush() error {
 	if c.rows == 0 {
 		return nil
+	}
+	if c.ownRows > 0 {
+		// Written synchronously: own can be refilled once this returns.
+		parts := []*Array{{Type: c.f.Type, Len: c.ownRows, Values: c.own}}
+		rows, first := c.rows, c.firstRow
+		c.own, c.ownRows, c.bytes, c.rows = c.own[:0], 0, 0, 0
+		c.firstRow += uint64(rows)
+		return c.flushStream(newRowSource(parts), rows, first)
 	}
 	if c.streamable() {
 		parts, rows, first := c.pending, c.rows, c.firstRow

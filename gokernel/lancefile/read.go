@@ -42,6 +42,15 @@ func (r *Reader) ReadAll(ctx context.Context, name string) (*Array, error) {
 // chunks (mini-block) or rows (full-zip, 2.0 flat) of the range, so one IVF
 // partition costs about its own bytes. Lists read their whole pages.
 func (r *Reader) Read(ctx context.Context, name string, start, end uint64) (*Array, error) {
+	return r.ReadInto(ctx, name, start, end, nil)
+}
+
+// ReadInto is Read, decoding a fixed-width column into dst's memory when
+// cap(dst) >= IntoCap(type, end-start): a caller that streams windows
+// recycles its buffers instead of allocating new ones. The returned array
+// may share dst's memory (so dst must not be reused while it is in use);
+// dst may be nil.
+func (r *Reader) ReadInto(ctx context.Context, name string, start, end uint64, dst []byte) (*Array, error) {
 	f, cols, err := r.fieldColumns(name)
 	if err != nil {
 		return nil, err
@@ -76,7 +85,15 @@ func (r *Reader) Read(ctx context.Context, name string, start, end uint64) (*Arr
 		return nil, fmt.Errorf("%w: lancefile: %s: reading rows [%d,%d) of %q would decode %d bytes, above the %d-byte limit",
 			errkind.InvalidInput, r.name, start, end, name, n, r.opts.MaxReadBytes)
 	}
-	out, err := r.readColumn(ctx, cols[0], t, item, int(start), int(end))
+	var out *Array
+	if dst != nil && !isList(t) && r.foot.version != V2_0 {
+		var ok bool
+		if out, ok, err = r.readFixedInto(ctx, cols[0], t, int(start), int(end), dst); !ok && err == nil {
+			out, err = r.readColumn(ctx, cols[0], t, item, int(start), int(end))
+		}
+	} else {
+		out, err = r.readColumn(ctx, cols[0], t, item, int(start), int(end))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("lancefile: %s: column %q rows [%d,%d): %w", r.name, name, start, end, err)
 	}
@@ -85,8 +102,8 @@ func (r *Reader) Read(ctx context.Context, name string, start, end uint64) (*Arr
 
 // readColumn reads rows [start, end) of one physical column, page by page.
 func (r *Reader) readColumn(ctx context.Context, col int, t, item DataType, start, end int) (*Array, error) {
-	if !isList(t) && r.foot.version != V2_0 {
-		if out, ok, err := r.readFixedInto(ctx, col, t, start, end); ok || err != nil {
+	if !isList(t) && r.foot.version != V2_0 && pagesTouched(r.columns[col].GetPages(), start, end) > 1 {
+		if out, ok, err := r.readFixedInto(ctx, col, t, start, end, nil); ok || err != nil {
 			return out, err
 		}
 	}
@@ -134,18 +151,14 @@ func (r *Reader) readColumn(ctx context.Context, col int, t, item DataType, star
 
 // intoSlackRows is the room left, past a column's rows, for the rows a
 // page decodes beyond the requested range (whole mini-block chunks).
-const intoSlackRows = 4096
+const intoSlackRows = 8192
 
-// readFixedInto reads rows [start, end) of a fixed-width column whose range
-// spans several 2.1+ pages by decoding every page straight into one buffer
-// (each page's values land after the previous page's, and the rows a chunk
-// holds outside the range are moved out), instead of decoding each page
-// into its own buffer and concatenating them. ok is false when the fast
-// path does not apply (one page, or a page with nulls): the caller reads
-// the general way.
-func (r *Reader) readFixedInto(ctx context.Context, col int, t DataType, start, end int) (*Array, bool, error) {
-	pages := r.columns[col].GetPages()
-	w := t.ValueBits() / 8
+// IntoCap is the capacity ReadInto needs in dst to decode rows rows of a
+// fixed-width type t without allocating: the rows, plus room for the rows
+// a mini-block chunk holds beyond the range.
+func IntoCap(t DataType, rows int) int { return (rows + intoSlackRows) * t.ValueBits() / 8 }
+
+func pagesTouched(pages []*pb.Page, start, end int) int {
 	touched, pageStart := 0, 0
 	for _, p := range pages {
 		n := int(p.GetLength())
@@ -154,11 +167,24 @@ func (r *Reader) readFixedInto(ctx context.Context, col int, t DataType, start, 
 		}
 		pageStart += n
 	}
-	if touched < 2 {
-		return nil, false, nil
+	return touched
+}
+
+// readFixedInto reads rows [start, end) of a fixed-width 2.1+ column by
+// decoding every page straight into one buffer (each page's values land
+// after the previous page's, and the rows a chunk holds outside the range
+// are moved out), instead of decoding each page into its own buffer and
+// concatenating them. The buffer is dst when its capacity suffices. ok is
+// false when the path does not apply (a page with nulls): the caller reads
+// the general way.
+func (r *Reader) readFixedInto(ctx context.Context, col int, t DataType, start, end int, dst []byte) (*Array, bool, error) {
+	pages := r.columns[col].GetPages()
+	w := t.ValueBits() / 8
+	buf := dst[:0]
+	if need := IntoCap(t, end-start); cap(buf) < need {
+		buf = make([]byte, 0, need)
 	}
-	buf := make([]byte, 0, (end-start+intoSlackRows)*w)
-	pageStart = 0
+	pageStart := 0
 	for pi, p := range pages {
 		n := int(p.GetLength())
 		a, b := max(start, pageStart), min(end, pageStart+n)

@@ -211,8 +211,10 @@ func (w *Writer) Write(batch []*Array) error {
 
 // WriteChunked appends one batch whose columns come in parts: cols[i] are
 // consecutive pieces of field i, and every field's pieces add up to the
-// same number of rows. Nothing is concatenated: the pieces are written
-// from where they are (same ownership rule as Write).
+// same number of rows. Unlike Write, it copies the rows into the writer's
+// own page buffers (reused from page to page): the caller may reuse the
+// pieces' buffers as soon as it returns, which lets a streaming caller
+// recycle its read buffers instead of allocating new ones per batch.
 func (w *Writer) WriteChunked(cols [][]*Array) error {
 	if err := w.usable(); err != nil {
 		return err
@@ -236,7 +238,7 @@ func (w *Writer) WriteChunked(cols [][]*Array) error {
 	}
 	for i, parts := range cols {
 		for _, a := range parts {
-			if err := w.cols[i].append(a); err != nil {
+			if err := w.cols[i].appendCopy(a); err != nil {
 				return err
 			}
 		}
@@ -282,6 +284,7 @@ func (w *Writer) Finish() error {
 		if err := cw.flush(); err != nil {
 			return err
 		}
+		cw.release()
 	}
 	schema := &pb.Schema{Fields: schemaToProto(w.fields), Metadata: w.metadata}
 	fd, err := proto.MarshalOptions{Deterministic: true}.Marshal(&pb.FileDescriptor{Schema: schema, Length: w.rows})

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/bufpool"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/ivf"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
@@ -129,9 +130,14 @@ type merger struct {
 	m    *model
 	opts MergeOptions
 	dir  string
-	// scratch holds a partition's row-major RQ codes before packing; it is
-	// reused across partitions (grown, never shrunk).
-	scratch []byte
+	// scratch holds a partition's row-major RQ codes before packing, and
+	// codes a merged partition's code column; both are reused across
+	// partitions (grown, never shrunk): the writer copies what it keeps.
+	scratch, codes []byte
+	// readBufs are the window read buffers, per input and column, in two
+	// sets: one for the window being merged, one for the window read
+	// ahead. A set is reused two windows later.
+	readBufs [2][][]byte
 }
 
 func (mg *merger) run(ctx context.Context) (mergeOutput, error) {
@@ -303,8 +309,9 @@ func (mg *merger) mergeWindows(ctx context.Context, w *lancefile.Writer, lengths
 	wins := mg.windows()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	defer mg.releaseBuffers() // after every reader is done (see below)
 	ahead := make(chan read, 1)
-	readAhead := func(win window) {
+	readAhead := func(win window, set int) {
 		go func() {
 			var r read
 			defer func() {
@@ -313,11 +320,11 @@ func (mg *merger) mergeWindows(ctx context.Context, w *lancefile.Writer, lengths
 				}
 				ahead <- r
 			}()
-			r.shards, r.err = mg.readWindow(ctx, win)
+			r.shards, r.err = mg.readWindow(ctx, win, set)
 		}()
 	}
 	if len(wins) > 0 {
-		readAhead(wins[0])
+		readAhead(wins[0], 0)
 	}
 	for i, win := range wins {
 		r := <-ahead
@@ -328,7 +335,9 @@ func (mg *merger) mergeWindows(ctx context.Context, w *lancefile.Writer, lengths
 			return err
 		}
 		if i+1 < len(wins) {
-			readAhead(wins[i+1])
+			// Window i-1's buffers are free: it was written (and the
+			// writer copies what it keeps) before this iteration.
+			readAhead(wins[i+1], (i+1)%2)
 		}
 		if err := mg.mergeWindow(ctx, w, win, r.shards, lengths); err != nil {
 			if i+1 < len(wins) {
@@ -343,9 +352,14 @@ func (mg *merger) mergeWindows(ctx context.Context, w *lancefile.Writer, lengths
 
 // readWindow reads and decodes every input's rows of a window, inputs in
 // parallel.
-func (mg *merger) readWindow(ctx context.Context, win window) ([]shardWindow, error) {
+func (mg *merger) readWindow(ctx context.Context, win window, set int) ([]shardWindow, error) {
 	m := mg.m
 	shards := make([]shardWindow, len(mg.srcs))
+	nf := len(m.fields)
+	if mg.readBufs[set] == nil {
+		mg.readBufs[set] = make([][]byte, len(mg.srcs)*nf)
+	}
+	bufs := mg.readBufs[set]
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(mg.opts.Parallelism)
 	for i, s := range mg.srcs {
@@ -354,8 +368,17 @@ func (mg *merger) readWindow(ctx context.Context, win window) ([]shardWindow, er
 			start := iv.Offsets[win.first]
 			end := iv.Offsets[win.last-1] + uint64(iv.Lengths[win.last-1])
 			sw := shardWindow{start: start}
-			for _, f := range m.fields {
-				a, err := s.files.Aux.Read(gctx, f.Name, start, end)
+			for c, f := range m.fields {
+				var dst []byte
+				if f.Type.ValueBits() > 0 { // fixed width (nulls fall back to a fresh buffer)
+					need := lancefile.IntoCap(f.Type, int(end-start))
+					if cap(bufs[i*nf+c]) < need {
+						putReadBuf(bufs[i*nf+c])
+						bufs[i*nf+c] = getReadBuf(need)
+					}
+					dst = bufs[i*nf+c]
+				}
+				a, err := s.files.Aux.ReadInto(gctx, f.Name, start, end, dst)
 				if err != nil {
 					return fmt.Errorf("segment %s: %w", s.uuid, err)
 				}
@@ -370,6 +393,21 @@ func (mg *merger) readWindow(ctx context.Context, win window) ([]shardWindow, er
 		return nil, err
 	}
 	return shards, nil
+}
+
+func getReadBuf(need int) []byte { return bufpool.Default.Get(need) }
+
+func putReadBuf(b []byte) { bufpool.Default.Put(b) }
+
+// releaseBuffers hands the read buffers back to the pool; nothing may use
+// the windows read into them afterwards.
+func (mg *merger) releaseBuffers() {
+	for s := range mg.readBufs {
+		for _, b := range mg.readBufs[s] {
+			putReadBuf(b)
+		}
+		mg.readBufs[s] = nil
+	}
 }
 
 // mergeWindow merges a window's partitions, read by readWindow, and writes
@@ -474,7 +512,8 @@ func (mg *merger) mergeCodes(parts []*lancefile.Array, laid []bool) *lancefile.A
 	for _, p := range parts {
 		n += p.Len
 	}
-	out := make([]byte, n*width)
+	mg.codes = slices.Grow(mg.codes[:0], n*width)
+	out := mg.codes[:n*width]
 	switch mg.m.typ.Quantizer() {
 	case "pq":
 		pq := make([]ivf.PQPart, len(parts))

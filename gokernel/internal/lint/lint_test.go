@@ -22,12 +22,13 @@ const module = "github.com/lance-segmerge/lance-segmerge/"
 var allowed = map[string][]string{
 	"gokernel/errkind":   {},
 	"gokernel/storage":   {"gokernel/errkind"},
-	"gokernel/lancefile": {"gokernel/errkind", "gokernel/storage", "gokernel/internal/pb"},
+	"gokernel/lancefile": {"gokernel/errkind", "gokernel/storage", "gokernel/internal/pb", "gokernel/internal/bufpool"},
 	"gokernel/table":     {"gokernel/errkind", "gokernel/storage", "gokernel/internal/pb"},
 	"gokernel/ivf":       {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/internal/pb"},
 	"gokernel/segment": {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table",
-		"gokernel/ivf", "gokernel/internal/pb"},
-	"gokernel/internal/s3test": {},
+		"gokernel/ivf", "gokernel/internal/pb", "gokernel/internal/bufpool"},
+	"gokernel/internal/s3test":  {},
+	"gokernel/internal/bufpool": {},
 }
 
 func repoRoot(t *testing.T) string {
