@@ -96,7 +96,9 @@ def tree_time(model: tuple[float, float, float], deltas: int, rows: int, workers
     """Wall time of optimize's tree on ``workers`` workers: each level's
     work (b per input segment, c per row) is spread over min(workers,
     tasks) workers; levels continue until at most target_segments are
-    left. Returns (seconds, levels)."""
+    left. Every level is charged for every row: an upper bound, since
+    run_plan lets a segment larger than an average task (the base) skip
+    the levels before the last. Returns (seconds, levels)."""
     a, b, c = model
     segs = deltas + 1
     total = a

@@ -84,6 +84,12 @@ func (c *colWriter) appendCopy(a *Array) error {
 		c.ownRows += p.Len
 	}
 	c.pending = nil
+	return c.appendOwned(a)
+}
+
+// appendOwned copies a's values into the column's page buffer, flushing a
+// page once it is full.
+func (c *colWriter) appendOwned(a *Array) error {
 	c.own = append(c.own, a.Values...)
 	c.ownRows += a.Len
 	c.bytes += len(a.Values)
@@ -123,14 +129,7 @@ func (c *colWriter) append(a *Array) error {
 	}
 	if c.ownRows > 0 {
 		if c.ownable(a) {
-			c.own = append(c.own, a.Values...)
-			c.ownRows += a.Len
-			c.bytes += len(a.Values)
-			c.rows += a.Len
-			if c.bytes >= c.w.opts.MaxPageBytes {
-				return c.flush()
-			}
-			return nil
+			return c.appendOwned(a)
 		}
 		// The copied rows become a reference of their own (own is reused
 		// after every flush, so hand them fresh memory).

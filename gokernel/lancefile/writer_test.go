@@ -101,8 +101,8 @@ var specs = []colSpec{
 	{"dists_null", ListType(), Primitive(KindFloat32), 0.1, 0.1},
 }
 
-func writeFile(t *testing.T, v Version, n, batches int, pageBytes int, r *rand.Rand) ([]*Array, []byte) {
-	t.Helper()
+// specFields declares one field per column spec.
+func specFields() []*Field {
 	var fields []*Field
 	for _, s := range specs {
 		if isList(s.t) {
@@ -111,6 +111,12 @@ func writeFile(t *testing.T, v Version, n, batches int, pageBytes int, r *rand.R
 			fields = append(fields, NewField(s.name, s.t, s.nullFrac > 0))
 		}
 	}
+	return fields
+}
+
+func writeFile(t *testing.T, v Version, n, batches int, pageBytes int, r *rand.Rand) ([]*Array, []byte) {
+	t.Helper()
+	fields := specFields()
 	var buf bytes.Buffer
 	w, err := NewWriter(&buf, fields, WriterOptions{Version: v, MaxPageBytes: pageBytes})
 	if err != nil {
@@ -343,14 +349,7 @@ func TestWriteChunkedCopies(t *testing.T) {
 	for _, v := range []Version{V2_0, V2_1, V2_2} {
 		t.Run(v.String(), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(3, 4))
-			var fields []*Field
-			for _, s := range specs {
-				if isList(s.t) {
-					fields = append(fields, NewListField(s.name, s.item, s.nullFrac > 0, false))
-				} else {
-					fields = append(fields, NewField(s.name, s.t, s.nullFrac > 0))
-				}
-			}
+			fields := specFields()
 			var buf bytes.Buffer
 			w, err := NewWriter(&buf, fields, WriterOptions{Version: v, MaxPageBytes: 32 << 10})
 			if err != nil {

@@ -103,6 +103,36 @@ def _run_level(
     return [IndexSegment.from_dict(r) for r in results]
 
 
+def _defer_large(
+    tasks: tuple[MergeTask, ...], per_task: int, target_segments: int
+) -> tuple[list[IndexSegment], list[IndexSegment]]:
+    """Pick the segments of a level that is not the last one that should
+    skip it: each row a level merges is rewritten, so a segment larger than
+    an average task of the others (the base segment of an optimize, next to
+    its deltas) is cheaper merged once, at a later level, than at every
+    level on the way. Largest first, as long as at least two segments are
+    left to merge and the level still leaves more than ``target_segments``
+    (a skipped segment must meet a merge later). Returns (skipping, the
+    rest in plan order)."""
+    segs = [s for t in tasks for s in t.segments]
+    rows = {s.uuid: s.num_rows or 0 for s in segs}
+    rest_rows = sum(rows.values())
+    carried: list[IndexSegment] = []
+    for s in sorted(segs, key=lambda s: (-rows[s.uuid], s.uuid)):
+        left = len(segs) - len(carried) - 1
+        if left < 2:
+            break
+        left_tasks = -(-left // per_task)
+        if len(carried) + 1 + left_tasks <= target_segments:
+            break
+        if rows[s.uuid] * left_tasks <= rest_rows - rows[s.uuid]:
+            break  # no larger than an average task of the rest
+        carried.append(s)
+        rest_rows -= rows[s.uuid]
+    skip = {s.uuid for s in carried}
+    return carried, [s for s in segs if s.uuid not in skip]
+
+
 def run_plan(
     dataset: Dataset,
     plan: MergePlan,
@@ -119,7 +149,10 @@ def run_plan(
     Level 1 merges the plan's tasks; each further level merges the previous
     level's outputs in groups of at most ``fan_in`` until at most
     ``target_segments`` are left, which are committed in place of every
-    planned segment. Intermediate outputs are removed after the commit. On
+    planned segment. A segment larger than an average task of the others
+    (typically the base segment next to its deltas) skips the levels before
+    the last, and the tasks of its level are regrouped without it, so that
+    its rows are rewritten once rather than once per level. Intermediate outputs are removed after the commit. On
     any failure or interrupt, running work is cancelled, every output this
     call created is removed, and the dataset is left as it was.
 
@@ -153,9 +186,20 @@ def run_plan(
     t0 = time.perf_counter()
     try:
         tasks = plan.tasks
+        per_task = fan_in
         level = 1
         while True:
-            outputs = _run_level(dataset, tasks, pool, level, report, created, options)
+            carried: list[IndexSegment] = []
+            if len(tasks) > target_segments:  # not the last level
+                carried, rest = _defer_large(tasks, per_task, target_segments)
+                if carried:
+                    regrouped = plan_segments(dataset, rest, per_task, requantize_sq=plan.requantize_sq).tasks
+                    if len(carried) + len(regrouped) > target_segments:  # they still meet a merge later
+                        tasks = regrouped
+                        logger.debug("level %d: %d large segments wait for a later level", level, len(carried))
+                    else:
+                        carried = []
+            outputs = carried + _run_level(dataset, tasks, pool, level, report, created, options)
             if len(outputs) <= target_segments:
                 break
             # As many tasks as the target asks for (or fan_in forces), each

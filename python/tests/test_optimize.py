@@ -84,6 +84,33 @@ def test_optimize_64_deltas(deltas64, tmp_path, executor, request):
     assert seen[-1].tasks_done == seen[-1].tasks_total
 
 
+def test_large_segment_is_merged_once(deltas64, tmp_path, monkeypatch):
+    # The base (2000 rows) is larger than an average task of the deltas:
+    # it waits for the last level instead of being rewritten at each of the
+    # three levels.
+    built, r_ref = deltas64
+    uri = str(tmp_path / "ds")
+    shutil.copytree(built.uri, uri)
+    before = ls.open(uri).version
+    segs = ls.open(uri).list_index_segments("vec_idx")
+    base = max(segs, key=lambda s: s.num_rows)
+    assert base.num_rows > sum(s.num_rows for s in segs) / 9
+    calls = []
+    merge_task = ls._worker.merge_task
+
+    def recording(job):
+        calls.append([s["uuid"] for s in job["task"]["segments"]])
+        return merge_task(job)
+
+    monkeypatch.setattr(ls._worker, "merge_task", recording)
+    seen = []
+    v = ls.optimize(uri, "vec_idx", fan_in=8, progress=seen.append)
+    _check(built, r_ref, uri, v, before)
+    with_base = [i for i, c in enumerate(calls) if base.uuid in c]
+    assert with_base == [len(calls) - 1], calls  # once, in the final merge
+    assert sorted({p.level for p in seen}) == [1, 2, 3]
+
+
 def test_optimize_keeps_untouched_base(deltas64, tmp_path):
     built, _ = deltas64
     uri = str(tmp_path / "ds")
@@ -177,3 +204,26 @@ def test_optimize_to_several_segments(deltas64, tmp_path):
     assert ls.cleanup(uri, 0, dry_run=True) == []
     with pytest.raises(ls.InvalidInputError, match="target_segments"):
         ls.optimize(uri, "vec_idx", target_segments=0)
+
+
+@pytest.mark.parametrize(
+    "rows, per_task, target, expect",
+    [
+        ([5000] + [100] * 10, 4, 1, ["s0"]),  # the base waits for the last level
+        ([100] * 11, 4, 1, []),  # nothing stands out
+        ([1000, 900] + [10] * 8, 4, 1, ["s0", "s1"]),  # two large ones, largest first
+        ([1000, 10, 10], 2, 2, []),  # skipping would end the tree with an unmerged segment
+        ([1000, 10], 2, 1, []),  # fewer than two left to merge
+        ([None, 10, 10, 10, 10], 2, 1, []),  # unknown row counts never skip
+    ],
+)
+def test_defer_large(rows, per_task, target, expect):
+    from types import SimpleNamespace
+
+    from lance_segmerge.distributed import _defer_large
+
+    segs = [SimpleNamespace(uuid=f"s{i}", num_rows=r) for i, r in enumerate(rows)]
+    tasks = tuple(SimpleNamespace(segments=tuple(segs[i : i + per_task])) for i in range(0, len(segs), per_task))
+    carried, rest = _defer_large(tasks, per_task, target)  # type: ignore[arg-type]
+    assert [s.uuid for s in carried] == expect
+    assert [s.uuid for s in rest] == [s.uuid for s in segs if s.uuid not in expect]
