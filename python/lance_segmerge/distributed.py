@@ -152,9 +152,10 @@ def run_plan(
     planned segment. A segment larger than an average task of the others
     (typically the base segment next to its deltas) skips the levels before
     the last, and the tasks of its level are regrouped without it, so that
-    its rows are rewritten once rather than once per level. Intermediate outputs are removed after the commit. On
-    any failure or interrupt, running work is cancelled, every output this
-    call created is removed, and the dataset is left as it was.
+    its rows are rewritten once rather than once per level. Intermediate
+    outputs are removed after the commit. On any failure or interrupt,
+    running work is cancelled, every output this call created is removed,
+    and the dataset is left as it was.
 
     With ``target_segments = 1`` the last level is one task that rewrites
     every row on one worker; ``target_segments = N`` keeps every level
