@@ -22,7 +22,7 @@ def test_bench_smoke(tmp_path):
     (report,) = tmp_path.glob("smoke-*.json")
     res = json.loads(report.read_text())
     summary = res["types"]["IVF_PQ"]["summary"]
-    for name in ("ours_merge_1", "ours_merge_2", "pylance_merge", "copy_floor", "ours_optimize_2", "pylance_optimize"):
+    for name in ("ours_merge_1", "ours_merge_2", "pylance_merge", "copy_floor", "read_write_floor", "ours_optimize_2", "pylance_optimize"):
         assert summary[name]["seconds"] > 0 and summary[name]["peak_rss_mib"] > 0
     assert (tmp_path / report.name.replace(".json", ".png")).stat().st_size > 1000
     assert "pylance merge / ours" in (tmp_path / report.name.replace(".json", ".md")).read_text()
