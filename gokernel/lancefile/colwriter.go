@@ -77,7 +77,9 @@ func (c *colWriter) appendCopy(a *Array) error {
 		return c.append(clone)
 	}
 	if c.own == nil {
-		c.own = getOwn(c.w.opts.MaxPageBytes + len(a.Values))
+		// From the process-wide pool: a process that merges segment after
+		// segment does not grow a new 8 MiB buffer per column each time.
+		c.own = bufpool.Default.Get(c.w.opts.MaxPageBytes + len(a.Values))
 	}
 	for _, p := range c.pending { // earlier references join the copy
 		c.own = append(c.own, p.Values...)
@@ -99,11 +101,6 @@ func (c *colWriter) appendOwned(a *Array) error {
 	}
 	return nil
 }
-
-// getOwn takes a page buffer from the process-wide pool: a process that
-// merges segment after segment does not grow a new 8 MiB buffer per column
-// each time.
-func getOwn(want int) []byte { return bufpool.Default.Get(want) }
 
 // release hands the column's page buffer back to the pool once the
 // writer is done with it.
@@ -349,22 +346,9 @@ func (c *colWriter) flushStream(src *rowSource, rows int, firstRow uint64) error
 			widths[k] = bitWidth(src.rows(lo, hi), t.ValueBits())
 			dataBytes = vb + packedBytes(t.ValueBits(), widths[k])
 		}
-		size := headerPadded + (dataBytes+7)&^7
-		words := size/8 - 1
-		if (!large && words >= 1<<12) || words >= 1<<28 {
-			return fmt.Errorf("%w: lancefile: mini-block chunk of %d bytes is too large", errkind.Unsupported, size)
-		}
-		log2 := 0
-		if k < nChunks-1 {
-			for 1<<log2 < hi-lo {
-				log2++
-			}
-		}
-		w := uint32(words)<<4 | uint32(log2)
-		if large {
-			meta = binary.LittleEndian.AppendUint32(meta, w)
-		} else {
-			meta = binary.LittleEndian.AppendUint16(meta, uint16(w))
+		var err error
+		if meta, err = appendChunkMeta(meta, headerPadded+(dataBytes+7)&^7, hi-lo, k == nChunks-1, large); err != nil {
+			return err
 		}
 	}
 	metaPos, err := c.w.writeBuffer(meta)
@@ -595,6 +579,31 @@ func (b *bitpacker) pack(values []byte, t int) []byte {
 	return b.out
 }
 
+// appendChunkMeta appends a mini-block chunk's metadata word: its size in
+// 8-byte words minus one, and log2 of its value count (0 for the last
+// chunk, which may hold any number; every other chunk holds a power of
+// two). 2.1 pages have 16-bit words, 2.2 pages (large chunks) 32-bit ones.
+func appendChunkMeta(meta []byte, size, values int, last, large bool) ([]byte, error) {
+	words := size/8 - 1
+	if (!large && words >= 1<<12) || words >= 1<<28 {
+		return meta, fmt.Errorf("%w: lancefile: mini-block chunk of %d bytes is too large", errkind.Unsupported, size)
+	}
+	log2 := 0
+	if !last {
+		for 1<<log2 < values {
+			log2++
+		}
+		if 1<<log2 != values {
+			return meta, fmt.Errorf("lancefile: internal: a chunk holds %d values, not a power of two", values)
+		}
+	}
+	w := uint32(words)<<4 | uint32(log2)
+	if large {
+		return binary.LittleEndian.AppendUint32(meta, w), nil
+	}
+	return binary.LittleEndian.AppendUint16(meta, uint16(w)), nil
+}
+
 // miniChunk is one mini-block chunk before serialisation.
 type miniChunk struct {
 	values   int
@@ -648,25 +657,9 @@ func (c *colWriter) miniBlockPage(l *enc21.MiniBlockLayout, chunks []miniChunk, 
 		}
 		data = append(data, ch.data...)
 		pad8()
-		size := len(data) - start
-		words := size/8 - 1
-		if (!large && words >= 1<<12) || words >= 1<<28 {
-			return fmt.Errorf("%w: lancefile: mini-block chunk of %d bytes is too large", errkind.Unsupported, size)
-		}
-		log2 := 0
-		if i < len(chunks)-1 {
-			for 1<<log2 < ch.values {
-				log2++
-			}
-			if 1<<log2 != ch.values {
-				return fmt.Errorf("lancefile: internal: chunk %d holds %d values, not a power of two", i, ch.values)
-			}
-		}
-		w := uint32(words)<<4 | uint32(log2)
-		if large {
-			meta = binary.LittleEndian.AppendUint32(meta, w)
-		} else {
-			meta = binary.LittleEndian.AppendUint16(meta, uint16(w))
+		var err error
+		if meta, err = appendChunkMeta(meta, len(data)-start, ch.values, i == len(chunks)-1, large); err != nil {
+			return err
 		}
 	}
 	bufs := [][]byte{meta, data}

@@ -242,23 +242,6 @@ func (p *pageIO) numBuffers() int { return len(p.page.GetBufferSizes()) }
 
 func (p *pageIO) bufferSize(i int) int { return int(p.page.GetBufferSizes()[i]) }
 
-// spanPool recycles the buffers mini-block chunks are read into (their
-// values are copied out while decoding).
-var spanPool sync.Pool
-
-func getSpan(n int) []byte {
-	if b, ok := spanPool.Get().(*[]byte); ok && cap(*b) >= n {
-		return (*b)[:n]
-	}
-	return make([]byte, n)
-}
-
-func putSpan(b []byte) {
-	if cap(b) <= 64<<20 {
-		spanPool.Put(&b)
-	}
-}
-
 // readInto reads n bytes at off within page buffer i into buf (len n).
 func (p *pageIO) readInto(ctx context.Context, i int, off, n int, buf []byte) ([]byte, error) {
 	if i < 0 || i >= p.numBuffers() {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/bufpool"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb/enc21"
 )
 
@@ -218,11 +219,11 @@ func (r *Reader) readMiniBlock(ctx context.Context, pg *pageIO, l *enc21.MiniBlo
 		// The chunks' bytes are only decoded from, never kept: read them into
 		// a pooled buffer.
 		spanLen := ct.offsets[last-1] + ct.sizes[last-1] - ct.offsets[first]
-		span, err := pg.readInto(ctx, 1, ct.offsets[first], spanLen, getSpan(spanLen))
+		span, err := pg.readInto(ctx, 1, ct.offsets[first], spanLen, bufpool.Default.Get(spanLen)[:spanLen])
 		if err != nil {
 			return nil, err
 		}
-		defer putSpan(span)
+		defer bufpool.Default.Put(span)
 		for c := first; c < last; c++ {
 			if err := ctx.Err(); err != nil {
 				return nil, err

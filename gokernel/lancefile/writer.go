@@ -184,21 +184,13 @@ func (w *Writer) writeBuffer(b []byte) (uint64, error) {
 // buffers until the page holding their rows is flushed (at most
 // MaxPageBytes later, or at Finish): do not modify them after Write.
 func (w *Writer) Write(batch []*Array) error {
-	if err := w.usable(); err != nil {
+	parts := make([][]*Array, len(batch))
+	for i := range batch {
+		parts[i] = batch[i : i+1]
+	}
+	n, err := w.checkBatch(parts)
+	if err != nil {
 		return err
-	}
-	if len(batch) != len(w.cols) {
-		return fmt.Errorf("%w: lancefile: batch of %d columns for %d fields", errkind.InvalidInput, len(batch), len(w.cols))
-	}
-	n := -1
-	for i, a := range batch {
-		if err := checkArray(a, w.fields[i]); err != nil {
-			return err
-		}
-		if n >= 0 && a.Len != n {
-			return fmt.Errorf("%w: lancefile: column %q has %d rows, column %q %d", errkind.InvalidInput, w.fields[i].Name, a.Len, w.fields[0].Name, n)
-		}
-		n = a.Len
 	}
 	for i, a := range batch {
 		if err := w.cols[i].append(a); err != nil {
@@ -216,25 +208,9 @@ func (w *Writer) Write(batch []*Array) error {
 // pieces' buffers as soon as it returns, which lets a streaming caller
 // recycle its read buffers instead of allocating new ones per batch.
 func (w *Writer) WriteChunked(cols [][]*Array) error {
-	if err := w.usable(); err != nil {
+	n, err := w.checkBatch(cols)
+	if err != nil {
 		return err
-	}
-	if len(cols) != len(w.cols) {
-		return fmt.Errorf("%w: lancefile: batch of %d columns for %d fields", errkind.InvalidInput, len(cols), len(w.cols))
-	}
-	n := -1
-	for i, parts := range cols {
-		rows := 0
-		for _, a := range parts {
-			if err := checkArray(a, w.fields[i]); err != nil {
-				return err
-			}
-			rows += a.Len
-		}
-		if n >= 0 && rows != n {
-			return fmt.Errorf("%w: lancefile: column %q has %d rows, column %q %d", errkind.InvalidInput, w.fields[i].Name, rows, w.fields[0].Name, n)
-		}
-		n = rows
 	}
 	for i, parts := range cols {
 		for _, a := range parts {
@@ -245,6 +221,32 @@ func (w *Writer) WriteChunked(cols [][]*Array) error {
 	}
 	w.rows += uint64(n)
 	return nil
+}
+
+// checkBatch validates a batch given as pieces per field (see
+// WriteChunked) before anything is appended, and returns its row count.
+func (w *Writer) checkBatch(cols [][]*Array) (int, error) {
+	if err := w.usable(); err != nil {
+		return 0, err
+	}
+	if len(cols) != len(w.cols) {
+		return 0, fmt.Errorf("%w: lancefile: batch of %d columns for %d fields", errkind.InvalidInput, len(cols), len(w.cols))
+	}
+	n := -1
+	for i, parts := range cols {
+		rows := 0
+		for _, a := range parts {
+			if err := checkArray(a, w.fields[i]); err != nil {
+				return 0, err
+			}
+			rows += a.Len
+		}
+		if n >= 0 && rows != n {
+			return 0, fmt.Errorf("%w: lancefile: column %q has %d rows, column %q %d", errkind.InvalidInput, w.fields[i].Name, rows, w.fields[0].Name, n)
+		}
+		n = rows
+	}
+	return n, nil
 }
 
 func checkArray(a *Array, f *Field) error {

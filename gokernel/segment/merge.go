@@ -373,8 +373,8 @@ func (mg *merger) readWindow(ctx context.Context, win window, set int) ([]shardW
 				if f.Type.ValueBits() > 0 { // fixed width (nulls fall back to a fresh buffer)
 					need := lancefile.IntoCap(f.Type, int(end-start))
 					if cap(bufs[i*nf+c]) < need {
-						putReadBuf(bufs[i*nf+c])
-						bufs[i*nf+c] = getReadBuf(need)
+						bufpool.Default.Put(bufs[i*nf+c])
+						bufs[i*nf+c] = bufpool.Default.Get(need)
 					}
 					dst = bufs[i*nf+c]
 				}
@@ -395,16 +395,12 @@ func (mg *merger) readWindow(ctx context.Context, win window, set int) ([]shardW
 	return shards, nil
 }
 
-func getReadBuf(need int) []byte { return bufpool.Default.Get(need) }
-
-func putReadBuf(b []byte) { bufpool.Default.Put(b) }
-
 // releaseBuffers hands the read buffers back to the pool; nothing may use
 // the windows read into them afterwards.
 func (mg *merger) releaseBuffers() {
 	for s := range mg.readBufs {
 		for _, b := range mg.readBufs[s] {
-			putReadBuf(b)
+			bufpool.Default.Put(b)
 		}
 		mg.readBufs[s] = nil
 	}

@@ -21,77 +21,84 @@ func backends(t *testing.T) map[string]Store {
 }
 
 func TestStoreContract(t *testing.T) {
-	ctx := context.Background()
 	for name, st := range backends(t) {
-		t.Run(name, func(t *testing.T) {
-			if _, err := st.Open(ctx, "a/b.bin"); !errors.Is(err, errkind.NotFound) {
-				t.Fatalf("open missing: %v", err)
-			}
-			if err := Put(ctx, st, "a/b.bin", []byte("hello world")); err != nil {
-				t.Fatal(err)
-			}
-			obj, err := st.Open(ctx, "a/b.bin")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer obj.Close()
-			if obj.Size() != 11 {
-				t.Fatalf("size %d", obj.Size())
-			}
-			buf := make([]byte, 5)
-			if err := obj.ReadAt(ctx, buf, 6); err != nil || string(buf) != "world" {
-				t.Fatalf("ReadAt: %q %v", buf, err)
-			}
-			if err := obj.ReadAt(ctx, buf, 7); !errors.Is(err, errkind.Corrupt) {
-				t.Fatalf("read past end: %v", err)
-			}
-			if err := obj.ReadAt(ctx, buf, -1); !errors.Is(err, errkind.Corrupt) {
-				t.Fatalf("negative offset: %v", err)
-			}
+		t.Run(name, func(t *testing.T) { checkContract(t, st) })
+	}
+}
 
-			w, err := st.Create(ctx, "a/c.bin")
-			if err != nil {
-				t.Fatal(err)
-			}
-			w.Write([]byte("partial"))
-			w.Abort()
-			if _, err := st.Stat(ctx, "a/c.bin"); !errors.Is(err, errkind.NotFound) {
-				t.Fatalf("aborted object visible: %v", err)
-			}
+// checkContract exercises what every Store promises: ranged reads that
+// refuse to run past the end, aborted writes that never appear,
+// put-if-absent that never replaces, listing, idempotent deletes and
+// refused names.
+func checkContract(t *testing.T, st Store) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := st.Open(ctx, "a/b.bin"); !errors.Is(err, errkind.NotFound) {
+		t.Fatalf("open missing: %v", err)
+	}
+	if err := Put(ctx, st, "a/b.bin", []byte("hello world")); err != nil {
+		t.Fatal(err)
+	}
+	obj, err := st.Open(ctx, "a/b.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obj.Close()
+	if obj.Size() != 11 {
+		t.Fatalf("size %d", obj.Size())
+	}
+	buf := make([]byte, 5)
+	if err := obj.ReadAt(ctx, buf, 6); err != nil || string(buf) != "world" {
+		t.Fatalf("ReadAt: %q %v", buf, err)
+	}
+	if err := obj.ReadAt(ctx, buf, 7); !errors.Is(err, errkind.Corrupt) {
+		t.Fatalf("read past end: %v", err)
+	}
+	if err := obj.ReadAt(ctx, buf, -1); !errors.Is(err, errkind.Corrupt) {
+		t.Fatalf("negative offset: %v", err)
+	}
 
-			if err := st.PutIfAbsent(ctx, "_versions/1.manifest", []byte("v1")); err != nil {
-				t.Fatal(err)
-			}
-			if err := st.PutIfAbsent(ctx, "_versions/1.manifest", []byte("v1 again")); !errors.Is(err, errkind.Conflict) {
-				t.Fatalf("second PutIfAbsent: %v", err)
-			}
-			got, err := ReadAll(ctx, st, "_versions/1.manifest", 100)
-			if err != nil || string(got) != "v1" {
-				t.Fatalf("PutIfAbsent replaced the object: %q %v", got, err)
-			}
-			if _, err := ReadAll(ctx, st, "_versions/1.manifest", 1); !errors.Is(err, errkind.Corrupt) {
-				t.Fatalf("limit not enforced: %v", err)
-			}
+	w, err := st.Create(ctx, "a/c.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write([]byte("partial"))
+	w.Abort()
+	if _, err := st.Stat(ctx, "a/c.bin"); !errors.Is(err, errkind.NotFound) {
+		t.Fatalf("aborted object visible: %v", err)
+	}
 
-			entries, err := st.List(ctx, "a/")
-			if err != nil || len(entries) != 1 || entries[0].Name != "a/b.bin" || entries[0].Size != 11 {
-				t.Fatalf("List a/: %+v %v", entries, err)
-			}
-			if entries, _ := st.List(ctx, "nope/"); len(entries) != 0 {
-				t.Fatalf("List missing prefix: %+v", entries)
-			}
-			if err := st.Delete(ctx, "a/b.bin"); err != nil {
-				t.Fatal(err)
-			}
-			if err := st.Delete(ctx, "a/b.bin"); err != nil {
-				t.Fatalf("delete missing: %v", err)
-			}
-			for _, bad := range []string{"", "/abs", "../up", "a/../../x"} {
-				if _, err := st.Open(ctx, bad); !errors.Is(err, errkind.InvalidInput) {
-					t.Fatalf("name %q accepted: %v", bad, err)
-				}
-			}
-		})
+	if err := st.PutIfAbsent(ctx, "_versions/1.manifest", []byte("v1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutIfAbsent(ctx, "_versions/1.manifest", []byte("v1 again")); !errors.Is(err, errkind.Conflict) {
+		t.Fatalf("second PutIfAbsent: %v", err)
+	}
+	got, err := ReadAll(ctx, st, "_versions/1.manifest", 100)
+	if err != nil || string(got) != "v1" {
+		t.Fatalf("PutIfAbsent replaced the object: %q %v", got, err)
+	}
+	if _, err := ReadAll(ctx, st, "_versions/1.manifest", 1); !errors.Is(err, errkind.Corrupt) {
+		t.Fatalf("limit not enforced: %v", err)
+	}
+
+	entries, err := st.List(ctx, "a/")
+	if err != nil || len(entries) != 1 || entries[0].Name != "a/b.bin" || entries[0].Size != 11 {
+		t.Fatalf("List a/: %+v %v", entries, err)
+	}
+	if entries, _ := st.List(ctx, "nope/"); len(entries) != 0 {
+		t.Fatalf("List missing prefix: %+v", entries)
+	}
+	if err := st.Delete(ctx, "a/b.bin"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Delete(ctx, "a/b.bin"); err != nil {
+		t.Fatalf("delete missing: %v", err)
+	}
+	for _, bad := range []string{"", "/abs", "../up", "a/../../x"} {
+		if _, err := st.Open(ctx, bad); !errors.Is(err, errkind.InvalidInput) {
+			t.Fatalf("name %q accepted: %v", bad, err)
+		}
 	}
 }
 

@@ -23,7 +23,8 @@ type Pool struct {
 	limit   int
 }
 
-// Default is the process-wide pool the file writer and the merge share.
+// Default is the process-wide pool that the file writer (page buffers), the
+// file reader (mini-block chunk spans) and the merge (window buffers) share.
 // 256 MiB bounds what an idle worker keeps: a few windows' read buffers
 // and a few writers' pages.
 var Default = New(256 << 20)
