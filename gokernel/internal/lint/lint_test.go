@@ -24,9 +24,10 @@ var allowed = map[string][]string{
 	"gokernel/storage":   {"gokernel/errkind"},
 	"gokernel/lancefile": {"gokernel/errkind", "gokernel/storage", "gokernel/internal/pb", "gokernel/internal/bufpool"},
 	"gokernel/table":     {"gokernel/errkind", "gokernel/storage", "gokernel/internal/pb"},
-	"gokernel/ivf":       {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/internal/pb"},
+	"gokernel/vecmath":   {},
+	"gokernel/ivf":       {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/internal/pb", "gokernel/vecmath"},
 	"gokernel/segment": {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table",
-		"gokernel/ivf", "gokernel/internal/pb", "gokernel/internal/bufpool"},
+		"gokernel/ivf", "gokernel/internal/pb", "gokernel/internal/bufpool", "gokernel/vecmath"},
 	"gokernel/internal/s3test":  {},
 	"gokernel/internal/bufpool": {},
 }

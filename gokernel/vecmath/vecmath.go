@@ -1,0 +1,85 @@
+package vecmath
+
+import "math"
+
+// L2Sq returns the squared Euclidean distance between a and b[:len(a)].
+func L2Sq(a, b []float32) float32 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		d0 := a[i] - b[i]
+		d1 := a[i+1] - b[i+1]
+		d2 := a[i+2] - b[i+2]
+		d3 := a[i+3] - b[i+3]
+		s0 += d0 * d0
+		s1 += d1 * d1
+		s2 += d2 * d2
+		s3 += d3 * d3
+	}
+	for ; i < len(a); i++ {
+		d := a[i] - b[i]
+		s0 += d * d
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// Dot returns the inner product of a and b[:len(a)].
+func Dot(a, b []float32) float32 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += a[i] * b[i]
+		s1 += a[i+1] * b[i+1]
+		s2 += a[i+2] * b[i+2]
+		s3 += a[i+3] * b[i+3]
+	}
+	for ; i < len(a); i++ {
+		s0 += a[i] * b[i]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// Norm returns the Euclidean norm of a.
+func Norm(a []float32) float32 { return float32(math.Sqrt(float64(Dot(a, a)))) }
+
+// Normalize scales a in place to unit norm and returns its former norm. A
+// zero vector is left as it is.
+func Normalize(a []float32) float32 {
+	n := Norm(a)
+	if n == 0 {
+		return 0
+	}
+	inv := 1 / n
+	for i := range a {
+		a[i] *= inv
+	}
+	return n
+}
+
+// NearestL2 returns the row of the row-major matrix m (rows of dim values)
+// nearest to v in squared L2 distance, and that distance. Ties go to the
+// lower row. It returns -1 for an empty matrix.
+func NearestL2(v, m []float32, dim int) (int, float32) {
+	best, bestD := -1, float32(math.Inf(1))
+	for r, off := 0, 0; off+dim <= len(m); r, off = r+1, off+dim {
+		if d := L2Sq(v, m[off:off+dim]); d < bestD {
+			best, bestD = r, d
+		}
+	}
+	return best, bestD
+}
+
+// NearestDot returns the row of m with the largest inner product with v
+// (the nearest under Lance's dot distance, 1 - dot), and that product.
+// Ties go to the lower row. It returns -1 for an empty matrix.
+func NearestDot(v, m []float32, dim int) (int, float32) {
+	best, bestD := -1, float32(math.Inf(-1))
+	for r, off := 0, 0; off+dim <= len(m); r, off = r+1, off+dim {
+		if d := Dot(v, m[off:off+dim]); d > bestD {
+			best, bestD = r, d
+		}
+	}
+	return best, bestD
+}

@@ -1,0 +1,99 @@
+package vecmath
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+func naiveL2(a, b []float32) float64 {
+	var s float64
+	for i := range a {
+		d := float64(a[i]) - float64(b[i])
+		s += d * d
+	}
+	return s
+}
+
+func naiveDot(a, b []float32) float64 {
+	var s float64
+	for i := range a {
+		s += float64(a[i]) * float64(b[i])
+	}
+	return s
+}
+
+func randVec(r *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(r.NormFloat64())
+	}
+	return v
+}
+
+func TestKernelsAgainstFloat64(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, dim := range []int{0, 1, 3, 4, 7, 8, 16, 31, 128, 769} {
+		a, b := randVec(r, dim), randVec(r, dim+3) // b longer: only b[:len(a)] counts
+		tol := 1e-4 * float64(dim+1)
+		if got, want := float64(L2Sq(a, b)), naiveL2(a, b[:dim]); math.Abs(got-want) > tol {
+			t.Errorf("dim %d: L2Sq = %v, want %v", dim, got, want)
+		}
+		if got, want := float64(Dot(a, b)), naiveDot(a, b[:dim]); math.Abs(got-want) > tol {
+			t.Errorf("dim %d: Dot = %v, want %v", dim, got, want)
+		}
+	}
+}
+
+func TestNormalize(t *testing.T) {
+	tests := []struct {
+		in       []float32
+		wantNorm float32
+		want     []float32
+	}{
+		{[]float32{3, 4}, 5, []float32{0.6, 0.8}},
+		{[]float32{0, 0, 0}, 0, []float32{0, 0, 0}},
+		{[]float32{-2}, 2, []float32{-1}},
+	}
+	for _, tc := range tests {
+		v := append([]float32(nil), tc.in...)
+		if n := Normalize(v); n != tc.wantNorm {
+			t.Errorf("Normalize(%v) norm = %v, want %v", tc.in, n, tc.wantNorm)
+		}
+		for i := range v {
+			if math.Abs(float64(v[i]-tc.want[i])) > 1e-6 {
+				t.Errorf("Normalize(%v) = %v, want %v", tc.in, v, tc.want)
+				break
+			}
+		}
+	}
+}
+
+func TestNearest(t *testing.T) {
+	m := []float32{
+		0, 0,
+		10, 0,
+		0, 10,
+		10, 0, // duplicate of row 1: ties go to the lower row
+	}
+	tests := []struct {
+		v           []float32
+		l2, dot     int
+		l2d, dotVal float32
+	}{
+		{[]float32{1, 1}, 0, 1, 2, 10},
+		{[]float32{9, 1}, 1, 1, 2, 90},
+		{[]float32{1, 9}, 2, 2, 2, 90},
+	}
+	for _, tc := range tests {
+		if i, d := NearestL2(tc.v, m, 2); i != tc.l2 || d != tc.l2d {
+			t.Errorf("NearestL2(%v) = %d, %v; want %d, %v", tc.v, i, d, tc.l2, tc.l2d)
+		}
+		if i, d := NearestDot(tc.v, m, 2); i != tc.dot || d != tc.dotVal {
+			t.Errorf("NearestDot(%v) = %d, %v; want %d, %v", tc.v, i, d, tc.dot, tc.dotVal)
+		}
+	}
+	if i, _ := NearestL2([]float32{1}, nil, 1); i != -1 {
+		t.Errorf("NearestL2 on an empty matrix = %d, want -1", i)
+	}
+}
