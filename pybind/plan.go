@@ -67,6 +67,32 @@ func PlanSegments(uri, optionsJSON string, version int, segmentsJSON, planOption
 	return string(b), tagged(err)
 }
 
+// GroupSizes groups segments given only by their sizes into tasks, as
+// PlanSegments would, without opening files (to predict the later levels
+// of a tree merge). Request: {"bytes": [...], "rows": [...],
+// "segments_per_task": n, "target_rows_per_task": n}; returns a JSON list
+// of tasks, each the list of its members' indices.
+func GroupSizes(requestJSON string) (out string, err error) {
+	defer recoverTo(&err)
+	var req struct {
+		Bytes []uint64 `json:"bytes"`
+		Rows  []uint64 `json:"rows"`
+		segment.PlanOptions
+	}
+	if len(requestJSON) > 64<<20 {
+		return "", tagged(fmt.Errorf("%w: group request of %d bytes", errkind.InvalidInput, len(requestJSON)))
+	}
+	if err := json.Unmarshal([]byte(requestJSON), &req); err != nil {
+		return "", tagged(fmt.Errorf("%w: group request: %w", errkind.InvalidInput, err))
+	}
+	groups, err := segment.GroupSizes(req.Bytes, req.Rows, req.PlanOptions)
+	if err != nil {
+		return "", tagged(err)
+	}
+	b, err := json.Marshal(groups)
+	return string(b), tagged(err)
+}
+
 // Cleanup lists (and unless dryRun removes) segment directories no version
 // references, older than olderThanSeconds. Returns a JSON list.
 func Cleanup(uri, optionsJSON string, olderThanSeconds float64, dryRun bool) (out string, err error) {

@@ -91,6 +91,10 @@ type datasetInfo struct {
 	IndexNames         []string `json:"index_names"`
 	WriterLibrary      string   `json:"writer_library"`
 	WriterVersion      string   `json:"writer_version"`
+	// NumRows is the rows of the version: physical rows less deleted ones.
+	NumRows uint64 `json:"num_rows"`
+	// IndexSegments counts the segments (manifest entries) of each index.
+	IndexSegments map[string]int `json:"index_segments"`
 }
 
 // DatasetInfo opens a dataset version (0 = latest) and returns a JSON
@@ -117,6 +121,13 @@ func DatasetInfo(uri, optionsJSON string, version int) (out string, err error) {
 		IndexNames:         segment.IndexNames(snap),
 		WriterLibrary:      m.GetWriterVersion().GetLibrary(),
 		WriterVersion:      m.GetWriterVersion().GetVersion(),
+		IndexSegments:      map[string]int{},
+	}
+	for _, f := range m.GetFragments() {
+		info.NumRows += f.GetPhysicalRows() - min(f.GetPhysicalRows(), f.GetDeletionFile().GetNumDeletedRows())
+	}
+	for _, im := range snap.Indices {
+		info.IndexSegments[im.GetName()]++
 	}
 	b, err := json.Marshal(info)
 	return string(b), tagged(err)

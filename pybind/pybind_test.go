@@ -77,3 +77,31 @@ func TestListSegmentsJSON(t *testing.T) {
 		t.Fatal("metadata bytes changed")
 	}
 }
+
+func TestDatasetInfoCounts(t *testing.T) {
+	out, err := DatasetInfo(fixture(t), "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info datasetInfo
+	if err := json.Unmarshal([]byte(out), &info); err != nil {
+		t.Fatal(err)
+	}
+	// 512 rows in one fragment, one index of one segment (test_list checks
+	// the same fixture through pylance).
+	if info.NumRows != 512 || len(info.IndexSegments) != 1 || info.IndexSegments[info.IndexNames[0]] != 1 {
+		t.Fatalf("%s", out)
+	}
+}
+
+func TestGroupSizesJSON(t *testing.T) {
+	out, err := GroupSizes(`{"bytes": [500, 10, 10, 10, 10, 10], "rows": [50, 1, 1, 1, 1, 1], "segments_per_task": 4}`)
+	if err != nil || out != "[[0,5],[1,2,3,4]]" {
+		t.Fatalf("%s %v", out, err)
+	}
+	for _, bad := range []string{`{`, `{"bytes": [1, 2], "rows": [1], "segments_per_task": 2}`, `{"bytes": [1, 2], "rows": [1, 2]}`} {
+		if _, err := GroupSizes(bad); err == nil || !strings.HasPrefix(err.Error(), "[invalid_input] ") {
+			t.Fatalf("%s: %v", bad, err)
+		}
+	}
+}

@@ -203,6 +203,32 @@ func PlanSegments(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 	return p, nil
 }
 
+// MaxGroupSizes bounds the segments GroupSizes takes (a thousand deltas
+// is the scale this package is built for; a million is far beyond it).
+const MaxGroupSizes = 1 << 20
+
+// GroupSizes groups segments of the given loads (bytes) and rows into
+// tasks exactly as PlanSegments does, without opening any file: a driver
+// uses it to predict the later levels of a tree merge, whose inputs do not
+// exist yet. Returns each task's members (indices into load), in task
+// order; fewer than two segments give no tasks.
+func GroupSizes(load, rows []uint64, opts PlanOptions) ([][]int, error) {
+	switch {
+	case len(load) != len(rows):
+		return nil, fmt.Errorf("%w: %d loads but %d row counts", errkind.InvalidInput, len(load), len(rows))
+	case len(load) > MaxGroupSizes:
+		return nil, fmt.Errorf("%w: %d segments to group (at most %d)", errkind.InvalidInput, len(load), MaxGroupSizes)
+	case opts.SegmentsPerTask < 2:
+		return nil, fmt.Errorf("%w: segments_per_task must be at least 2, got %d", errkind.InvalidInput, opts.SegmentsPerTask)
+	case opts.TargetRowsPerTask < 0:
+		return nil, fmt.Errorf("%w: target_rows_per_task must be positive, got %d", errkind.InvalidInput, opts.TargetRowsPerTask)
+	}
+	if len(load) < 2 {
+		return [][]int{}, nil
+	}
+	return group(load, rows, opts), nil
+}
+
 // group assigns segments to tasks: as few tasks as segments_per_task (and
 // target_rows_per_task) allow, every task with at least two segments,
 // loads (bytes) balanced greedily, largest first. Deterministic: ties go
