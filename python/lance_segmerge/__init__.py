@@ -15,7 +15,7 @@ from .api import (
     open,
     plan_index_segment_merge,
 )
-from .distributed import OptimizeProgress, optimize, run_plan
+from .distributed import OptimizeProgress, optimize, optimize_with_report, run_plan, run_plan_with_report
 from .errors import (
     CancelledError,
     ConflictError,
@@ -27,7 +27,8 @@ from .errors import (
     StorageError,
     UnsupportedError,
 )
-from .types import IndexFile, IndexSegment, MergePlan, MergeTask, OperationProgress
+from .tree import MergeTree, OptimizeReport, TreeTask, merge_tree
+from .types import IndexFile, IndexSegment, MergePlan, MergeTask, OperationProgress, SegmentList
 
 __version__ = "0.1.0"
 
@@ -39,8 +40,15 @@ __all__ = [
     "commit_existing_index_segments",
     "optimize",
     "run_plan",
+    "optimize_with_report",
+    "run_plan_with_report",
+    "merge_tree",
+    "MergeTree",
+    "TreeTask",
+    "OptimizeReport",
     "cleanup",
     "IndexSegment",
+    "SegmentList",
     "MergePlan",
     "MergeTask",
     "OperationProgress",

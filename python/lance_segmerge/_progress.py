@@ -14,6 +14,31 @@ logger = logging.getLogger(__name__)
 ProgressArg = Union[None, bool, Callable[[OperationProgress], None]]
 
 
+def new_bar(desc: str, unit: str, total: Optional[int] = None) -> Any:
+    """A progress bar from ``tqdm.auto``: a widget in Jupyter (with
+    ipywidgets), text on a terminal; ``None`` when tqdm is not installed.
+    Every long operation (merges, optimize levels, and the builds and
+    verifications to come) makes its bars here."""
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        logger.warning("progress=True needs tqdm: pip install 'lance-segmerge[progress]'")
+        return None
+    return tqdm(desc=desc, unit=unit, total=total or None)
+
+
+def move_bar(bar: Any, n: int, total: Optional[int] = None, postfix: Optional[str] = None) -> None:
+    """Move a bar to ``n`` of ``total``. A new total goes through
+    ``reset``: notebook widgets only take a new length from it (assigning
+    ``bar.total`` leaves the widget's length as it was)."""
+    if total and bar.total != total:
+        bar.reset(total=total)
+    bar.n = n
+    if postfix is not None:
+        bar.set_postfix_str(postfix, refresh=False)
+    bar.refresh()
+
+
 class Reporter:
     """Turns kernel counter snapshots into callback calls or a tqdm bar."""
 
@@ -22,12 +47,7 @@ class Reporter:
         self._bar: Any = None
         self._desc = desc
         if progress is True:
-            try:
-                from tqdm.auto import tqdm
-            except ImportError:
-                logger.warning("progress=True needs tqdm: pip install 'lance-segmerge[progress]'")
-            else:
-                self._bar = tqdm(desc=desc, unit="part", total=None)
+            self._bar = new_bar(desc, "part")
         elif callable(progress):
             self._callback = progress
         self.last = OperationProgress()
@@ -38,11 +58,7 @@ class Reporter:
         if self._callback is not None:
             self._callback(p)
         if self._bar is not None:
-            if p.partitions_total and self._bar.total != p.partitions_total:
-                self._bar.total = p.partitions_total
-            self._bar.n = p.partitions_done
-            self._bar.set_postfix_str(f"{p.stage} {p.rows_written} rows", refresh=False)
-            self._bar.refresh()
+            move_bar(self._bar, p.partitions_done, p.partitions_total, f"{p.stage} {p.rows_written} rows")
 
     def close(self) -> None:
         if self._bar is not None:

@@ -11,7 +11,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 from . import _ffi
 from ._progress import ProgressArg, Reporter
 from .errors import InvalidInputError
-from .types import IndexSegment, MergePlan
+from .types import IndexSegment, MergePlan, SegmentList
 
 __all__ = [
     "Dataset",
@@ -102,13 +102,48 @@ class Dataset:
         """Names of every index at this version (vector or not)."""
         return list(self._info["index_names"] or [])
 
+    @property
+    def num_rows(self) -> int:
+        """Rows of this version (deleted rows excluded), from the manifest."""
+        return int(self._info.get("num_rows") or 0)
+
+    @property
+    def num_fragments(self) -> int:
+        """Fragments of this version."""
+        return int(self._info.get("num_fragments") or 0)
+
+    @property
+    def index_segments(self) -> dict[str, int]:
+        """Segments (manifest entries) of each index at this version."""
+        return {str(k): int(v) for k, v in (self._info.get("index_segments") or {}).items()}
+
+    def _repr_html_(self) -> str:
+        from ._display import Column, TableSpec, to_html
+
+        counts = self.index_segments
+        summary = (
+            ("version", f"{self._version} (latest when opened: {self._info.get('latest_version', '?')})"),
+            ("rows", f"{self.num_rows:,}"),
+            ("fragments", f"{self.num_fragments:,}"),
+            ("storage", f"Lance {self.data_storage_version}, {self.manifest_scheme} manifest names"),
+            ("written by", f"{self._info.get('writer_library') or '?'} {self._info.get('writer_version') or ''}".strip()),
+        )
+        spec = TableSpec(
+            f"Lance dataset {self._uri}",
+            (Column("index", "text"), Column("segments", "int", total=True)),
+            tuple((name, counts.get(name, 0)) for name in self.index_names),
+            summary,
+            "index",
+        )
+        return to_html(spec)
+
     def checkout(self, version: Optional[int] = None) -> "Dataset":
         """Return the same dataset at another version (the latest if omitted)."""
         return Dataset(self._uri, version, self._storage_options)
 
     def list_index_segments(
         self, index_name: Optional[str] = None, *, with_stats: bool = True
-    ) -> list[IndexSegment]:
+    ) -> SegmentList:
         """List the segments of a vector index at this version.
 
         Parameters
@@ -122,8 +157,10 @@ class Dataset:
 
         Returns
         -------
-        list of IndexSegment
-            In manifest order.
+        SegmentList
+            A list of :class:`IndexSegment`, in manifest order, that also
+            converts to a table (``to_arrow()``, ``to_pandas()``) and shows
+            as one in notebooks.
 
         Raises
         ------
@@ -142,7 +179,7 @@ class Dataset:
             index_name or "",
             not with_stats,
         )
-        return [IndexSegment.from_dict(d) for d in out]
+        return SegmentList(IndexSegment.from_dict(d) for d in out)
 
     def merge_existing_index_segments(
         self,

@@ -10,7 +10,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Union
 
-from . import _worker
+from . import _progress, _worker
 from .api import (
     Dataset,
     commit_existing_index_segments,
@@ -20,11 +20,12 @@ from .api import (
 )
 from .errors import InvalidInputError
 from .executors import Executor, resolve_executor
+from .tree import OptimizeReport, TreeTask, segment_load, tree_record
 from .types import IndexSegment, MergePlan, MergeTask
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["optimize", "OptimizeProgress", "run_plan"]
+__all__ = ["optimize", "optimize_with_report", "OptimizeProgress", "run_plan", "run_plan_with_report"]
 
 
 @dataclass(frozen=True)
@@ -51,30 +52,31 @@ ProgressArg = Union[None, bool, Callable[[OptimizeProgress], None]]
 
 
 class _Reporter:
+    """Drives the callback, or one tqdm bar per tree level (a widget in
+    notebooks: each level's bar stays, filled, when the next one starts)."""
+
     def __init__(self, progress: ProgressArg) -> None:
         self._cb: Optional[Callable[[OptimizeProgress], None]] = progress if callable(progress) else None
+        self._bars = progress is True
         self._bar: Any = None
-        if progress is True:
-            try:
-                from tqdm.auto import tqdm
-
-                self._bar = tqdm(desc="optimize", unit="task")
-            except ImportError:
-                logger.info("progress=True: tqdm is not installed; logging progress instead")
+        self._level = 0
 
     def __call__(self, p: OptimizeProgress) -> None:
         if self._cb is not None:
             self._cb(p)
+        if self._bars and p.level != self._level:
+            self.close()
+            self._level = p.level
+            self._bar = _progress.new_bar(f"optimize level {p.level}", "task", p.tasks_total)
+            self._bars = self._bar is not None
         if self._bar is not None:
-            self._bar.set_description(f"optimize level {p.level}")
-            self._bar.total = p.tasks_total
-            self._bar.n = p.tasks_done
-            self._bar.refresh()
+            _progress.move_bar(self._bar, p.tasks_done, p.tasks_total, f"{p.segments} segments")
         logger.debug("level %d: %d/%d tasks", p.level, p.tasks_done, p.tasks_total)
 
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
+            self._bar = None
 
 
 def _run_level(
@@ -85,6 +87,7 @@ def _run_level(
     report: _Reporter,
     created: list[str],
     options: dict[str, Any],
+    records: Optional[list[TreeTask]] = None,
 ) -> list[IndexSegment]:
     jobs = []
     for t in tasks:
@@ -94,13 +97,20 @@ def _run_level(
     done = [0]
     nseg = sum(len(t.segments) for t in tasks)
     report(OptimizeProgress(level, 0, len(tasks), nseg))
+    t0 = time.perf_counter()
+    finished: dict[int, float] = {}
 
-    def on_done(_: int) -> None:
+    def on_done(i: int) -> None:
+        finished[i] = time.perf_counter() - t0
         done[0] += 1
         report(OptimizeProgress(level, done[0], len(tasks), nseg))
 
     results = pool.map(_worker.merge_task, jobs, on_done)
-    return [IndexSegment.from_dict(r) for r in results]
+    outputs = [IndexSegment.from_dict(r) for r in results]
+    if records is not None:
+        for i, (t, seg) in enumerate(zip(tasks, outputs)):
+            records.append(TreeTask(level, t.task_id, t.segment_ids, seg.uuid, seg.num_rows or 0, segment_load(seg), finished.get(i)))
+    return outputs
 
 
 def _defer_large(
@@ -133,6 +143,86 @@ def _defer_large(
     return carried, [s for s in segs if s.uuid not in skip]
 
 
+def _check_tree_args(fan_in: Any, target_segments: Any) -> None:
+    if not isinstance(fan_in, int) or fan_in < 2:
+        raise InvalidInputError(f"fan_in must be an integer >= 2, got {fan_in!r}")
+    if not isinstance(target_segments, int) or target_segments < 1:
+        raise InvalidInputError(f"target_segments must be a positive integer, got {target_segments!r}")
+
+
+def _tree_walk(
+    tasks: tuple[MergeTask, ...],
+    fan_in: int,
+    target_segments: int,
+    regroup: Callable[[list[IndexSegment], int], tuple[MergeTask, ...]],
+    run_level: Callable[[int, tuple[MergeTask, ...]], list[IndexSegment]],
+) -> tuple[list[IndexSegment], int]:
+    """The shape of optimize's tree, shared by the run (``run_level``
+    merges, ``regroup`` plans with the kernel) and its prediction
+    (:func:`lance_segmerge.tree.merge_tree`: sizes only). Returns the final
+    segments and the number of levels."""
+    per_task = fan_in
+    level = 1
+    while True:
+        carried: list[IndexSegment] = []
+        if len(tasks) > target_segments:  # not the last level
+            carried, rest = _defer_large(tasks, per_task, target_segments)
+            if carried:
+                regrouped = regroup(rest, per_task)
+                if len(carried) + len(regrouped) > target_segments:  # they still meet a merge later
+                    tasks = regrouped
+                    logger.debug("level %d: %d large segments wait for a later level", level, len(carried))
+                else:
+                    carried = []
+        outputs = carried + run_level(level, tasks)
+        if len(outputs) <= target_segments:
+            return outputs, level
+        # As many tasks as the target asks for (or fan_in forces), each
+        # merging an even share of the outputs.
+        n_tasks = max(target_segments, -(-len(outputs) // fan_in))
+        per_task = max(2, -(-len(outputs) // n_tasks))
+        tasks = regroup(outputs, per_task)
+        level += 1
+
+
+def _executor_name(executor: Any) -> str:
+    return executor if isinstance(executor, str) else type(executor).__name__
+
+
+def _make_report(
+    dataset: Dataset,
+    plan: MergePlan,
+    executor: Any,
+    version: int,
+    fan_in: int,
+    target_segments: int,
+    records: list[TreeTask],
+    final: list[IndexSegment],
+    level_seconds: list[float],
+    seconds: float,
+    commit_seconds: float,
+) -> OptimizeReport:
+    tree = tree_record(plan, fan_in, target_segments, records, final, estimated=False, level_seconds=level_seconds)
+    before = dataset.index_segments.get(plan.index_name, plan.num_segments + len(plan.untouched))
+    return OptimizeReport(
+        dataset_uri=dataset.uri,
+        index_name=plan.index_name,
+        read_version=plan.read_version,
+        version=version,
+        executor=_executor_name(executor),
+        segments_before=before,
+        segments_after=before - plan.num_segments + len(final),
+        rows=plan.num_rows,
+        bytes_before=sum(tree.source_bytes),
+        bytes_after=sum(segment_load(s) for s in final),
+        seconds=seconds,
+        commit_seconds=commit_seconds,
+        tree=tree,
+        plan=plan,
+        outputs=tuple(final),
+    )
+
+
 def run_plan(
     dataset: Dataset,
     plan: MergePlan,
@@ -143,6 +233,7 @@ def run_plan(
     target_segments: int = 1,
     progress: ProgressArg = None,
     window_rows: Optional[int] = None,
+    on_report: Optional[Callable[[OptimizeReport], None]] = None,
 ) -> int:
     """Execute a plan as a tree and commit once.
 
@@ -160,6 +251,14 @@ def run_plan(
     With ``target_segments = 1`` the last level is one task that rewrites
     every row on one worker; ``target_segments = N`` keeps every level
     parallel over N workers and leaves N segments over disjoint fragments.
+    :func:`lance_segmerge.tree.merge_tree` predicts the tree without
+    running it.
+
+    Parameters
+    ----------
+    on_report : callable, optional
+        Receives the :class:`~lance_segmerge.tree.OptimizeReport` of the
+        run (the tree as executed, sizes, times) once it is committed.
 
     Returns
     -------
@@ -172,52 +271,42 @@ def run_plan(
             f"the plan was made at version {plan.read_version}, the dataset is pinned to {dataset.version}"
         )
     if not plan.tasks:
+        if on_report is not None:
+            on_report(_make_report(dataset, plan, executor, dataset.version, fan_in, target_segments, [], [], [], 0.0, 0.0))
         return dataset.version
-    if not isinstance(fan_in, int) or fan_in < 2:
-        raise InvalidInputError(f"fan_in must be an integer >= 2, got {fan_in!r}")
-    if not isinstance(target_segments, int) or target_segments < 1:
-        raise InvalidInputError(f"target_segments must be a positive integer, got {target_segments!r}")
+    _check_tree_args(fan_in, target_segments)
     options: dict[str, Any] = {"requantize_sq": plan.requantize_sq}
     if window_rows is not None:
         options["window_rows"] = window_rows
     pool = resolve_executor(executor, max_workers)
     report = _Reporter(progress)
     created: list[str] = []
+    records: list[TreeTask] = []
+    level_seconds: list[float] = []
     committed = False
     t0 = time.perf_counter()
+
+    def run_level(level: int, tasks: tuple[MergeTask, ...]) -> list[IndexSegment]:
+        start = time.perf_counter()
+        outputs = _run_level(dataset, tasks, pool, level, report, created, options, records)
+        level_seconds.append(time.perf_counter() - start)
+        return outputs
+
+    def regroup(segments: list[IndexSegment], per_task: int) -> tuple[MergeTask, ...]:
+        return plan_segments(dataset, segments, per_task, requantize_sq=plan.requantize_sq).tasks
+
     try:
-        tasks = plan.tasks
-        per_task = fan_in
-        level = 1
-        while True:
-            carried: list[IndexSegment] = []
-            if len(tasks) > target_segments:  # not the last level
-                carried, rest = _defer_large(tasks, per_task, target_segments)
-                if carried:
-                    regrouped = plan_segments(dataset, rest, per_task, requantize_sq=plan.requantize_sq).tasks
-                    if len(carried) + len(regrouped) > target_segments:  # they still meet a merge later
-                        tasks = regrouped
-                        logger.debug("level %d: %d large segments wait for a later level", level, len(carried))
-                    else:
-                        carried = []
-            outputs = carried + _run_level(dataset, tasks, pool, level, report, created, options)
-            if len(outputs) <= target_segments:
-                break
-            # As many tasks as the target asks for (or fan_in forces), each
-            # merging an even share of the outputs.
-            n_tasks = max(target_segments, -(-len(outputs) // fan_in))
-            per_task = max(2, -(-len(outputs) // n_tasks))
-            tasks = plan_segments(dataset, outputs, per_task, requantize_sq=plan.requantize_sq).tasks
-            level += 1
-        final = outputs
+        final, levels = _tree_walk(plan.tasks, fan_in, target_segments, regroup, run_level)
+        t_commit = time.perf_counter()
         version = commit_existing_index_segments(dataset, plan.index_name, plan.column, final, replaces=plan.sources)
         committed = True
+        commit_seconds = time.perf_counter() - t_commit
         logger.info(
             "optimize %s: %d segments -> %d in %d levels, version %d, %.1fs",
             plan.index_name,
             plan.num_segments,
             len(final),
-            level,
+            levels,
             version,
             time.perf_counter() - t0,
         )
@@ -227,12 +316,29 @@ def run_plan(
     finally:
         report.close()
         pool.close()
-        leftovers = [u for u in created if not (committed and u in {f.uuid for f in final})]
+        kept = {f.uuid for f in final} if committed else set()
+        leftovers = [u for u in created if u not in kept]
         try:
             remove_uncommitted(dataset, leftovers)
         except Exception as exc:  # the cleanup verb can finish the job
             logger.warning("could not remove %d uncommitted segments: %s", len(leftovers), exc)
+    if on_report is not None:
+        on_report(
+            _make_report(
+                dataset, plan, executor, version, fan_in, target_segments, records, final, level_seconds,
+                time.perf_counter() - t0, commit_seconds,
+            )
+        )
     return version
+
+
+def run_plan_with_report(dataset: Dataset, plan: MergePlan, **kwargs: Any) -> OptimizeReport:
+    """:func:`run_plan`, returning its :class:`~lance_segmerge.tree.OptimizeReport`
+    (whose ``version`` is the committed version). Takes run_plan's
+    keyword arguments."""
+    box: list[OptimizeReport] = []
+    run_plan(dataset, plan, on_report=box.append, **kwargs)
+    return box[0]
 
 
 def optimize(
@@ -249,6 +355,7 @@ def optimize(
     progress: ProgressArg = True,
     window_rows: Optional[int] = None,
     storage_options: Optional[Mapping[str, str]] = None,
+    on_report: Optional[Callable[[OptimizeReport], None]] = None,
 ) -> int:
     """Merge the segments of a vector index into one, distributed, and
     commit once.
@@ -291,6 +398,9 @@ def optimize(
         Options for the store when ``dataset`` is a URI (the keys pylance
         accepts, e.g. ``aws_endpoint``, ``aws_region``); a :class:`Dataset`
         carries its own.
+    on_report : callable, optional
+        Receives the :class:`~lance_segmerge.tree.OptimizeReport` of the
+        run (see :func:`optimize_with_report`).
 
     Returns
     -------
@@ -320,4 +430,19 @@ def optimize(
         target_segments=target_segments,
         progress=progress,
         window_rows=window_rows,
+        on_report=on_report,
     )
+
+
+def optimize_with_report(dataset: Union[Dataset, str], index_name: str, **kwargs: Any) -> OptimizeReport:
+    """:func:`optimize`, returning its report instead: segments before and
+    after, the tree it ran (one row per task in ``to_arrow()`` /
+    ``to_pandas()``), sizes and times; ``report.version`` is the committed
+    version. Takes optimize's keyword arguments.
+
+    The report is also available from ``optimize(..., on_report=callback)``,
+    whatever optimize itself returns.
+    """
+    box: list[OptimizeReport] = []
+    optimize(dataset, index_name, on_report=box.append, **kwargs)
+    return box[0]

@@ -9,11 +9,13 @@ the native kernel or to an open dataset.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Mapping, Optional, cast
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, SupportsIndex, Union, cast, overload
 
+from ._display import Column, TableSpec, Tabular, human_bytes, kv_html, options, plural
 from .errors import InvalidInputError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -21,7 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from .api import Dataset
 
-__all__ = ["IndexFile", "IndexSegment", "MergePlan", "MergeTask", "OperationProgress", "SEGMENT_FORMAT_VERSION", "PLAN_FORMAT_VERSION"]
+__all__ = ["IndexFile", "IndexSegment", "SegmentList", "MergePlan", "MergeTask", "OperationProgress", "SEGMENT_FORMAT_VERSION", "PLAN_FORMAT_VERSION"]
 
 #: Version of the IndexSegment serialisation; bumped on incompatible changes.
 SEGMENT_FORMAT_VERSION = 1
@@ -260,6 +262,39 @@ class IndexSegment:
         """Inverse of :meth:`to_json`."""
         return cls.from_dict(json.loads(s))
 
+    # -- display -------------------------------------------------------------
+
+    @property
+    def layout(self) -> Optional[str]:
+        """Code layout: ``"query"`` (PQ transposed, RQ packed),
+        ``"row-major"``, or ``None`` (no layout flag, or no statistics)."""
+        flag = self.pq_transposed if self.pq_transposed is not None else self.rq_packed
+        return None if flag is None else ("query" if flag else "row-major")
+
+    @property
+    def partition_imbalance(self) -> Optional[float]:
+        """Rows of the largest IVF partition over the mean (1.0 is
+        perfectly balanced); ``None`` without statistics or rows."""
+        return _imbalance(self.partition_rows)
+
+    def _repr_html_(self) -> str:
+        parts = self.partition_rows
+        items: list[tuple[str, Any]] = [
+            ("uuid", self.uuid),
+            ("index", f"{self.name} ({self.index_type or '?'}, {self.distance_type or '?'})"),
+            ("fragments", f"{len(self.fragment_ids)}: {_compact(self.fragment_ids)}"),
+            ("rows", "-" if self.num_rows is None else f"{self.num_rows:,}"),
+            ("IVF partitions", "-" if self.num_partitions is None else f"{self.num_partitions:,}"),
+            ("partition rows", f"min {min(parts):,}, max {max(parts):,}, imbalance {self.partition_imbalance:.3g}" if parts and self.partition_imbalance else "-"),
+            ("layout", self.layout or "-"),
+            ("size", f"{human_bytes(self.size_bytes)} in {plural(len(self.files), 'file')}"),
+            ("dataset version", self.dataset_version),
+            ("index version", self.index_version),
+            ("created", "-" if self.created_at is None else self.created_at.strftime("%Y-%m-%d %H:%M:%S UTC")),
+            ("file version", self.file_version or "-"),
+        ]
+        return kv_html(f"IndexSegment {self.uuid[:8]}", items)
+
     # -- pylance interop ---------------------------------------------------
 
     def to_lance_index(self) -> "LanceIndex":
@@ -326,6 +361,133 @@ class IndexSegment:
         return cls.from_dict(out)
 
 
+def _imbalance(parts: tuple[int, ...]) -> Optional[float]:
+    total = sum(parts)
+    if not parts or total == 0:
+        return None
+    return max(parts) * len(parts) / total
+
+
+def _compact(ids: tuple[int, ...]) -> str:
+    from ._display import compact_ids
+
+    return compact_ids(ids)
+
+
+_SEGMENT_COLUMNS = (
+    Column("uuid", "uuid"),
+    Column("name", "text", label="index"),
+    Column("index_type", "text", label="type"),
+    Column("distance_type", "text", show=False),
+    Column("fragment_ids", "ids", label="fragments"),
+    Column("num_fragments", "int", total=True, show=False),
+    Column("num_rows", "int", label="rows", total=True),
+    Column("num_partitions", "int", label="partitions"),
+    Column("partition_rows_min", "int", show=False),
+    Column("partition_rows_max", "int", show=False),
+    Column("partition_imbalance", "float", label="imbalance"),
+    Column("layout", "text"),
+    Column("size_bytes", "bytes", label="size", total=True),
+    Column("index_file_bytes", "bytes", total=True, show=False),
+    Column("auxiliary_file_bytes", "bytes", total=True, show=False),
+    Column("dataset_version", "int", label="version"),
+    Column("index_version", "int", show=False),
+    Column("created_at", "time", label="created"),
+    Column("file_version", "text", show=False),
+    Column("num_bits", "int", show=False),
+    Column("num_sub_vectors", "int", show=False),
+    Column("dimension", "int", show=False),
+)
+
+
+def segments_table(segments: "Iterable[IndexSegment]", title: Optional[str] = None) -> TableSpec:
+    """The table of a list of segments: one row per segment, with its
+    statistics as columns; the summary holds the totals over the index,
+    its IVF partition imbalance among them."""
+    segs = list(segments)
+    names = sorted({s.name for s in segs})
+    types = sorted({s.index_type for s in segs if s.index_type})
+    rows = tuple(
+        (
+            s.uuid, s.name, s.index_type, s.distance_type, s.fragment_ids, len(s.fragment_ids), s.num_rows,
+            s.num_partitions, min(s.partition_rows) if s.partition_rows else None,
+            max(s.partition_rows) if s.partition_rows else None, s.partition_imbalance, s.layout,
+            s.size_bytes, s.index_file_bytes, s.auxiliary_file_bytes, s.dataset_version, s.index_version,
+            s.created_at, s.file_version, s.num_bits, s.num_sub_vectors, s.dimension,
+        )
+        for s in segs
+    )
+    columns = tuple(
+        dataclasses.replace(c, show=len(names) > 1) if c.name == "name" else c for c in _SEGMENT_COLUMNS
+    )
+    if title is None:
+        what = ", ".join(names) if names else "no index"
+        title = f"{plural(len(segs), 'segment')} of {what}" + (f" ({', '.join(types)})" if types else "")
+    summary: list[tuple[str, str]] = []
+    known_rows = [s.num_rows for s in segs if s.num_rows is not None]
+    if known_rows:
+        summary.append(("rows", f"{sum(known_rows):,}"))
+    summary.append(("size", human_bytes(sum(s.size_bytes for s in segs))))
+    summary.append(("fragments", f"{sum(len(s.fragment_ids) for s in segs):,}"))
+    parts = SegmentList(segs).partition_rows() if len(names) == 1 else ()
+    if parts:
+        summary.append(("IVF partitions", f"{len(parts):,}"))
+        summary.append(("partition imbalance", f"{_imbalance(parts):.3g} (largest / mean, over the index)"))
+    return TableSpec(title, columns, rows, tuple(summary), "segment")
+
+
+class SegmentList(list[IndexSegment], Tabular):
+    """The segments of a listing: a ``list`` of :class:`IndexSegment` that
+    also shows itself as a table (``to_arrow()``, ``to_pandas()``, HTML in
+    notebooks, a compact ``repr``) and sums its statistics.
+
+    Slices are SegmentLists too; everything else is plain ``list``
+    behaviour (equality with lists, pickling, JSON through the elements).
+    """
+
+    def __repr__(self) -> str:
+        return self.to_text(options.max_text_rows)
+
+    @overload
+    def __getitem__(self, i: SupportsIndex) -> IndexSegment: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> "SegmentList": ...
+
+    def __getitem__(self, i: Union[SupportsIndex, slice]) -> Union[IndexSegment, "SegmentList"]:
+        if isinstance(i, slice):
+            return SegmentList(super().__getitem__(i))
+        return super().__getitem__(i)
+
+    def _table_spec(self) -> TableSpec:
+        return segments_table(self)
+
+    @property
+    def num_rows(self) -> int:
+        """Rows over every segment (those with statistics)."""
+        return sum(s.num_rows or 0 for s in self)
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes of every segment's files."""
+        return sum(s.size_bytes for s in self)
+
+    def partition_rows(self) -> tuple[int, ...]:
+        """Rows of each IVF partition over every segment: what a query
+        probing that partition scans, across the index. Empty when the
+        segments have no statistics or different partition counts (they
+        then belong to different models)."""
+        counts = {s.num_partitions for s in self}
+        if not self or len(counts) != 1 or None in counts or any(len(s.partition_rows) != s.num_partitions for s in self):
+            return ()
+        return tuple(sum(col) for col in zip(*(s.partition_rows for s in self)))
+
+    def partition_imbalance(self) -> Optional[float]:
+        """Largest IVF partition over the mean, across the index
+        (:meth:`partition_rows`); ``None`` when unknown."""
+        return _imbalance(self.partition_rows())
+
+
 @dataclass(frozen=True)
 class OperationProgress:
     """A snapshot of a long operation's counters (merge, commit).
@@ -367,7 +529,7 @@ PLAN_FORMAT_VERSION = 1
 
 
 @dataclass(frozen=True)
-class MergeTask:
+class MergeTask(Tabular):
     """One worker's job: merge these segments into one new segment.
 
     Parameters
@@ -399,6 +561,12 @@ class MergeTask:
         """UUIDs of the input segments."""
         return tuple(s.uuid for s in self.segments)
 
+    def __repr__(self) -> str:
+        return f"MergeTask(task_id={self.task_id}, segments={len(self.segments)}, rows={self.rows:,}, bytes={human_bytes(self.bytes)})"
+
+    def _table_spec(self) -> TableSpec:
+        return segments_table(self.segments, f"task {self.task_id}: {plural(len(self.segments), 'segment')}")
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "format_version": self.format_version,
@@ -420,7 +588,7 @@ class MergeTask:
 
 
 @dataclass(frozen=True)
-class MergePlan:
+class MergePlan(Tabular):
     """A set of disjoint merge tasks over the segments of one index, pinned
     to the dataset version it was planned at.
 
@@ -480,6 +648,54 @@ class MergePlan:
     @property
     def num_segments(self) -> int:
         return len(self.sources)
+
+    @property
+    def num_rows(self) -> int:
+        """Rows of every planned segment."""
+        return sum(t.rows for t in self.tasks)
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes of every planned segment."""
+        return sum(t.bytes for t in self.tasks)
+
+    def segments(self) -> SegmentList:
+        """Every planned segment, in task order."""
+        return SegmentList(s for t in self.tasks for s in t.segments)
+
+    def __repr__(self) -> str:
+        return (
+            f"MergePlan(index={self.index_name!r}, type={self.index_type or '?'}, version={self.read_version}, "
+            f"tasks={len(self.tasks)}, segments={self.num_segments}, rows={self.num_rows:,}, "
+            f"untouched={len(self.untouched)}, plan_id={self.plan_id[:12]!r})"
+        )
+
+    def _table_spec(self) -> TableSpec:
+        columns = (
+            Column("task_id", "int", label="task"),
+            Column("segments", "int", total=True),
+            Column("rows", "int", total=True),
+            Column("bytes", "bytes", label="size", total=True),
+            Column("num_fragments", "int", label="fragments", total=True),
+            Column("largest_segment_rows", "int", label="largest segment"),
+            Column("segment_ids", "list", label="inputs"),
+        )
+        rows = tuple(
+            (
+                t.task_id, len(t.segments), t.rows, t.bytes, sum(len(s.fragment_ids) for s in t.segments),
+                max((s.num_rows or 0 for s in t.segments), default=0), t.segment_ids,
+            )
+            for t in self.tasks
+        )
+        summary = (
+            ("plan", self.plan_id[:12]),
+            ("column", self.column),
+            ("segments", f"{self.num_segments:,} planned, {len(self.untouched):,} untouched"),
+            ("requantize_sq", "yes" if self.requantize_sq else "no"),
+            ("dataset", self.dataset_uri),
+        )
+        title = f"MergePlan of {self.index_name} ({self.index_type or '?'}) at version {self.read_version}: {plural(len(self.tasks), 'task')}"
+        return TableSpec(title, columns, rows, summary, "task")
 
     def to_dict(self) -> dict[str, Any]:
         return {
