@@ -27,6 +27,7 @@ from .errors import (
     StorageError,
     UnsupportedError,
 )
+from .plot import plot_merge_tree, plot_partition_sizes, plot_segment_sizes
 from .tree import MergeTree, OptimizeReport, TreeTask, merge_tree
 from .types import IndexFile, IndexSegment, MergePlan, MergeTask, OperationProgress, SegmentList
 
@@ -43,6 +44,9 @@ __all__ = [
     "optimize_with_report",
     "run_plan_with_report",
     "merge_tree",
+    "plot_segment_sizes",
+    "plot_partition_sizes",
+    "plot_merge_tree",
     "MergeTree",
     "TreeTask",
     "OptimizeReport",

@@ -12,11 +12,11 @@ import json
 import logging
 import re
 import sys
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from . import errors
 from .api import Dataset, cleanup, plan_index_segment_merge
-from .distributed import optimize
+from .distributed import optimize_with_report
 
 EXIT_CODES: dict[type[errors.SegmergeError], int] = {
     errors.InvalidInputError: 3,
@@ -69,9 +69,31 @@ def _open(args: argparse.Namespace, version: Optional[int] = None) -> Dataset:
     return Dataset(args.uri, version, dict(args.storage_option) or None)
 
 
+def _write_plot(make: Callable[[], Any], path: str) -> int:
+    """Draw a figure and write it to path (PNG, SVG, PDF by extension)."""
+    try:
+        fig = make()
+    except ImportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    fig.savefig(path, dpi=100)
+    print(f"wrote {path}")
+    return 0
+
+
+def _plot_listing(kind: str, segs: Any, after: Any = None) -> Callable[[], Any]:
+    from . import plot
+
+    if kind == "partitions":
+        return lambda: plot.plot_partition_sizes(after if after is not None else segs)
+    return lambda: plot.plot_segment_sizes(segs, after)
+
+
 def cmd_ls(args: argparse.Namespace) -> int:
     ds = _open(args, args.version)
     segs = ds.list_index_segments(args.index)
+    if args.plot:
+        return _write_plot(_plot_listing(args.plot_kind, segs), args.plot)
     if args.json:
         print(json.dumps([s.to_dict() for s in segs], indent=2))
         return 0
@@ -97,6 +119,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         print(plan.to_json())
         return 0
+    if args.plot:
+        from . import plot
+
+        fan_in = args.fan_in or args.segments_per_task
+        return _write_plot(lambda: plot.plot_merge_tree(plan, fan_in=fan_in, target_segments=args.target_segments), args.plot)
     print(f"plan {plan.plan_id}: {plan.index_name} ({plan.index_type}) at version {plan.read_version}")
     rows = [("task", "segments", "rows", "size")]
     for t in plan.tasks:
@@ -108,8 +135,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def cmd_optimize(args: argparse.Namespace) -> int:
     ds = _open(args)
-    before = len(ds.list_index_segments(args.index, with_stats=False))
-    version = optimize(
+    listed = ds.list_index_segments(args.index, with_stats=bool(args.plot))
+    before = len(listed)
+    report = optimize_with_report(
         ds,
         args.index,
         executor=args.executor,
@@ -119,8 +147,15 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         max_segments_to_merge=args.max_segments,
         progress=not args.no_progress,
     )
-    after = len(_open(args).list_index_segments(args.index, with_stats=False))
-    print(f"{args.index}: {before} segments -> {after}, version {ds.version} -> {version}")
+    version = report.version
+    after_segs = _open(args, version).list_index_segments(args.index, with_stats=bool(args.plot))
+    print(f"{args.index}: {before} segments -> {len(after_segs)}, version {ds.version} -> {version}")
+    if args.plot:
+        if args.plot_kind == "tree":
+            from . import plot
+
+            return _write_plot(lambda: plot.plot_merge_tree(report), args.plot)
+        return _write_plot(_plot_listing(args.plot_kind, listed, after_segs), args.plot)
     return 0
 
 
@@ -158,6 +193,9 @@ def build_parser() -> argparse.ArgumentParser:
     ls_.add_argument("--index", help="one index (default: every vector index)")
     ls_.add_argument("--version", type=int, help="dataset version (default: latest)")
     ls_.add_argument("--json", action="store_true", help="print JSON")
+    ls_.add_argument("--plot", metavar="FILE", help="write a picture instead (PNG, SVG or PDF; needs the plot extra)")
+    ls_.add_argument("--plot-kind", choices=["sizes", "partitions"], default="sizes",
+                     help="sizes: segment sizes (default); partitions: the IVF partition sizes of the index")
     ls_.set_defaults(fn=cmd_ls)
 
     pl = sub.add_parser("plan", parents=[store], help="plan a merge of an index's segments")
@@ -168,6 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--max-segments", type=int, help="merge only the newest N segments")
     pl.add_argument("--target-rows", type=int, help="target rows per task")
     pl.add_argument("--json", action="store_true", help="print the plan as JSON")
+    pl.add_argument("--plot", metavar="FILE", help="write the merge tree optimize would run (PNG, SVG or PDF)")
+    pl.add_argument("--fan-in", type=int, help="fan-in of the tree's later levels (default: --segments-per-task)")
+    pl.add_argument("--target-segments", type=int, default=1, help="the tree stops at this many segments (default 1)")
     pl.set_defaults(fn=cmd_plan)
 
     op = sub.add_parser("optimize", parents=[store], help="merge an index's segments and commit")
@@ -179,6 +220,9 @@ def build_parser() -> argparse.ArgumentParser:
     op.add_argument("--target-segments", type=int, default=1, help="stop at this many segments (default 1)")
     op.add_argument("--max-segments", type=int, help="merge only the newest N segments")
     op.add_argument("--no-progress", action="store_true")
+    op.add_argument("--plot", metavar="FILE", help="write a picture of the result (PNG, SVG or PDF)")
+    op.add_argument("--plot-kind", choices=["sizes", "tree", "partitions"], default="sizes",
+                    help="sizes: segment sizes before and after (default); tree: the merges run; partitions: IVF partition sizes")
     op.set_defaults(fn=cmd_optimize)
 
     cl = sub.add_parser("cleanup", parents=[store], help="find (and with --delete remove) segment directories no version references")

@@ -341,10 +341,11 @@ def _kind_of(name: str, values: Sequence[Any]) -> Optional[str]:
     v = known[0]
     if isinstance(v, bool):
         return "bool"
+    words = set(name.split("_"))
     if isinstance(v, int):
-        return "bytes" if name.endswith("bytes") else "int"
+        return "bytes" if "bytes" in words else "int"
     if isinstance(v, float):
-        return "seconds" if name.endswith("seconds") or name.endswith("_s") else "float"
+        return "seconds" if "seconds" in words or name.endswith("_s") else "float"
     if isinstance(v, datetime):
         return "time"
     if isinstance(v, str):
@@ -355,15 +356,15 @@ def _kind_of(name: str, values: Sequence[Any]) -> Optional[str]:
 
 
 def _totalled(name: str, kind: str) -> bool:
-    return kind in ("int", "bytes", "seconds") and (
-        name.endswith("rows") or name.endswith("bytes") or name.endswith("seconds") or name.startswith("num_")
-    )
+    words = set(name.split("_"))
+    return kind in ("int", "bytes", "seconds") and (bool(words & {"rows", "bytes", "seconds"}) or name.startswith("num_"))
 
 
 def spec_from_records(title: str, records: Sequence[Any], summary: Sequence[tuple[str, str]] = (), row_name: str = "row") -> TableSpec:
     """A table with one row per record dataclass: its plain fields are the
-    columns (nested records are left out), numeric ``*rows``, ``*bytes``,
-    ``*seconds`` and ``num_*`` fields are totalled."""
+    columns (nested records are left out); numeric fields whose name has a
+    word ``rows``, ``bytes`` or ``seconds`` (``rows_read``, ``index_bytes``)
+    or starts with ``num_`` are totalled."""
     if not records:
         return TableSpec(title, (), (), tuple(summary), row_name)
     names = [f.name for f in dataclasses.fields(records[0])]

@@ -60,6 +60,13 @@ class Reporter:
         if self._bar is not None:
             move_bar(self._bar, p.partitions_done, p.partitions_total, f"{p.stage} {p.rows_written} rows")
 
+    def finish(self, partitions: Optional[int], rows_written: Optional[int]) -> None:
+        """Fill the bar once the operation succeeded: an operation faster
+        than one poll never reported its length (callbacks only ever get
+        the kernel's own snapshots)."""
+        if self._bar is not None and partitions:
+            move_bar(self._bar, partitions, partitions, f"done {rows_written or 0} rows")
+
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()

@@ -410,9 +410,10 @@ def merge_existing_index_segments(
             (ds.uri, _ffi.options_json(ds.storage_options), ds.version, _segments_json(segs), json.dumps(opts)),
             reporter if reporter.active else None,
         )
+        merged = IndexSegment.from_dict(json.loads(out))
+        reporter.finish(merged.num_partitions, merged.num_rows)
     finally:
         reporter.close()
-    merged = IndexSegment.from_dict(json.loads(out))
     logger.info("merged %d segments into %s (%s rows)", len(segs), merged.uuid, merged.num_rows)
     return merged
 
