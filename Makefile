@@ -16,9 +16,10 @@ GO     ?= go
 PY_DEPS := pybindgen==0.22.1 "setuptools>=68" wheel \
            pylance==14.0.2 "pyarrow>=17" "numpy>=1.24" "pytest>=8" "mypy>=1.10" \
            "ray>=2.40" "dask>=2024.1" "distributed>=2024.1" "tqdm>=4.60" \
-           "moto[server]>=5.1" boto3 "matplotlib>=3.8"
+           "moto[server]>=5.1" boto3 "matplotlib>=3.8" \
+           "pandas>=2.0" "ipywidgets>=8.1" "nbclient>=0.10" "nbformat>=5.9" "ipykernel>=6.29"
 
-.PHONY: all venv build test test-go test-py vet demo bench proto fuzz clean
+.PHONY: all venv build test test-go test-py vet demo notebook bench proto fuzz clean
 
 all: build
 
@@ -51,6 +52,13 @@ test: test-go test-py
 
 demo: build
 	PYTHONPATH=python $(PY) -m lance_segmerge.demo
+
+# Execute examples/quickstart.ipynb headless (make test does too, in
+# python/tests/test_notebook.py) and keep the executed copy, with its
+# tables and pictures, in _build/.
+notebook: build
+	mkdir -p _build
+	$(PY) tools/run_notebook.py examples/quickstart.ipynb --output _build/quickstart.ipynb
 
 # Benchmarks against pylance (bench/README.md): `make bench` runs the
 # default preset (2M rows, ~200 deltas; tens of minutes), BENCH_PRESET=small
