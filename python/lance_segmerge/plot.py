@@ -71,6 +71,22 @@ def _notebook_display(figure_class: type) -> None:
         logger.debug("could not register the figure formatter: %s", exc)
 
 
+def _count(v: float) -> str:
+    """Tick label of a row count: 950, 5k, 25k, 1.5M."""
+    if abs(v) >= 1e6:
+        return f"{v / 1e6:g}M"
+    if abs(v) >= 1e3:
+        return f"{v / 1e3:g}k"
+    return f"{v:,.0f}"
+
+
+def _thousands(*axes: Any) -> None:
+    from matplotlib.ticker import FuncFormatter
+
+    for axis in axes:
+        axis.set_major_formatter(FuncFormatter(lambda v, _: _count(v)))
+
+
 def _integer_ticks(*axes: Any) -> None:
     from matplotlib.ticker import MaxNLocator
 
@@ -147,6 +163,7 @@ def plot_segment_sizes(
         ax.set_xlabel(label)
         ax.grid(axis="x", alpha=0.3)
     ax_bytes.tick_params(labelleft=False)
+    _thousands(ax_rows.xaxis)
     names = sorted({s.name for _, segs, _ in bars for s in segs})
     counts = " → ".join(str(len(segs)) for _, segs, _ in bars)
     fig.suptitle(title or f"segment sizes of {', '.join(names) or 'the index'}: {counts} segments")
@@ -203,6 +220,7 @@ def plot_partition_sizes(
     for ax in (ax_rank, ax_hist):
         ax.grid(axis="y", alpha=0.3)
     _integer_ticks(ax_rank.xaxis, ax_hist.yaxis)
+    _thousands(ax_rank.yaxis, ax_hist.xaxis)
     imb = _imbalance(parts) or 0.0
     name = segs[0].name
     fig.suptitle(
