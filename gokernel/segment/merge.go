@@ -36,13 +36,13 @@ type MergeOptions struct {
 	WindowRows int `json:"window_rows"`
 	// Parallelism bounds the input segments read concurrently. Default 4.
 	Parallelism int `json:"parallelism"`
-	// RequantizeSQ accepts IVF_SQ inputs whose bounds differ (each
-	// create_index_uncommitted segment trains its own): codes are decoded
-	// with their input's bounds and re-encoded with the union of all bounds.
-	// Lance instead reads every input with the first input's bounds, which
-	// silently distorts distances; without this option such inputs are
-	// refused.
-	RequantizeSQ bool `json:"requantize_sq"`
+	// StrictSQ refuses IVF_SQ inputs whose bounds differ. By default (false)
+	// they are merged (each create_index_uncommitted segment trains its own
+	// bounds): codes are decoded with their input's bounds and re-encoded
+	// with the union of all bounds, and Progress notes it. Lance instead
+	// reads every input with the first input's bounds, which silently
+	// distorts distances.
+	StrictSQ bool `json:"strict_sq"`
 	// Progress receives counters as the merge goes (optional).
 	Progress *Progress `json:"-"`
 }
@@ -87,9 +87,12 @@ func Merge(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []
 		return nil, err
 	}
 	defer closeSources(srcs)
-	m, err := sharedModel(srcs, opts.RequantizeSQ)
+	m, err := sharedModel(srcs, !opts.StrictSQ)
 	if err != nil {
 		return nil, err
+	}
+	if m.requantize {
+		prog.Note(sqNote(srcs, m))
 	}
 	if len(srcs) == 1 {
 		prog.SetStage("done")

@@ -262,7 +262,7 @@ func sharedModel(srcs []*source, requantizeSQ bool) (*model, error) {
 				return nil, fail("SQ bounds", "present", "missing")
 			case !closeEnough(q.SQBounds.Start, q0.SQBounds.Start) || !closeEnough(q.SQBounds.End, q0.SQBounds.End):
 				if !requantizeSQ {
-					return nil, fmt.Errorf("%w: segment %s has SQ bounds [%g, %g], segment %s [%g, %g]: each IVF_SQ segment trained its own quantizer; merge with requantize_sq=True to re-quantize to the union of the bounds",
+					return nil, fmt.Errorf("%w: segment %s has SQ bounds [%g, %g], segment %s [%g, %g]: each IVF_SQ segment trained its own quantizer; requantize_sq=False refuses them (by default they are re-quantized to the union of the bounds)",
 						errkind.InvalidInput, s.uuid, q.SQBounds.Start, q.SQBounds.End, srcs[0].uuid, q0.SQBounds.Start, q0.SQBounds.End)
 				}
 				m.requantize = true
@@ -304,6 +304,20 @@ func sharedModel(srcs []*source, requantizeSQ bool) (*model, error) {
 		}
 	}
 	return m, nil
+}
+
+// sqNote describes a re-quantization: which inputs' bounds moved to which
+// union.
+func sqNote(srcs []*source, m *model) string {
+	var moved []string
+	for _, s := range srcs {
+		b := s.files.Quant.SQBounds
+		if !closeEnough(b.Start, m.sqLo) || !closeEnough(b.End, m.sqHi) {
+			moved = append(moved, fmt.Sprintf("%s [%g, %g]", s.uuid, b.Start, b.End))
+		}
+	}
+	return fmt.Sprintf("IVF_SQ inputs have different bounds: re-quantized %d of %d inputs to the union [%g, %g] (%s)",
+		len(moved), len(srcs), m.sqLo, m.sqHi, strings.Join(moved, ", "))
 }
 
 func closeEnough(a, b float64) bool {

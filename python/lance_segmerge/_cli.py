@@ -109,7 +109,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_optimize(args: argparse.Namespace) -> int:
     ds = _open(args)
     before = len(ds.list_index_segments(args.index, with_stats=False))
-    version = optimize(
+    out = optimize(
         ds,
         args.index,
         executor=args.executor,
@@ -120,7 +120,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
     )
     after = len(_open(args).list_index_segments(args.index, with_stats=False))
-    print(f"{args.index}: {before} segments -> {after}, version {ds.version} -> {version}")
+    print(f"{args.index}: {before} segments -> {after}, version {ds.version} -> {out.version}")
     return 0
 
 

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import logging
+import os
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union, overload
 
 from . import _worker
 from .api import (
     Dataset,
+    DatasetLike,
+    _at_version,
+    as_dataset,
     commit_existing_index_segments,
     plan_index_segment_merge,
     plan_segments,
@@ -21,6 +25,9 @@ from .api import (
 from .errors import InvalidInputError
 from .executors import Executor, resolve_executor
 from .types import IndexSegment, MergePlan, MergeTask
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lance.dataset import LanceDataset
 
 logger = logging.getLogger(__name__)
 
@@ -133,8 +140,9 @@ def _defer_large(
     return carried, [s for s in segs if s.uuid not in skip]
 
 
+@overload
 def run_plan(
-    dataset: Dataset,
+    dataset: Union[Dataset, str, "os.PathLike[str]"],
     plan: MergePlan,
     *,
     executor: Union[str, cf.Executor, Executor] = "local",
@@ -143,7 +151,34 @@ def run_plan(
     target_segments: int = 1,
     progress: ProgressArg = None,
     window_rows: Optional[int] = None,
-) -> int:
+) -> Dataset: ...
+
+
+@overload
+def run_plan(
+    dataset: "LanceDataset",
+    plan: MergePlan,
+    *,
+    executor: Union[str, cf.Executor, Executor] = "local",
+    max_workers: Optional[int] = None,
+    fan_in: int = 32,
+    target_segments: int = 1,
+    progress: ProgressArg = None,
+    window_rows: Optional[int] = None,
+) -> "LanceDataset": ...
+
+
+def run_plan(
+    dataset: DatasetLike,
+    plan: MergePlan,
+    *,
+    executor: Union[str, cf.Executor, Executor] = "local",
+    max_workers: Optional[int] = None,
+    fan_in: int = 32,
+    target_segments: int = 1,
+    progress: ProgressArg = None,
+    window_rows: Optional[int] = None,
+) -> Any:
     """Execute a plan as a tree and commit once.
 
     Level 1 merges the plan's tasks; each further level merges the previous
@@ -163,16 +198,20 @@ def run_plan(
 
     Returns
     -------
-    int
-        The new dataset version (the dataset's version when the plan has no
-        tasks).
+    Dataset or lance.LanceDataset
+        The dataset at the new version, of the kind given (a
+        ``lance.LanceDataset`` for one, else a :class:`Dataset`); at the
+        plan's version when the plan has no tasks.
     """
+    given = dataset
+    # A URI opens at the plan's version; a handle must be pinned to it.
+    dataset = as_dataset(given, version=plan.read_version if isinstance(given, (str, os.PathLike)) else None)
     if dataset.version != plan.read_version:
         raise InvalidInputError(
             f"the plan was made at version {plan.read_version}, the dataset is pinned to {dataset.version}"
         )
     if not plan.tasks:
-        return dataset.version
+        return _at_version(given, dataset, dataset.version)
     if not isinstance(fan_in, int) or fan_in < 2:
         raise InvalidInputError(f"fan_in must be an integer >= 2, got {fan_in!r}")
     if not isinstance(target_segments, int) or target_segments < 1:
@@ -210,7 +249,7 @@ def run_plan(
             tasks = plan_segments(dataset, outputs, per_task, requantize_sq=plan.requantize_sq).tasks
             level += 1
         final = outputs
-        version = commit_existing_index_segments(dataset, plan.index_name, plan.column, final, replaces=plan.sources)
+        version = commit_existing_index_segments(dataset, plan.index_name, plan.column, final, replaces=plan.sources).version
         committed = True
         logger.info(
             "optimize %s: %d segments -> %d in %d levels, version %d, %.1fs",
@@ -232,11 +271,12 @@ def run_plan(
             remove_uncommitted(dataset, leftovers)
         except Exception as exc:  # the cleanup verb can finish the job
             logger.warning("could not remove %d uncommitted segments: %s", len(leftovers), exc)
-    return version
+    return _at_version(given, dataset, version)
 
 
+@overload
 def optimize(
-    dataset: Union[Dataset, str],
+    dataset: Union[Dataset, str, "os.PathLike[str]"],
     index_name: str,
     *,
     executor: Union[str, cf.Executor, Executor] = "local",
@@ -245,11 +285,46 @@ def optimize(
     target_segments: int = 1,
     max_segments_to_merge: Optional[int] = None,
     target_rows_per_task: Optional[int] = None,
-    requantize_sq: bool = False,
+    requantize_sq: bool = True,
     progress: ProgressArg = True,
     window_rows: Optional[int] = None,
     storage_options: Optional[Mapping[str, str]] = None,
-) -> int:
+) -> Dataset: ...
+
+
+@overload
+def optimize(
+    dataset: "LanceDataset",
+    index_name: str,
+    *,
+    executor: Union[str, cf.Executor, Executor] = "local",
+    max_workers: Optional[int] = None,
+    fan_in: int = 32,
+    target_segments: int = 1,
+    max_segments_to_merge: Optional[int] = None,
+    target_rows_per_task: Optional[int] = None,
+    requantize_sq: bool = True,
+    progress: ProgressArg = True,
+    window_rows: Optional[int] = None,
+    storage_options: Optional[Mapping[str, str]] = None,
+) -> "LanceDataset": ...
+
+
+def optimize(
+    dataset: DatasetLike,
+    index_name: str,
+    *,
+    executor: Union[str, cf.Executor, Executor] = "local",
+    max_workers: Optional[int] = None,
+    fan_in: int = 32,
+    target_segments: int = 1,
+    max_segments_to_merge: Optional[int] = None,
+    target_rows_per_task: Optional[int] = None,
+    requantize_sq: bool = True,
+    progress: ProgressArg = True,
+    window_rows: Optional[int] = None,
+    storage_options: Optional[Mapping[str, str]] = None,
+) -> Any:
     """Merge the segments of a vector index into one, distributed, and
     commit once.
 
@@ -260,8 +335,9 @@ def optimize(
 
     Parameters
     ----------
-    dataset : Dataset or str
-        The dataset (a URI opens its latest version).
+    dataset : Dataset, str, os.PathLike or lance.LanceDataset
+        The dataset (a URI opens its latest version; a handle is used at its
+        version).
     index_name : str
         The logical index.
     executor : {"local", "processes", "ray", "dask"} or concurrent.futures.Executor
@@ -280,8 +356,9 @@ def optimize(
         Merge only the newest N segments; leave the rest untouched.
     target_rows_per_task : int, optional
         More, smaller first-level tasks.
-    requantize_sq : bool, default False
-        Accept IVF_SQ segments with different bounds.
+    requantize_sq : bool, default True
+        Merge IVF_SQ segments with different bounds by re-quantizing them to
+        the union of the bounds (logged at INFO); ``False`` refuses them.
     progress : bool or callable, default True
         A tqdm bar (the ``progress`` extra), or a callable receiving
         :class:`OptimizeProgress` on the driver.
@@ -290,19 +367,22 @@ def optimize(
     storage_options : dict of str to str, optional
         Options for the store when ``dataset`` is a URI (the keys pylance
         accepts, e.g. ``aws_endpoint``, ``aws_region``); a :class:`Dataset`
-        carries its own.
+        or ``lance.LanceDataset`` carries its own.
 
     Returns
     -------
-    int
-        The new dataset version (unchanged when there was nothing to merge).
+    Dataset or lance.LanceDataset
+        The dataset at the new version (``.version``), of the kind given: a
+        ``lance.LanceDataset`` for one, else a :class:`Dataset`. Unchanged
+        when there was nothing to merge.
+
+    Examples
+    --------
+    >>> ds = lance.dataset("/data/vectors.lance")  # doctest: +SKIP
+    >>> ds = lance_segmerge.optimize(ds, "vec_idx", executor="processes")  # doctest: +SKIP
+    >>> ds.version  # doctest: +SKIP
     """
-    if isinstance(dataset, Dataset):
-        if storage_options is not None:
-            raise InvalidInputError("storage_options go with a URI; this Dataset already carries its own")
-        ds = dataset
-    else:
-        ds = Dataset(str(dataset), storage_options=storage_options)
+    ds = as_dataset(dataset, storage_options)
     plan = plan_index_segment_merge(
         ds,
         index_name,
@@ -311,7 +391,7 @@ def optimize(
         target_rows_per_task=target_rows_per_task,
         requantize_sq=requantize_sq,
     )
-    return run_plan(
+    out = run_plan(
         ds,
         plan,
         executor=executor,
@@ -321,3 +401,4 @@ def optimize(
         progress=progress,
         window_rows=window_rows,
     )
+    return _at_version(dataset, ds, out.version)
