@@ -9,6 +9,8 @@ import (
 	"math"
 	"strings"
 
+	"github.com/RoaringBitmap/roaring/v2/roaring64"
+
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/ivf"
@@ -24,11 +26,14 @@ const centroidTolerance = 1e-5
 
 // source is one opened input segment.
 type source struct {
-	meta     *pb.IndexMetadata
-	uuid     string
-	frags    []uint32
-	fragSet  map[uint32]bool
-	files    *ivf.Files
+	meta    *pb.IndexMetadata
+	uuid    string
+	frags   []uint32
+	fragSet map[uint32]bool
+	files   *ivf.Files
+	// owned holds the stable row ids the input still owns (datasets with
+	// stable row ids; nil otherwise).
+	owned    *roaring64.Bitmap
 	codebook *ivf.Tensor // PQ
 	rotation *ivf.Tensor // RQ with matrix rotation
 }
