@@ -79,7 +79,7 @@ func Merge(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []
 	if err := checkEntries(metas, snap); err != nil {
 		return nil, err
 	}
-	srcs, err := openSources(ctx, st, metas)
+	srcs, err := openSources(ctx, st, snap, metas)
 	if err != nil {
 		return nil, err
 	}

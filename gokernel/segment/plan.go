@@ -167,7 +167,7 @@ func PlanSegments(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 	if err := checkEntries(metas, snap); err != nil {
 		return nil, err
 	}
-	srcs, err := openSources(ctx, st, metas)
+	srcs, err := openSources(ctx, st, snap, metas)
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +192,11 @@ func PlanSegments(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 			if err != nil {
 				return nil, err
 			}
-			if info.Stats, err = ReadStats(ctx, st, metas[i]); err != nil {
+			ist, err := indexStore(ctx, st, snap, metas[i])
+			if err != nil {
+				return nil, err
+			}
+			if info.Stats, err = ReadStats(ctx, ist, metas[i]); err != nil {
 				return nil, err
 			}
 			t.Segments = append(t.Segments, info)

@@ -92,9 +92,6 @@ func checkEntries(metas []*pb.IndexMetadata, snap *table.Snapshot) error {
 		if snap != nil && im.GetDatasetVersion() > snap.Ref.Version {
 			return fmt.Errorf("%w: segment %s was built at dataset version %d, after the version %d being worked on", errkind.InvalidInput, u, im.GetDatasetVersion(), snap.Ref.Version)
 		}
-		if im.BaseId != nil {
-			return fmt.Errorf("%w: segment %s lives under base path %d (shallow clones are not supported)", errkind.Unsupported, u, im.GetBaseId())
-		}
 		ids, ok, err := table.DecodeFragmentBitmap(im.GetFragmentBitmap())
 		if err != nil {
 			return fmt.Errorf("segment %s: %w", u, err)
@@ -112,9 +109,23 @@ func checkEntries(metas []*pb.IndexMetadata, snap *table.Snapshot) error {
 	return nil
 }
 
-// openSources opens every input's files and checks that they exist and are
-// complete (sizes match the manifest's file list when it has one).
-func openSources(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata) (_ []*source, err error) {
+// indexStore returns the store holding a segment's directory: st, or the
+// base path the entry names (segments of shallow clones live under their
+// source dataset's root).
+func indexStore(ctx context.Context, st storage.Store, snap *table.Snapshot, im *pb.IndexMetadata) (storage.Store, error) {
+	if im.BaseId == nil {
+		return st, nil
+	}
+	if snap == nil {
+		return nil, fmt.Errorf("%w: segment %s lives under base path %d, and no dataset version resolves it", errkind.InvalidInput, table.IndexUUID(im), im.GetBaseId())
+	}
+	return snap.IndexStore(ctx, st, im)
+}
+
+// openSources opens every input's files (under the dataset root, or the
+// base path an input names) and checks that they exist and are complete
+// (sizes match the manifest's file list when it has one).
+func openSources(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata) (_ []*source, err error) {
 	var srcs []*source
 	defer func() {
 		if err != nil {
@@ -131,8 +142,12 @@ func openSources(ctx context.Context, st storage.Store, metas []*pb.IndexMetadat
 		for _, f := range s.frags {
 			s.fragSet[f] = true
 		}
+		ist, err := indexStore(ctx, st, snap, im)
+		if err != nil {
+			return nil, err
+		}
 		for _, f := range im.GetFiles() {
-			e, err := st.Stat(ctx, table.IndexDir(im)+f.GetPath())
+			e, err := ist.Stat(ctx, table.IndexDir(im)+f.GetPath())
 			if err != nil {
 				return nil, fmt.Errorf("segment %s: %w", s.uuid, err)
 			}
@@ -141,7 +156,7 @@ func openSources(ctx context.Context, st storage.Store, metas []*pb.IndexMetadat
 					errkind.Corrupt, s.uuid, f.GetPath(), e.Size, f.GetSizeBytes())
 			}
 		}
-		if s.files, err = ivf.OpenFiles(ctx, st, table.IndexDir(im), lancefile.Options{}); err != nil {
+		if s.files, err = ivf.OpenFiles(ctx, ist, table.IndexDir(im), lancefile.Options{}); err != nil {
 			return nil, fmt.Errorf("segment %s: %w", s.uuid, err)
 		}
 		srcs = append(srcs, s)

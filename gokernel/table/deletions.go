@@ -43,7 +43,7 @@ func (s *Snapshot) DeletedRows(ctx context.Context, st storage.Store, frag *pb.D
 	if rows > maxFragmentRows {
 		return nil, fmt.Errorf("%w: fragment %d has %d rows", errkind.Corrupt, frag.GetId(), rows)
 	}
-	dst, err := s.BaseStore(st, df.BaseId)
+	dst, err := s.BaseStore(ctx, st, df.BaseId)
 	if err != nil {
 		return nil, fmt.Errorf("fragment %d deletion file: %w", frag.GetId(), err)
 	}

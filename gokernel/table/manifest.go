@@ -63,6 +63,8 @@ type Snapshot struct {
 	// body is the manifest file without its footer (for the inline
 	// transaction, read on demand).
 	body []byte
+	// bases opens and caches the stores of base paths (bases.go).
+	bases *bases
 }
 
 // Open opens version v of the dataset in st (0 = the latest).

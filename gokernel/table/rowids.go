@@ -254,13 +254,10 @@ func WalkRowIDs(seq *pb.RowIdSequence, fn func(RowIDRun)) {
 }
 
 // FragmentRowIDs reads and validates the row id sequence of a fragment:
-// inline, or from its external file (a ranged read of path, relative to
-// the dataset root). errkind.Corrupt when the dataset has stable row ids
-// and the fragment has no sequence.
-//
-// st must hold the fragment's data files (see Snapshot.BaseStore) for
-// sequences spilled into a data file column.
-func FragmentRowIDs(ctx context.Context, st storage.Store, frag *pb.DataFragment) (*pb.RowIdSequence, error) {
+// inline, from its external file (a ranged read of path, relative to the
+// dataset root), or from the data file column it was spilled into.
+// errkind.Corrupt when the fragment has none.
+func (s *Snapshot) FragmentRowIDs(ctx context.Context, st storage.Store, frag *pb.DataFragment) (*pb.RowIdSequence, error) {
 	rows := frag.GetPhysicalRows()
 	var raw []byte
 	switch src := frag.GetRowIdSequence().(type) {
@@ -284,7 +281,7 @@ func FragmentRowIDs(ctx context.Context, st storage.Store, frag *pb.DataFragment
 			return nil, fmt.Errorf("table: fragment %d row ids: %w", frag.GetId(), err)
 		}
 	case *pb.DataFragment_SpilledRowIds:
-		return spilledRowIDs(ctx, st, frag)
+		return s.spilledRowIDs(ctx, st, frag)
 	default:
 		return nil, fmt.Errorf("%w: fragment %d has no row id sequence in a dataset with stable row ids", errkind.Corrupt, frag.GetId())
 	}
@@ -312,7 +309,7 @@ func (s *Snapshot) LiveRowIDs(ctx context.Context, st storage.Store, fragIDs []u
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		seq, err := FragmentRowIDs(ctx, st, frag)
+		seq, err := s.FragmentRowIDs(ctx, st, frag)
 		if err != nil {
 			return nil, err
 		}
@@ -345,7 +342,7 @@ const DataDir = "data/"
 // spilledRowIDs reads a row id sequence that pylance spilled into a UInt64
 // column of one of the fragment's data files (the file listing field id
 // RowIDFieldID; its column index names the top-level column).
-func spilledRowIDs(ctx context.Context, st storage.Store, frag *pb.DataFragment) (*pb.RowIdSequence, error) {
+func (s *Snapshot) spilledRowIDs(ctx context.Context, st storage.Store, frag *pb.DataFragment) (*pb.RowIdSequence, error) {
 	for _, df := range frag.GetFiles() {
 		pos := slices.Index(df.GetFields(), RowIDFieldID)
 		if pos < 0 {
@@ -355,8 +352,11 @@ func spilledRowIDs(ctx context.Context, st storage.Store, frag *pb.DataFragment)
 			return nil, fmt.Errorf("%w: fragment %d: data file %s lists the row id field without a column", errkind.Corrupt, frag.GetId(), df.GetPath())
 		}
 		col := int(df.GetColumnIndices()[pos])
-		name := DataDir + df.GetPath()
-		obj, err := st.Open(ctx, name)
+		dst, name, err := s.DataFileStore(ctx, st, df)
+		if err != nil {
+			return nil, fmt.Errorf("fragment %d spilled row ids: %w", frag.GetId(), err)
+		}
+		obj, err := dst.Open(ctx, name)
 		if err != nil {
 			return nil, fmt.Errorf("table: fragment %d spilled row ids: %w", frag.GetId(), err)
 		}

@@ -468,7 +468,7 @@ def merge_existing_index_segments(
         models (centroids, PQ codebook, SQ bounds, RQ rotation), overlapping
         fragments, duplicates. The message names the segment at fault.
     UnsupportedError
-        IVF_HNSW_* segments, shallow-clone segments.
+        IVF_HNSW_* segments.
     NotFoundError, CorruptError
         An input's files are missing or damaged.
     CancelledError
