@@ -152,3 +152,21 @@ def test_merged_segment_committed_and_queried_by_pylance(uncommitted_pq, tmp_pat
     shutil.copytree(built.uri, ref)
     r_parts = lancegen.recall(lance.dataset(ref).commit_existing_index_segments("vec_idx", "vec", segs), built.vectors, Q, k=10, nprobes=4, refine_factor=10)
     assert r > 0.5 and abs(r - r_parts) <= 0.01, (r, r_parts)
+
+
+def test_external_manifest_store_refused_up_front(uncommitted_pq):
+    """Datasets committed through DynamoDB (s3+ddb://) are refused by every
+    verb before anything is read or written, with what to do instead."""
+    _, segs = uncommitted_pq
+    uri = "s3+ddb://bucket/vectors.lance?ddbTableName=manifests"
+    for call in (
+        lambda: ls.open(uri),
+        lambda: ls.plan_index_segment_merge(uri, "vec_idx"),
+        lambda: ls.merge_existing_index_segments(uri, segs[:2]),
+        lambda: ls.commit_existing_index_segments(uri, "vec_idx", "vec", segs[:2]),
+        lambda: ls.optimize(uri, "vec_idx", progress=False),
+        lambda: ls.cleanup(uri),
+    ):
+        with pytest.raises(ls.UnsupportedError, match="external manifest store") as ei:
+            call()
+        assert "commit_existing_index_segments" in str(ei.value) and "plain s3://" in str(ei.value)
