@@ -210,7 +210,7 @@ def copy_dataset(src: str, dst: str) -> str:
 # -- the contenders ---------------------------------------------------------------------
 
 
-def ours_merge(uri: str, seg_json: str, groups: list[list[str]], workers: int, requantize: bool) -> dict[str, Any]:
+def ours_merge(uri: str, seg_json: str, groups: list[list[str]], workers: int) -> dict[str, Any]:
     setup = f"""
         import lance_segmerge as ls, concurrent.futures as cf, multiprocessing as mp, json
         from lance_segmerge import _worker
@@ -226,11 +226,11 @@ def ours_merge(uri: str, seg_json: str, groups: list[list[str]], workers: int, r
             list(pool.map(_worker.ping, range({workers})))
     """
     if workers == 1:
-        work = f"out = [ds.merge_existing_index_segments(t, requantize_sq={requantize}) for t in tasks]"
+        work = "out = [ds.merge_existing_index_segments(t) for t in tasks]"
     else:
         work = f"""
             import benchworker
-            jobs = [{{"dataset": ds, "task": MergeTask(i, tuple(t)).to_dict(), "requantize_sq": {requantize}}} for i, t in enumerate(tasks)]
+            jobs = [{{"dataset": ds, "task": MergeTask(i, tuple(t)).to_dict()}} for i, t in enumerate(tasks)]
             res = list(pool.map(benchworker.merge_and_measure, jobs))
             out = [ls.IndexSegment.from_dict(r["segment"]) for r in res]
             worker_rss = [r["peak_rss"] for r in res]
@@ -423,11 +423,10 @@ def main(argv: list[str] | None = None) -> int:
                 sj = str(work / f"segments-{t}.json")
                 if who == "ours":
                     # IVF_SQ segments of create_index_uncommitted train their
-                    # own bounds: we re-quantize (pylance decodes with the
-                    # first segment's bounds, silently).
-                    rq = t == "IVF_SQ"
-                    runs["ours_merge_1"].append(ours_merge(seg["uri"], sj, seg["groups"], 1, rq))
-                    runs[f"ours_merge_{args.workers}"].append(ours_merge(seg["uri"], sj, seg["groups"], args.workers, rq))
+                    # own bounds: we re-quantize them (the default; pylance
+                    # decodes with the first segment's bounds, silently).
+                    runs["ours_merge_1"].append(ours_merge(seg["uri"], sj, seg["groups"], 1))
+                    runs[f"ours_merge_{args.workers}"].append(ours_merge(seg["uri"], sj, seg["groups"], args.workers))
                     u = copy_dataset(dlt["uri"], str(work / "opt-ours"))
                     runs[f"ours_optimize_{args.workers}"].append(ours_optimize(u, args.workers))
                 else:

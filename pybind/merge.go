@@ -45,6 +45,10 @@ func MergeSegments(opID, uri, optionsJSON string, version int, segmentsJSON, mer
 	if info.Stats, err = segment.ReadStats(statsCtx, st, merged); err != nil {
 		return "", tagged(err)
 	}
-	b, err := json.Marshal(info)
+	// Notes ride along with the segment's fields; Python logs them.
+	b, err := json.Marshal(struct {
+		*segment.Info
+		Notes []string `json:"notes,omitempty"`
+	}{info, prog.Notes()})
 	return string(b), tagged(err)
 }

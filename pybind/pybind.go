@@ -78,6 +78,8 @@ func openSnapshot(ctx context.Context, uri, optionsJSON string, version int) (st
 	if err != nil {
 		return nil, nil, err
 	}
+	// Base paths (shallow clones) open with the dataset's own options.
+	snap.SetOpener(func(ctx context.Context, uri string) (storage.Store, error) { return storage.Open(ctx, uri, opts) })
 	return st, snap, nil
 }
 
@@ -181,6 +183,16 @@ func DescribeSegment(uri, optionsJSON, segmentJSON string, withStats bool) (out 
 		st, err := storage.Open(ctx, uri, opts)
 		if err != nil {
 			return "", tagged(err)
+		}
+		if im.BaseId != nil {
+			// The segment lives under a base path of the latest version.
+			_, snap, err := openSnapshot(ctx, uri, optionsJSON, 0)
+			if err != nil {
+				return "", tagged(err)
+			}
+			if st, err = snap.IndexStore(ctx, st, im); err != nil {
+				return "", tagged(err)
+			}
 		}
 		if info.Stats, err = segment.ReadStats(ctx, st, im); err != nil {
 			return "", tagged(err)

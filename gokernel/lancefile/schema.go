@@ -155,7 +155,10 @@ func buildSchema(pfields []*pb.Field) ([]*Field, error) {
 			Nullable: pf.GetNullable(),
 			Metadata: pf.GetMetadata(),
 		}
-		if f.ID < 0 {
+		// Lance reserves ids below -1 for hidden top-level columns (a
+		// fragment's spilled row ids are -3, its row versions -4 and -5);
+		// -1 means "no parent" and is never a field's own id.
+		if f.ID == -1 || (f.ID < 0 && f.ParentID >= 0) {
 			return nil, fmt.Errorf("%w: schema field %d (%q) has id %d", errkind.Corrupt, i, f.Name, f.ID)
 		}
 		if _, dup := byID[f.ID]; dup {

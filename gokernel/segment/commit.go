@@ -163,7 +163,13 @@ func prepareSegments(ctx context.Context, st storage.Store, base *table.Snapshot
 	for _, s := range named {
 		u := table.IndexUUID(s)
 		dir := table.IndexDir(s)
-		listed, err := st.List(ctx, dir)
+		// A segment of a shallow clone's source (base_id set) is checked
+		// where it lives; new segments live under the dataset's root.
+		sst, err := indexStore(ctx, st, base, s)
+		if err != nil {
+			return nil, err
+		}
+		listed, err := sst.List(ctx, dir)
 		if err != nil {
 			return nil, err
 		}
@@ -185,7 +191,7 @@ func prepareSegments(ctx context.Context, st storage.Store, base *table.Snapshot
 		if IsVector(s) {
 			// The files must exist and decode: pylance accepts a commit of a
 			// segment without files, and then fails every query.
-			files, err := ivf.OpenFiles(ctx, st, dir, lancefile.Options{})
+			files, err := ivf.OpenFiles(ctx, sst, dir, lancefile.Options{})
 			if err != nil {
 				return nil, fmt.Errorf("segment %s: %w", u, err)
 			}
@@ -203,7 +209,7 @@ func prepareSegments(ctx context.Context, st storage.Store, base *table.Snapshot
 		for i, n := range names {
 			paths[i] = dir + n
 		}
-		if err := st.Sync(ctx, paths); err != nil {
+		if err := sst.Sync(ctx, paths); err != nil {
 			return nil, fmt.Errorf("segment %s: %w", u, err)
 		}
 		s.Files = nil

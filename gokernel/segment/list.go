@@ -95,11 +95,10 @@ func Describe(im *pb.IndexMetadata) (*Info, error) {
 	return info, nil
 }
 
-// ReadStats opens a segment's files and summarises them.
+// ReadStats opens a segment's files and summarises them. st is the store
+// that holds the segment's directory (for an entry with a base_id, the
+// base path's: see Snapshot.IndexStore).
 func ReadStats(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Stats, error) {
-	if im.BaseId != nil {
-		return nil, fmt.Errorf("%w: segment %s lives under base path %d (shallow clones are not supported)", errkind.Unsupported, table.IndexUUID(im), im.GetBaseId())
-	}
 	f, err := ivf.OpenFiles(ctx, st, table.IndexDir(im), lancefile.Options{})
 	if err != nil {
 		return nil, err
@@ -167,7 +166,11 @@ func List(ctx context.Context, st storage.Store, snap *table.Snapshot, opts Opti
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			info.Stats, err = ReadStats(ctx, st, im)
+			ist, err := indexStore(ctx, st, snap, im)
+			if err != nil {
+				return nil, err
+			}
+			info.Stats, err = ReadStats(ctx, ist, im)
 			if err != nil && !errors.Is(err, errkind.Unsupported) {
 				return nil, err
 			}

@@ -36,13 +36,13 @@ type MergeOptions struct {
 	WindowRows int `json:"window_rows"`
 	// Parallelism bounds the input segments read concurrently. Default 4.
 	Parallelism int `json:"parallelism"`
-	// RequantizeSQ accepts IVF_SQ inputs whose bounds differ (each
-	// create_index_uncommitted segment trains its own): codes are decoded
-	// with their input's bounds and re-encoded with the union of all bounds.
-	// Lance instead reads every input with the first input's bounds, which
-	// silently distorts distances; without this option such inputs are
-	// refused.
-	RequantizeSQ bool `json:"requantize_sq"`
+	// StrictSQ refuses IVF_SQ inputs whose bounds differ. By default (false)
+	// they are merged (each create_index_uncommitted segment trains its own
+	// bounds): codes are decoded with their input's bounds and re-encoded
+	// with the union of all bounds, and Progress notes it. Lance instead
+	// reads every input with the first input's bounds, which silently
+	// distorts distances.
+	StrictSQ bool `json:"strict_sq"`
 	// Progress receives counters as the merge goes (optional).
 	Progress *Progress `json:"-"`
 }
@@ -79,17 +79,27 @@ func Merge(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []
 	if err := checkEntries(metas, snap); err != nil {
 		return nil, err
 	}
-	if snap.Manifest.GetReaderFeatureFlags()&table.FlagStableRowIDs != 0 {
-		return nil, fmt.Errorf("%w: the dataset uses stable row ids; merging its index segments is not supported yet", errkind.Unsupported)
-	}
-	srcs, err := openSources(ctx, st, metas)
+	srcs, err := openSources(ctx, st, snap, metas)
 	if err != nil {
 		return nil, err
 	}
 	defer closeSources(srcs)
-	m, err := sharedModel(srcs, opts.RequantizeSQ)
+	if snap.HasStableRowIDs() {
+		// Index row ids are stable row ids: an input owns the rows still
+		// live in the fragments it covers (an update moves a row, with its
+		// id, to a new fragment; a delete marks it in a deletion file).
+		for _, s := range srcs {
+			if s.owned, err = snap.LiveRowIDs(ctx, st, s.frags); err != nil {
+				return nil, fmt.Errorf("segment %s: %w", s.uuid, err)
+			}
+		}
+	}
+	m, err := sharedModel(srcs, !opts.StrictSQ)
 	if err != nil {
 		return nil, err
+	}
+	if m.requantize {
+		prog.Note(sqNote(srcs, m))
 	}
 	if len(srcs) == 1 {
 		prog.SetStage("done")
@@ -440,7 +450,7 @@ func (mg *merger) mergeWindow(ctx context.Context, w *lancefile.Writer, win wind
 				cols[c] = a.Slice(lo, lo+n)
 			}
 			laid := codeCol >= 0 && mg.inQueryLayout(s)
-			if keep := keptRows(cols[rowidCol], s.fragSet); keep != nil {
+			if keep := keptRows(cols[rowidCol], s); keep != nil {
 				// Rows are dropped: undo the layout first, then take rows.
 				if codeCol >= 0 {
 					cols[codeCol] = mg.toRowMajor(s, cols[codeCol])
@@ -603,11 +613,33 @@ func (mg *merger) toRowMajor(s *source, a *lancefile.Array) *lancefile.Array {
 	return a
 }
 
-// keptRows returns the rows (of a row id column) whose fragment (row id >>
-// 32) the input covers, or nil when all are. Rows of fragments the input
-// no longer covers (pruned by a commit after an update or compaction) are
-// dropped, as Lance's merger drops them.
-func keptRows(ids *lancefile.Array, frags map[uint32]bool) []int {
+// keptRows returns the rows (of a row id column) the input still owns, or
+// nil when it owns all of them, as Lance's merger decides:
+//   - row addresses: the row's fragment (row id >> 32) is one the input
+//     covers (rows of fragments pruned by a commit after an update or
+//     compaction are dropped);
+//   - stable row ids: the id is live (not deleted) in a fragment the input
+//     covers (rows updated into other fragments, or deleted, are dropped).
+func keptRows(ids *lancefile.Array, s *source) []int {
+	if s.owned != nil {
+		var keep []int
+		for i := 0; i < ids.Len; i++ {
+			if !s.owned.Contains(binary.LittleEndian.Uint64(ids.Values[8*i:])) {
+				if keep == nil {
+					keep = make([]int, 0, ids.Len)
+					for k := 0; k < i; k++ {
+						keep = append(keep, k)
+					}
+				}
+				continue
+			}
+			if keep != nil {
+				keep = append(keep, i)
+			}
+		}
+		return keep
+	}
+	frags := s.fragSet
 	// Rows of one fragment come in runs: look each fragment up once per run.
 	last, lastOK := uint32(0), false
 	for i := 0; i < ids.Len; i++ {

@@ -246,6 +246,7 @@ func TestMergeRefusals(t *testing.T) {
 	future.DatasetVersion = 9
 	stable := testSnapshot()
 	stable.Manifest.ReaderFeatureFlags = table.FlagStableRowIDs
+	stable.Manifest.Fragments = []*pb.DataFragment{{Id: 0, PhysicalRows: 15}, {Id: 1, PhysicalRows: 15}}
 	for _, tc := range []struct {
 		name string
 		in   []*pb.IndexMetadata
@@ -256,7 +257,7 @@ func TestMergeRefusals(t *testing.T) {
 		{"empty", nil, testSnapshot(), errkind.InvalidInput, "at least one"},
 		{"overlap", []*pb.IndexMetadata{a, overlap}, testSnapshot(), errkind.InvalidInput, "both cover fragment 0"},
 		{"future", []*pb.IndexMetadata{a, future}, testSnapshot(), errkind.InvalidInput, "dataset version 9"},
-		{"stable row ids", []*pb.IndexMetadata{a, b}, stable, errkind.Unsupported, "stable row ids"},
+		{"stable row ids without a sequence", []*pb.IndexMetadata{a, b}, stable, errkind.Corrupt, "no row id sequence"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before, _ := st.List(ctx, table.IndicesDir)

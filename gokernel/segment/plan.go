@@ -34,9 +34,10 @@ type PlanOptions struct {
 	// TargetRowsPerTask, when set, adds tasks until the average task has
 	// about this many rows.
 	TargetRowsPerTask int64 `json:"target_rows_per_task"`
-	// RequantizeSQ plans IVF_SQ segments whose bounds differ (see
-	// MergeOptions.RequantizeSQ); the plan records it for its workers.
-	RequantizeSQ bool `json:"requantize_sq"`
+	// StrictSQ refuses IVF_SQ segments whose bounds differ (see
+	// MergeOptions.StrictSQ); by default they are planned, and the plan
+	// records that its merges re-quantize.
+	StrictSQ bool `json:"strict_sq"`
 }
 
 // Task is one worker's job: merge these segments into one.
@@ -60,7 +61,8 @@ type Plan struct {
 	Tasks         []Task `json:"tasks"`
 	// Untouched lists the index's segments the plan leaves alone.
 	Untouched []string `json:"untouched"`
-	// RequantizeSQ tells workers to merge with MergeOptions.RequantizeSQ.
+	// RequantizeSQ records that the planned IVF_SQ segments have different
+	// bounds, which their merges re-quantize to the union.
 	RequantizeSQ bool `json:"requantize_sq"`
 }
 
@@ -165,12 +167,12 @@ func PlanSegments(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 	if err := checkEntries(metas, snap); err != nil {
 		return nil, err
 	}
-	srcs, err := openSources(ctx, st, metas)
+	srcs, err := openSources(ctx, st, snap, metas)
 	if err != nil {
 		return nil, err
 	}
 	defer closeSources(srcs)
-	m, err := sharedModel(srcs, opts.RequantizeSQ)
+	m, err := sharedModel(srcs, !opts.StrictSQ)
 	if err != nil {
 		return nil, err
 	}
@@ -190,7 +192,11 @@ func PlanSegments(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 			if err != nil {
 				return nil, err
 			}
-			if info.Stats, err = ReadStats(ctx, st, metas[i]); err != nil {
+			ist, err := indexStore(ctx, st, snap, metas[i])
+			if err != nil {
+				return nil, err
+			}
+			if info.Stats, err = ReadStats(ctx, ist, metas[i]); err != nil {
 				return nil, err
 			}
 			t.Segments = append(t.Segments, info)

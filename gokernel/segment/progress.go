@@ -2,6 +2,7 @@ package segment
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 )
 
@@ -20,6 +21,30 @@ type Progress struct {
 	RowsWritten atomic.Int64
 	// BytesWritten counts bytes of output files.
 	BytesWritten atomic.Int64
+
+	notesMu sync.Mutex
+	notes   []string
+}
+
+// Note records a remark about a choice the operation made on its own (for
+// example re-quantizing IVF_SQ inputs), which the binding logs.
+func (p *Progress) Note(s string) {
+	if p == nil {
+		return
+	}
+	p.notesMu.Lock()
+	p.notes = append(p.notes, s)
+	p.notesMu.Unlock()
+}
+
+// Notes returns a copy of the remarks recorded so far.
+func (p *Progress) Notes() []string {
+	if p == nil {
+		return nil
+	}
+	p.notesMu.Lock()
+	defer p.notesMu.Unlock()
+	return append([]string(nil), p.notes...)
 }
 
 // SetStage records the current stage.

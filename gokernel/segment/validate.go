@@ -9,6 +9,8 @@ import (
 	"math"
 	"strings"
 
+	"github.com/RoaringBitmap/roaring/v2/roaring64"
+
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/ivf"
@@ -24,11 +26,14 @@ const centroidTolerance = 1e-5
 
 // source is one opened input segment.
 type source struct {
-	meta     *pb.IndexMetadata
-	uuid     string
-	frags    []uint32
-	fragSet  map[uint32]bool
-	files    *ivf.Files
+	meta    *pb.IndexMetadata
+	uuid    string
+	frags   []uint32
+	fragSet map[uint32]bool
+	files   *ivf.Files
+	// owned holds the stable row ids the input still owns (datasets with
+	// stable row ids; nil otherwise).
+	owned    *roaring64.Bitmap
 	codebook *ivf.Tensor // PQ
 	rotation *ivf.Tensor // RQ with matrix rotation
 }
@@ -87,9 +92,6 @@ func checkEntries(metas []*pb.IndexMetadata, snap *table.Snapshot) error {
 		if snap != nil && im.GetDatasetVersion() > snap.Ref.Version {
 			return fmt.Errorf("%w: segment %s was built at dataset version %d, after the version %d being worked on", errkind.InvalidInput, u, im.GetDatasetVersion(), snap.Ref.Version)
 		}
-		if im.BaseId != nil {
-			return fmt.Errorf("%w: segment %s lives under base path %d (shallow clones are not supported)", errkind.Unsupported, u, im.GetBaseId())
-		}
 		ids, ok, err := table.DecodeFragmentBitmap(im.GetFragmentBitmap())
 		if err != nil {
 			return fmt.Errorf("segment %s: %w", u, err)
@@ -107,9 +109,23 @@ func checkEntries(metas []*pb.IndexMetadata, snap *table.Snapshot) error {
 	return nil
 }
 
-// openSources opens every input's files and checks that they exist and are
-// complete (sizes match the manifest's file list when it has one).
-func openSources(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata) (_ []*source, err error) {
+// indexStore returns the store holding a segment's directory: st, or the
+// base path the entry names (segments of shallow clones live under their
+// source dataset's root).
+func indexStore(ctx context.Context, st storage.Store, snap *table.Snapshot, im *pb.IndexMetadata) (storage.Store, error) {
+	if im.BaseId == nil {
+		return st, nil
+	}
+	if snap == nil {
+		return nil, fmt.Errorf("%w: segment %s lives under base path %d, and no dataset version resolves it", errkind.InvalidInput, table.IndexUUID(im), im.GetBaseId())
+	}
+	return snap.IndexStore(ctx, st, im)
+}
+
+// openSources opens every input's files (under the dataset root, or the
+// base path an input names) and checks that they exist and are complete
+// (sizes match the manifest's file list when it has one).
+func openSources(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata) (_ []*source, err error) {
 	var srcs []*source
 	defer func() {
 		if err != nil {
@@ -126,8 +142,12 @@ func openSources(ctx context.Context, st storage.Store, metas []*pb.IndexMetadat
 		for _, f := range s.frags {
 			s.fragSet[f] = true
 		}
+		ist, err := indexStore(ctx, st, snap, im)
+		if err != nil {
+			return nil, err
+		}
 		for _, f := range im.GetFiles() {
-			e, err := st.Stat(ctx, table.IndexDir(im)+f.GetPath())
+			e, err := ist.Stat(ctx, table.IndexDir(im)+f.GetPath())
 			if err != nil {
 				return nil, fmt.Errorf("segment %s: %w", s.uuid, err)
 			}
@@ -136,7 +156,7 @@ func openSources(ctx context.Context, st storage.Store, metas []*pb.IndexMetadat
 					errkind.Corrupt, s.uuid, f.GetPath(), e.Size, f.GetSizeBytes())
 			}
 		}
-		if s.files, err = ivf.OpenFiles(ctx, st, table.IndexDir(im), lancefile.Options{}); err != nil {
+		if s.files, err = ivf.OpenFiles(ctx, ist, table.IndexDir(im), lancefile.Options{}); err != nil {
 			return nil, fmt.Errorf("segment %s: %w", s.uuid, err)
 		}
 		srcs = append(srcs, s)
@@ -262,7 +282,7 @@ func sharedModel(srcs []*source, requantizeSQ bool) (*model, error) {
 				return nil, fail("SQ bounds", "present", "missing")
 			case !closeEnough(q.SQBounds.Start, q0.SQBounds.Start) || !closeEnough(q.SQBounds.End, q0.SQBounds.End):
 				if !requantizeSQ {
-					return nil, fmt.Errorf("%w: segment %s has SQ bounds [%g, %g], segment %s [%g, %g]: each IVF_SQ segment trained its own quantizer; merge with requantize_sq=True to re-quantize to the union of the bounds",
+					return nil, fmt.Errorf("%w: segment %s has SQ bounds [%g, %g], segment %s [%g, %g]: each IVF_SQ segment trained its own quantizer; requantize_sq=False refuses them (by default they are re-quantized to the union of the bounds)",
 						errkind.InvalidInput, s.uuid, q.SQBounds.Start, q.SQBounds.End, srcs[0].uuid, q0.SQBounds.Start, q0.SQBounds.End)
 				}
 				m.requantize = true
@@ -304,6 +324,20 @@ func sharedModel(srcs []*source, requantizeSQ bool) (*model, error) {
 		}
 	}
 	return m, nil
+}
+
+// sqNote describes a re-quantization: which inputs' bounds moved to which
+// union.
+func sqNote(srcs []*source, m *model) string {
+	var moved []string
+	for _, s := range srcs {
+		b := s.files.Quant.SQBounds
+		if !closeEnough(b.Start, m.sqLo) || !closeEnough(b.End, m.sqHi) {
+			moved = append(moved, fmt.Sprintf("%s [%g, %g]", s.uuid, b.Start, b.End))
+		}
+	}
+	return fmt.Sprintf("IVF_SQ inputs have different bounds: re-quantized %d of %d inputs to the union [%g, %g] (%s)",
+		len(moved), len(srcs), m.sqLo, m.sqHi, strings.Join(moved, ", "))
 }
 
 func closeEnough(a, b float64) bool {

@@ -126,7 +126,13 @@ func Open(ctx context.Context, uri string, options map[string]string) (Store, er
 			return nil, err
 		}
 		return NewS3(uri, cfg)
-	case "gs", "az", "abfss", "s3+ddb":
+	case "s3+ddb":
+		return nil, fmt.Errorf("%w: storage: %s is committed through an external manifest store (DynamoDB), which lance-segmerge does not write to: "+
+			"a version published without it would be missed by, or collide with, pylance's writers. Plan and merge on the dataset's plain s3:// URI, "+
+			"then commit the merged segments with pylance on the s3+ddb:// URI: "+
+			"lance.dataset(uri).commit_existing_index_segments(index, column, [seg.to_lance_index() for seg in merged])",
+			errkind.Unsupported, uri)
+	case "gs", "az", "abfss":
 		return nil, fmt.Errorf("%w: storage: %s:// is not supported yet", errkind.Unsupported, scheme)
 	default:
 		return nil, fmt.Errorf("%w: storage: unknown URI scheme %q in %q", errkind.InvalidInput, scheme, uri)

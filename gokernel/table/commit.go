@@ -28,7 +28,8 @@ const maxTransactionBytes = 1 << 30
 // only changes the index section preserves by carrying the manifest over.
 // Any other bit names a feature a writer must understand: refuse.
 const KnownWriterFlags = FlagDeletionFiles | FlagStableRowIDs | FlagUseV2FormatDeprecated |
-	FlagTableConfig | FlagBasePaths | FlagDisableTxnFile | FlagCoveredIndexMetadata | FlagMixedDataFileVersion
+	FlagTableConfig | FlagBasePaths | FlagDisableTxnFile | FlagCoveredIndexMetadata | FlagMixedDataFileVersion |
+	FlagSpilledRowLineage
 
 // Transaction reads the transaction that produced this version: the inline
 // section of its manifest, else the .txn file it names. errkind.NotFound

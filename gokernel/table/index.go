@@ -27,8 +27,8 @@ func IndexUUID(im *pb.IndexMetadata) string {
 }
 
 // IndexDir is the directory of an index segment ("_indices/<uuid>/"),
-// relative to the dataset root. Segments that live under another base path
-// (base_id set, from shallow clones) are not resolved here.
+// relative to the root that holds it: the dataset's, or for an entry with
+// a base_id (shallow clones) that base path's (Snapshot.IndexStore).
 func IndexDir(im *pb.IndexMetadata) string { return IndicesDir + IndexUUID(im) + "/" }
 
 // maxBitmapBytes bounds a fragment bitmap: 2^32 fragment ids as a plain

@@ -38,13 +38,18 @@ const (
 	FlagDataOverlayFiles      uint64 = 64
 	FlagCoveredIndexMetadata  uint64 = 128
 	FlagMixedDataFileVersion  uint64 = 256
+	// FlagSpilledRowLineage: some fragment keeps its row id (or row
+	// version) sequence in a data file column instead of the manifest
+	// (pylance 14 writes it as bit 11).
+	FlagSpilledRowLineage uint64 = 1 << 11
 )
 
 // KnownReaderFlags are the reader feature flags under which this package can
 // interpret a manifest's index section and fragment list. Any other bit means
 // a Lance feature whose semantics we do not implement: refuse to read.
 const KnownReaderFlags = FlagDeletionFiles | FlagStableRowIDs | FlagUseV2FormatDeprecated |
-	FlagTableConfig | FlagBasePaths | FlagDisableTxnFile | FlagCoveredIndexMetadata | FlagMixedDataFileVersion
+	FlagTableConfig | FlagBasePaths | FlagDisableTxnFile | FlagCoveredIndexMetadata | FlagMixedDataFileVersion |
+	FlagSpilledRowLineage
 
 // Snapshot is one dataset version: its manifest and index section.
 type Snapshot struct {
@@ -58,6 +63,8 @@ type Snapshot struct {
 	// body is the manifest file without its footer (for the inline
 	// transaction, read on demand).
 	body []byte
+	// bases opens and caches the stores of base paths (bases.go).
+	bases *bases
 }
 
 // Open opens version v of the dataset in st (0 = the latest).

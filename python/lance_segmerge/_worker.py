@@ -19,7 +19,7 @@ def merge_task(job: dict[str, Any]) -> dict[str, Any]:
         job["dataset"],
         task,
         index_uuid=job.get("index_uuid"),
-        requantize_sq=bool(job.get("requantize_sq", False)),
+        requantize_sq=bool(job.get("requantize_sq", True)),
         window_rows=job.get("window_rows"),
         parallelism=job.get("parallelism"),
     )

@@ -5,16 +5,22 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import sys
 from datetime import timedelta
-from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence, Union, overload
 
 from . import _ffi
 from ._progress import ProgressArg, Reporter
 from .errors import InvalidInputError
 from .types import IndexSegment, MergePlan, SegmentList
 
+if TYPE_CHECKING:  # pragma: no cover
+    from lance.dataset import LanceDataset
+
 __all__ = [
     "Dataset",
+    "DatasetLike",
     "open",
     "plan_index_segment_merge",
     "merge_existing_index_segments",
@@ -189,7 +195,7 @@ class Dataset:
         progress: ProgressArg = None,
         window_rows: Optional[int] = None,
         parallelism: Optional[int] = None,
-        requantize_sq: bool = False,
+        requantize_sq: bool = True,
     ) -> IndexSegment:
         """Merge segments into one new, uncommitted segment.
 
@@ -213,8 +219,9 @@ class Dataset:
         *,
         replaces: Optional[Sequence[Any]] = None,
         max_retries: int = 20,
-    ) -> int:
-        """Commit segments as one new dataset version.
+    ) -> "Dataset":
+        """Commit segments as one new dataset version; returns this dataset
+        at the new version (``ds = ds.commit_existing_index_segments(...)``).
 
         See :func:`lance_segmerge.commit_existing_index_segments`.
         """
@@ -229,7 +236,7 @@ class Dataset:
         max_segments_to_merge: Optional[int] = None,
         *,
         target_rows_per_task: Optional[int] = None,
-        requantize_sq: bool = False,
+        requantize_sq: bool = True,
     ) -> MergePlan:
         """Plan the merge of an index's segments.
 
@@ -265,7 +272,7 @@ class Dataset:
 
 
 def open(
-    uri: str,
+    uri: "DatasetLike",
     version: Optional[int] = None,
     storage_options: Optional[Mapping[str, str]] = None,
 ) -> Dataset:
@@ -273,12 +280,16 @@ def open(
 
     Parameters
     ----------
-    uri : str
-        Dataset root: a local path or ``file://`` URI.
+    uri : str, os.PathLike, Dataset or lance.LanceDataset
+        Dataset root: a local path, ``file://``, ``s3://`` or ``memory://``
+        URI; or a dataset handle (see :data:`DatasetLike`), whose URI,
+        version and storage options are used.
     version : int, optional
-        Version to open; the latest when omitted.
+        Version to open; the latest when omitted (for a handle: its own
+        version).
     storage_options : dict of str to str, optional
-        Object-store settings, as pylance accepts them.
+        Object-store settings, as pylance accepts them (with a URI only: a
+        handle carries its own).
 
     Returns
     -------
@@ -286,6 +297,8 @@ def open(
 
     Raises
     ------
+    InvalidInputError
+        ``uri`` is none of the accepted kinds (the message names its type).
     NotFoundError
         ``uri`` is not a Lance dataset, or has no such version.
     CorruptError
@@ -299,7 +312,100 @@ def open(
     >>> ds = lance_segmerge.open("/data/vectors.lance")  # doctest: +SKIP
     >>> [s.uuid for s in ds.list_index_segments("vec_idx")]  # doctest: +SKIP
     """
-    return Dataset(uri, version, storage_options)
+    ds = as_dataset(uri, storage_options, version=version)
+    return ds
+
+
+# -- dataset handles ---------------------------------------------------------
+
+#: Every kind of dataset handle the functions of this package accept: our
+#: :class:`Dataset`, a URI ``str``, an ``os.PathLike`` (a local path), or
+#: pylance's ``lance.LanceDataset`` (its URI, version and storage options
+#: are used).
+DatasetLike = Union[Dataset, str, "os.PathLike[str]", "LanceDataset"]
+
+def _lance_dataset_type() -> Optional[type]:
+    """pylance's LanceDataset class, if pylance is imported (an object
+    cannot be a LanceDataset otherwise, and lance_segmerge does not need
+    pylance)."""
+    mod = sys.modules.get("lance.dataset")
+    cls = getattr(mod, "LanceDataset", None) if mod is not None else None
+    return cls if isinstance(cls, type) else None
+
+
+def _is_lance_dataset(obj: object) -> bool:
+    cls = _lance_dataset_type()
+    return cls is not None and isinstance(obj, cls)
+
+
+def _lance_storage_options(lds: Any) -> Optional[dict[str, str]]:
+    """The storage options a LanceDataset was opened with."""
+    opts = getattr(lds, "initial_storage_options", None)
+    if opts is None:
+        opts = getattr(lds, "_storage_options", None)
+    return {str(k): str(v) for k, v in dict(opts).items()} if opts else None
+
+
+def as_dataset(
+    dataset: Any,
+    storage_options: Optional[Mapping[str, str]] = None,
+    *,
+    version: Optional[int] = None,
+) -> Dataset:
+    """Turn any accepted dataset handle into our :class:`Dataset`.
+
+    This is the one place where handles are interpreted; every public
+    function goes through it.
+
+    Parameters
+    ----------
+    dataset : Dataset, str, os.PathLike or lance.LanceDataset
+        A :class:`Dataset` is returned as is (or at ``version``); a URI or
+        path opens its latest version (or ``version``) with
+        ``storage_options``; a ``lance.LanceDataset`` gives its URI, its
+        version (unless ``version`` is given) and the storage options it
+        was opened with.
+    storage_options : dict of str to str, optional
+        Only with a URI or path: a handle carries its own.
+    version : int, optional
+        The version to pin instead of the handle's (or the latest).
+
+    Raises
+    ------
+    InvalidInputError
+        Any other kind of object (the message names its type), or
+        ``storage_options`` next to a handle.
+    """
+    if isinstance(dataset, Dataset) or _is_lance_dataset(dataset):
+        if storage_options is not None:
+            raise InvalidInputError(
+                f"storage_options go with a URI; this {type(dataset).__name__} already carries its own"
+            )
+        if isinstance(dataset, Dataset):
+            return dataset if version is None or version == dataset.version else dataset.checkout(version)
+        uri = getattr(dataset, "uri", None)
+        if not isinstance(uri, str) or not uri:
+            raise InvalidInputError(f"this lance.LanceDataset has no URI ({uri!r})")
+        pinned = int(dataset.version) if version is None else version
+        return Dataset(uri, pinned, _lance_storage_options(dataset))
+    if isinstance(dataset, (str, os.PathLike)):
+        path = os.fspath(dataset)
+        if isinstance(path, str):
+            return Dataset(path, version, storage_options)
+    kind = type(dataset)
+    raise InvalidInputError(
+        "dataset must be a lance_segmerge.Dataset, a URI str, an os.PathLike or a lance.LanceDataset, "
+        f"got {kind.__module__}.{kind.__qualname__}"
+    )
+
+
+def _at_version(given: Any, ds: Dataset, version: int) -> Any:
+    """The dataset at ``version``, as the kind of handle the caller gave:
+    a LanceDataset for a LanceDataset (checked out with pylance, keeping its
+    session and options), else our Dataset."""
+    if _is_lance_dataset(given):
+        return given if int(given.version) == version else given.checkout_version(version)
+    return ds if ds.version == version else ds.checkout(version)
 
 
 def _to_segments(items: Any, dataset: Optional[Dataset] = None) -> list[IndexSegment]:
@@ -327,14 +433,14 @@ def _segments_json(segments: Sequence[IndexSegment]) -> str:
 
 
 def merge_existing_index_segments(
-    dataset: Union[Dataset, str],
+    dataset: DatasetLike,
     segments_or_task: Any,
     *,
     index_uuid: Optional[str] = None,
     progress: ProgressArg = None,
     window_rows: Optional[int] = None,
     parallelism: Optional[int] = None,
-    requantize_sq: bool = False,
+    requantize_sq: bool = True,
 ) -> IndexSegment:
     """Merge segments of one vector index into one new, uncommitted segment.
 
@@ -346,14 +452,25 @@ def merge_existing_index_segments(
     written by ``optimize_indices`` merge like any other.
 
     Nothing is committed: pass the result to
-    :func:`commit_existing_index_segments` (or pylance's own). The output is
-    written under ``_indices/<uuid>/``; on any error, cancellation included,
-    it is removed.
+    :func:`commit_existing_index_segments`, or to pylance's own after
+    converting it with :meth:`IndexSegment.to_lance_index` (pylance's
+    commit takes its own ``Index`` objects only)::
+
+        merged = ls.merge_existing_index_segments(lance_ds, segments)
+        lance_ds = lance_ds.commit_existing_index_segments(
+            "vec_idx", "vec", [merged.to_lance_index()])
+
+    pylance's commit replaces the same-name segments the new ones cover
+    entirely; ours can also be told exactly which (``replaces=``) and
+    checks concurrent commits. The output is written under
+    ``_indices/<uuid>/``; on any error, cancellation included, it is
+    removed.
 
     Parameters
     ----------
-    dataset : Dataset or str
-        The dataset (a URI opens its latest version).
+    dataset : Dataset, str, os.PathLike or lance.LanceDataset
+        The dataset (a URI opens its latest version; a handle is used at its
+        version).
     segments_or_task : list of IndexSegment or lance.dataset.Index, or a task
         The segments to merge, in merge order (rows of each partition are
         written in this order).
@@ -368,12 +485,13 @@ def merge_existing_index_segments(
         in memory at once: one being read while the other is written.
     parallelism : int, optional
         Input segments read concurrently; default 4.
-    requantize_sq : bool, default False
-        IVF_SQ only: accept inputs whose SQ bounds differ (every
-        ``create_index_uncommitted`` segment trains its own) by re-quantizing
-        their codes to the union of the bounds. Without it such inputs are
-        refused; pylance instead decodes them all with the first input's
-        bounds, which silently distorts distances.
+    requantize_sq : bool, default True
+        IVF_SQ only: inputs whose SQ bounds differ (every
+        ``create_index_uncommitted`` segment trains its own) are merged by
+        re-quantizing their codes to the union of the bounds, and the merge
+        logs it at INFO. ``False`` refuses such inputs
+        (:class:`InvalidInputError`) instead. pylance decodes them all with
+        the first input's bounds, which silently distorts distances.
 
     Returns
     -------
@@ -387,15 +505,15 @@ def merge_existing_index_segments(
         models (centroids, PQ codebook, SQ bounds, RQ rotation), overlapping
         fragments, duplicates. The message names the segment at fault.
     UnsupportedError
-        IVF_HNSW_* segments, stable row ids, shallow-clone segments.
+        IVF_HNSW_* segments.
     NotFoundError, CorruptError
         An input's files are missing or damaged.
     CancelledError
         The operation was cancelled.
     """
-    ds = dataset if isinstance(dataset, Dataset) else Dataset(str(dataset))
+    ds = as_dataset(dataset)
     segs = _to_segments(segments_or_task, ds)
-    opts: dict[str, Any] = {"requantize_sq": bool(requantize_sq)}
+    opts: dict[str, Any] = {"strict_sq": not requantize_sq}
     if index_uuid is not None:
         opts["index_uuid"] = str(index_uuid)
     for key, val in (("window_rows", window_rows), ("parallelism", parallelism)):
@@ -410,7 +528,10 @@ def merge_existing_index_segments(
             (ds.uri, _ffi.options_json(ds.storage_options), ds.version, _segments_json(segs), json.dumps(opts)),
             reporter if reporter.active else None,
         )
-        merged = IndexSegment.from_dict(json.loads(out))
+        result = json.loads(out)
+        for note in result.pop("notes", None) or ():
+            logger.info("merge into %s: %s", result.get("uuid"), note)
+        merged = IndexSegment.from_dict(result)
         reporter.finish(merged.num_partitions, merged.num_rows)
     finally:
         reporter.close()
@@ -418,15 +539,39 @@ def merge_existing_index_segments(
     return merged
 
 
+@overload
 def commit_existing_index_segments(
-    dataset: Union[Dataset, str],
+    dataset: Union[Dataset, str, "os.PathLike[str]"],
     index_name: str,
     column: str,
     segments: Any,
     *,
     replaces: Optional[Sequence[Any]] = None,
     max_retries: int = 20,
-) -> int:
+) -> Dataset: ...
+
+
+@overload
+def commit_existing_index_segments(
+    dataset: "LanceDataset",
+    index_name: str,
+    column: str,
+    segments: Any,
+    *,
+    replaces: Optional[Sequence[Any]] = None,
+    max_retries: int = 20,
+) -> "LanceDataset": ...
+
+
+def commit_existing_index_segments(
+    dataset: DatasetLike,
+    index_name: str,
+    column: str,
+    segments: Any,
+    *,
+    replaces: Optional[Sequence[Any]] = None,
+    max_retries: int = 20,
+) -> Any:
     """Commit index segments as one new, atomic dataset version.
 
     The new version carries every field of the latest manifest unchanged
@@ -444,8 +589,9 @@ def commit_existing_index_segments(
 
     Parameters
     ----------
-    dataset : Dataset or str
-        The dataset, at the version the segments were planned against.
+    dataset : Dataset, str, os.PathLike or lance.LanceDataset
+        The dataset, at the version the segments were planned against (a
+        URI: its latest version).
     index_name : str
         The logical index.
     column : str
@@ -464,8 +610,12 @@ def commit_existing_index_segments(
 
     Returns
     -------
-    int
-        The new version.
+    Dataset or lance.LanceDataset
+        The dataset at the new version, as pylance's own
+        ``commit_existing_index_segments`` returns it: a
+        ``lance.LanceDataset`` for a ``LanceDataset`` (checked out with
+        pylance, same session and options), else a :class:`Dataset`.
+        ``.version`` is the new version number.
 
     Raises
     ------
@@ -477,7 +627,7 @@ def commit_existing_index_segments(
     ConflictError
         A concurrent commit invalidated this one; re-plan and retry.
     """
-    ds = dataset if isinstance(dataset, Dataset) else Dataset(str(dataset))
+    ds = as_dataset(dataset)
     if not isinstance(index_name, str) or not index_name:
         raise InvalidInputError(f"index_name must be a non-empty string, got {index_name!r}")
     if not isinstance(column, str) or not column:
@@ -493,7 +643,7 @@ def commit_existing_index_segments(
         (ds.uri, _ffi.options_json(ds.storage_options), ds.version, _segments_json(segs), json.dumps(request)),
     )
     logger.info("committed %d segments of %s as version %d", len(segs), index_name, version)
-    return int(version)
+    return _at_version(dataset, ds, int(version))
 
 
 def _plan_options(
@@ -517,19 +667,19 @@ def _plan_options(
             "segments_per_task": segments_per_task,
             "max_segments_to_merge": max_segments_to_merge or 0,
             "target_rows_per_task": target_rows_per_task or 0,
-            "requantize_sq": bool(requantize_sq),
+            "strict_sq": not requantize_sq,
         }
     )
 
 
 def plan_index_segment_merge(
-    dataset: Union[Dataset, str],
+    dataset: DatasetLike,
     index_name: str,
     segments_per_task: int = 32,
     max_segments_to_merge: Optional[int] = None,
     *,
     target_rows_per_task: Optional[int] = None,
-    requantize_sq: bool = False,
+    requantize_sq: bool = True,
 ) -> MergePlan:
     """Plan the merge of the segments of a vector index into disjoint tasks.
 
@@ -542,8 +692,8 @@ def plan_index_segment_merge(
 
     Parameters
     ----------
-    dataset : Dataset or str
-        The dataset; the plan is pinned to its version.
+    dataset : Dataset, str, os.PathLike or lance.LanceDataset
+        The dataset; the plan is pinned to its version (a URI: the latest).
     index_name : str
         The logical index.
     segments_per_task : int, default 32
@@ -554,8 +704,9 @@ def plan_index_segment_merge(
         large base) untouched, as pylance's ``num_indices_to_merge`` does.
     target_rows_per_task : int, optional
         Add tasks until the average task holds about this many rows.
-    requantize_sq : bool, default False
-        Accept IVF_SQ segments with different bounds (see
+    requantize_sq : bool, default True
+        Plan IVF_SQ segments with different bounds, which the merges
+        re-quantize (logged at INFO); ``False`` refuses them (see
         :func:`merge_existing_index_segments`).
 
     Returns
@@ -572,10 +723,12 @@ def plan_index_segment_merge(
     UnsupportedError
         IVF_HNSW_* segments.
     """
-    ds = dataset if isinstance(dataset, Dataset) else Dataset(str(dataset))
+    ds = as_dataset(dataset)
     opts = _plan_options(index_name, segments_per_task, max_segments_to_merge, target_rows_per_task, requantize_sq)
     out = _ffi.call_json("PlanIndex", ds.uri, _ffi.options_json(ds.storage_options), ds.version, opts)
     plan = MergePlan.from_dict(out)
+    if plan.requantize_sq:
+        logger.info("the IVF_SQ segments of %s have different bounds: the merges re-quantize them to their union", index_name)
     logger.info(
         "planned %d tasks over %d segments of %s at version %d",
         len(plan.tasks),
@@ -587,17 +740,18 @@ def plan_index_segment_merge(
 
 
 def plan_segments(
-    dataset: Dataset,
+    dataset: DatasetLike,
     segments: Sequence[IndexSegment],
     segments_per_task: int,
     *,
-    requantize_sq: bool = False,
+    requantize_sq: bool = True,
 ) -> MergePlan:
     """Group an explicit list of segments (e.g. one level of a tree merge)
     into tasks, with the same checks and balancing as
     :func:`plan_index_segment_merge`."""
     if not segments:
         raise InvalidInputError("no segments to plan")
+    dataset = as_dataset(dataset)
     opts = _plan_options(segments[0].name, segments_per_task, None, None, requantize_sq)
     out = _ffi.call_json(
         "PlanSegments", dataset.uri, _ffi.options_json(dataset.storage_options), dataset.version, _segments_json(segments), opts
@@ -606,7 +760,7 @@ def plan_segments(
 
 
 def cleanup(
-    dataset: Union[Dataset, str],
+    dataset: DatasetLike,
     older_than: Union[float, timedelta] = 3600.0,
     *,
     dry_run: bool = False,
@@ -620,7 +774,7 @@ def cleanup(
 
     Parameters
     ----------
-    dataset : Dataset or str
+    dataset : Dataset, str, os.PathLike or lance.LanceDataset
         The dataset.
     older_than : float or datetime.timedelta, default 1 hour
         Grace period (seconds when a float).
@@ -633,7 +787,7 @@ def cleanup(
         One entry per orphan: ``uuid``, ``files``, ``bytes``, ``modified``,
         ``removed``.
     """
-    ds = dataset if isinstance(dataset, Dataset) else Dataset(str(dataset))
+    ds = as_dataset(dataset)
     seconds = older_than.total_seconds() if hasattr(older_than, "total_seconds") else float(older_than)
     if seconds < 0:
         raise InvalidInputError(f"older_than must not be negative, got {older_than!r}")
@@ -642,9 +796,10 @@ def cleanup(
     return list(out)
 
 
-def remove_uncommitted(dataset: Dataset, uuids: Sequence[str]) -> int:
+def remove_uncommitted(dataset: DatasetLike, uuids: Sequence[str]) -> int:
     """Delete the files of uncommitted segments (outputs of cancelled or
     intermediate merges). Committed segments are refused."""
     if not uuids:
         return 0
+    dataset = as_dataset(dataset)
     return int(_ffi.call("RemoveUncommitted", dataset.uri, _ffi.options_json(dataset.storage_options), json.dumps(list(uuids))))

@@ -127,11 +127,11 @@ def main(argv: list[str] | None = None) -> int:
         r0, ms0 = recall(uri, x)
 
         t0 = time.perf_counter()
-        version = optimize(
+        ds = optimize(  # the dataset at the new version, as pylance's own verbs return it
             ds, "vec_idx", executor=args.executor, max_workers=args.workers, fan_in=args.fan_in, progress=False
         )
         ours = time.perf_counter() - t0
-        after = open_dataset(uri).list_index_segments("vec_idx")
+        after = ds.list_index_segments("vec_idx")
         r1, ms1 = recall(uri, x)
 
         t0 = time.perf_counter()
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         r2, ms2 = recall(reference, x)
         n_ref = len(lance.dataset(reference).describe_indices()[0].segments)
 
-        print(f"\nversion {version}: {len(after)} segment(s)")
+        print(f"\nversion {ds.version}: {len(after)} segment(s)")
         print(table(after))
         print()
         rows = [

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import logging
+import os
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union, overload
 
 from . import _progress, _worker
 from .api import (
     Dataset,
+    DatasetLike,
+    _at_version,
+    as_dataset,
     commit_existing_index_segments,
     plan_index_segment_merge,
     plan_segments,
@@ -22,6 +26,9 @@ from .errors import InvalidInputError
 from .executors import Executor, resolve_executor
 from .tree import OptimizeReport, TreeTask, segment_load, tree_record
 from .types import IndexSegment, MergePlan, MergeTask
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lance.dataset import LanceDataset
 
 logger = logging.getLogger(__name__)
 
@@ -223,8 +230,9 @@ def _make_report(
     )
 
 
+@overload
 def run_plan(
-    dataset: Dataset,
+    dataset: Union[Dataset, str, "os.PathLike[str]"],
     plan: MergePlan,
     *,
     executor: Union[str, cf.Executor, Executor] = "local",
@@ -234,7 +242,36 @@ def run_plan(
     progress: ProgressArg = None,
     window_rows: Optional[int] = None,
     on_report: Optional[Callable[[OptimizeReport], None]] = None,
-) -> int:
+) -> Dataset: ...
+
+
+@overload
+def run_plan(
+    dataset: "LanceDataset",
+    plan: MergePlan,
+    *,
+    executor: Union[str, cf.Executor, Executor] = "local",
+    max_workers: Optional[int] = None,
+    fan_in: int = 32,
+    target_segments: int = 1,
+    progress: ProgressArg = None,
+    window_rows: Optional[int] = None,
+    on_report: Optional[Callable[[OptimizeReport], None]] = None,
+) -> "LanceDataset": ...
+
+
+def run_plan(
+    dataset: DatasetLike,
+    plan: MergePlan,
+    *,
+    executor: Union[str, cf.Executor, Executor] = "local",
+    max_workers: Optional[int] = None,
+    fan_in: int = 32,
+    target_segments: int = 1,
+    progress: ProgressArg = None,
+    window_rows: Optional[int] = None,
+    on_report: Optional[Callable[[OptimizeReport], None]] = None,
+) -> Any:
     """Execute a plan as a tree and commit once.
 
     Level 1 merges the plan's tasks; each further level merges the previous
@@ -262,10 +299,14 @@ def run_plan(
 
     Returns
     -------
-    int
-        The new dataset version (the dataset's version when the plan has no
-        tasks).
+    Dataset or lance.LanceDataset
+        The dataset at the new version, of the kind given (a
+        ``lance.LanceDataset`` for one, else a :class:`Dataset`); at the
+        plan's version when the plan has no tasks.
     """
+    given = dataset
+    # A URI opens at the plan's version; a handle must be pinned to it.
+    dataset = as_dataset(given, version=plan.read_version if isinstance(given, (str, os.PathLike)) else None)
     if dataset.version != plan.read_version:
         raise InvalidInputError(
             f"the plan was made at version {plan.read_version}, the dataset is pinned to {dataset.version}"
@@ -273,7 +314,7 @@ def run_plan(
     if not plan.tasks:
         if on_report is not None:
             on_report(_make_report(dataset, plan, executor, dataset.version, fan_in, target_segments, [], [], [], 0.0, 0.0))
-        return dataset.version
+        return _at_version(given, dataset, dataset.version)
     _check_tree_args(fan_in, target_segments)
     options: dict[str, Any] = {"requantize_sq": plan.requantize_sq}
     if window_rows is not None:
@@ -298,7 +339,7 @@ def run_plan(
     try:
         final, levels = _tree_walk(plan.tasks, fan_in, target_segments, regroup, run_level)
         t_commit = time.perf_counter()
-        version = commit_existing_index_segments(dataset, plan.index_name, plan.column, final, replaces=plan.sources)
+        version = commit_existing_index_segments(dataset, plan.index_name, plan.column, final, replaces=plan.sources).version
         committed = True
         commit_seconds = time.perf_counter() - t_commit
         logger.info(
@@ -329,10 +370,10 @@ def run_plan(
                 time.perf_counter() - t0, commit_seconds,
             )
         )
-    return version
+    return _at_version(given, dataset, version)
 
 
-def run_plan_with_report(dataset: Dataset, plan: MergePlan, **kwargs: Any) -> OptimizeReport:
+def run_plan_with_report(dataset: DatasetLike, plan: MergePlan, **kwargs: Any) -> OptimizeReport:
     """:func:`run_plan`, returning its :class:`~lance_segmerge.tree.OptimizeReport`
     (whose ``version`` is the committed version). Takes run_plan's
     keyword arguments."""
@@ -341,8 +382,9 @@ def run_plan_with_report(dataset: Dataset, plan: MergePlan, **kwargs: Any) -> Op
     return box[0]
 
 
+@overload
 def optimize(
-    dataset: Union[Dataset, str],
+    dataset: Union[Dataset, str, "os.PathLike[str]"],
     index_name: str,
     *,
     executor: Union[str, cf.Executor, Executor] = "local",
@@ -351,12 +393,49 @@ def optimize(
     target_segments: int = 1,
     max_segments_to_merge: Optional[int] = None,
     target_rows_per_task: Optional[int] = None,
-    requantize_sq: bool = False,
+    requantize_sq: bool = True,
     progress: ProgressArg = True,
     window_rows: Optional[int] = None,
     storage_options: Optional[Mapping[str, str]] = None,
     on_report: Optional[Callable[[OptimizeReport], None]] = None,
-) -> int:
+) -> Dataset: ...
+
+
+@overload
+def optimize(
+    dataset: "LanceDataset",
+    index_name: str,
+    *,
+    executor: Union[str, cf.Executor, Executor] = "local",
+    max_workers: Optional[int] = None,
+    fan_in: int = 32,
+    target_segments: int = 1,
+    max_segments_to_merge: Optional[int] = None,
+    target_rows_per_task: Optional[int] = None,
+    requantize_sq: bool = True,
+    progress: ProgressArg = True,
+    window_rows: Optional[int] = None,
+    storage_options: Optional[Mapping[str, str]] = None,
+    on_report: Optional[Callable[[OptimizeReport], None]] = None,
+) -> "LanceDataset": ...
+
+
+def optimize(
+    dataset: DatasetLike,
+    index_name: str,
+    *,
+    executor: Union[str, cf.Executor, Executor] = "local",
+    max_workers: Optional[int] = None,
+    fan_in: int = 32,
+    target_segments: int = 1,
+    max_segments_to_merge: Optional[int] = None,
+    target_rows_per_task: Optional[int] = None,
+    requantize_sq: bool = True,
+    progress: ProgressArg = True,
+    window_rows: Optional[int] = None,
+    storage_options: Optional[Mapping[str, str]] = None,
+    on_report: Optional[Callable[[OptimizeReport], None]] = None,
+) -> Any:
     """Merge the segments of a vector index into one, distributed, and
     commit once.
 
@@ -367,8 +446,9 @@ def optimize(
 
     Parameters
     ----------
-    dataset : Dataset or str
-        The dataset (a URI opens its latest version).
+    dataset : Dataset, str, os.PathLike or lance.LanceDataset
+        The dataset (a URI opens its latest version; a handle is used at its
+        version).
     index_name : str
         The logical index.
     executor : {"local", "processes", "ray", "dask"} or concurrent.futures.Executor
@@ -387,8 +467,9 @@ def optimize(
         Merge only the newest N segments; leave the rest untouched.
     target_rows_per_task : int, optional
         More, smaller first-level tasks.
-    requantize_sq : bool, default False
-        Accept IVF_SQ segments with different bounds.
+    requantize_sq : bool, default True
+        Merge IVF_SQ segments with different bounds by re-quantizing them to
+        the union of the bounds (logged at INFO); ``False`` refuses them.
     progress : bool or callable, default True
         A tqdm bar (the ``progress`` extra), or a callable receiving
         :class:`OptimizeProgress` on the driver.
@@ -397,22 +478,25 @@ def optimize(
     storage_options : dict of str to str, optional
         Options for the store when ``dataset`` is a URI (the keys pylance
         accepts, e.g. ``aws_endpoint``, ``aws_region``); a :class:`Dataset`
-        carries its own.
+        or ``lance.LanceDataset`` carries its own.
     on_report : callable, optional
         Receives the :class:`~lance_segmerge.tree.OptimizeReport` of the
         run (see :func:`optimize_with_report`).
 
     Returns
     -------
-    int
-        The new dataset version (unchanged when there was nothing to merge).
+    Dataset or lance.LanceDataset
+        The dataset at the new version (``.version``), of the kind given: a
+        ``lance.LanceDataset`` for one, else a :class:`Dataset`. Unchanged
+        when there was nothing to merge.
+
+    Examples
+    --------
+    >>> ds = lance.dataset("/data/vectors.lance")  # doctest: +SKIP
+    >>> ds = lance_segmerge.optimize(ds, "vec_idx", executor="processes")  # doctest: +SKIP
+    >>> ds.version  # doctest: +SKIP
     """
-    if isinstance(dataset, Dataset):
-        if storage_options is not None:
-            raise InvalidInputError("storage_options go with a URI; this Dataset already carries its own")
-        ds = dataset
-    else:
-        ds = Dataset(str(dataset), storage_options=storage_options)
+    ds = as_dataset(dataset, storage_options)
     plan = plan_index_segment_merge(
         ds,
         index_name,
@@ -421,7 +505,7 @@ def optimize(
         target_rows_per_task=target_rows_per_task,
         requantize_sq=requantize_sq,
     )
-    return run_plan(
+    out = run_plan(
         ds,
         plan,
         executor=executor,
@@ -432,9 +516,10 @@ def optimize(
         window_rows=window_rows,
         on_report=on_report,
     )
+    return _at_version(dataset, ds, out.version)
 
 
-def optimize_with_report(dataset: Union[Dataset, str], index_name: str, **kwargs: Any) -> OptimizeReport:
+def optimize_with_report(dataset: DatasetLike, index_name: str, **kwargs: Any) -> OptimizeReport:
     """:func:`optimize`, returning its report instead: segments before and
     after, the tree it ran (one row per task in ``to_arrow()`` /
     ``to_pandas()``), sizes and times; ``report.version`` is the committed

@@ -21,7 +21,7 @@ from .errors import InvalidInputError
 if TYPE_CHECKING:  # pragma: no cover
     from lance.dataset import Index as LanceIndex
 
-    from .api import Dataset
+    from .api import DatasetLike
 
 __all__ = ["IndexFile", "IndexSegment", "SegmentList", "MergePlan", "MergeTask", "OperationProgress", "SEGMENT_FORMAT_VERSION", "PLAN_FORMAT_VERSION"]
 
@@ -324,7 +324,7 @@ class IndexSegment:
 
     @classmethod
     def from_lance_index(
-        cls, index: "LanceIndex", dataset: Optional["Dataset"] = None
+        cls, index: "LanceIndex", dataset: Optional["DatasetLike"] = None
     ) -> "IndexSegment":
         """Build an IndexSegment from pylance's :class:`lance.dataset.Index`.
 
@@ -333,11 +333,15 @@ class IndexSegment:
         index : lance.dataset.Index
             A segment as pylance returns it (``create_index_uncommitted``,
             ``merge_existing_index_segments``, ``describe_indices``…).
-        dataset : Dataset, optional
+        dataset : Dataset, str, os.PathLike or lance.LanceDataset, optional
             When given, the statistics are read from the segment's files in
             this dataset.
         """
         from . import _ffi
+        from .api import as_dataset
+
+        if dataset is not None:
+            dataset = as_dataset(dataset)
 
         created = getattr(index, "created_at", None)
         details = getattr(index, "index_details", None)
@@ -613,7 +617,8 @@ class MergePlan(Tabular):
         Segments of the index the plan leaves alone (beyond
         ``max_segments_to_merge``, or covering no live fragment).
     requantize_sq : bool
-        Workers merge IVF_SQ inputs with different bounds by re-quantizing.
+        The planned IVF_SQ segments have different bounds: the merges
+        re-quantize them to the union of the bounds.
     """
 
     plan_id: str

@@ -200,3 +200,4 @@ def set_manifest_varint_field(path: str, field: int, value: int) -> None:
     new = data[:pos] + struct.pack("<I", len(out)) + bytes(out) + struct.pack("<qhh4s", pos, major, minor, magic)
     with open(path, "wb") as f:
         f.write(new)
+

@@ -47,7 +47,7 @@ def test_commit_matches_pylance_commit(tmp_path, index_type, v2_paths):
     shutil.copytree(built.uri, theirs)
     before = ls.open(ours).version
 
-    v = ls.commit_existing_index_segments(ours, "vec_idx", "vec", [merged], replaces=segs[1:])
+    v = ls.commit_existing_index_segments(ours, "vec_idx", "vec", [merged], replaces=segs[1:]).version
     lance.dataset(theirs).commit_existing_index_segments("vec_idx", "vec", [merged.to_lance_index()])
     assert v == before + 1
     p_ours, p_theirs = lance.dataset(ours), lance.dataset(theirs)
@@ -89,8 +89,8 @@ def test_commit_uncommitted_segments_like_pylance(uncommitted_pq, tmp_path):
     built, segs = uncommitted_pq
     ours = str(tmp_path / "ours")
     shutil.copytree(built.uri, ours)
-    v1 = ls.commit_existing_index_segments(ours, "vec_idx", "vec", segs[:4])
-    v2 = ls.commit_existing_index_segments(ours, "vec_idx", "vec", segs[4:])
+    v1 = ls.commit_existing_index_segments(ours, "vec_idx", "vec", segs[:4]).version
+    v2 = ls.commit_existing_index_segments(ours, "vec_idx", "vec", segs[4:]).version
     assert v2 == v1 + 1
     assert segment_view(lance.dataset(ours)) == sorted((s.uuid, sorted(s.fragment_ids)) for s in segs)
     # A merge of two committed segments replaces exactly them (coverage rule).
@@ -171,7 +171,7 @@ def test_conflicts_with_concurrent_commits(uncommitted_pq, tmp_path):
     # pylance appends and deletes rows meanwhile: compatible, rebased over.
     lance.write_dataset(lancegen.table(lancegen.vectors(50, seed=9), 50_000), uri, mode="append")
     lance.dataset(uri).delete("id = 7")
-    v = planned.commit_existing_index_segments("vec_idx", "vec", [m01], replaces=segs[:2])
+    v = planned.commit_existing_index_segments("vec_idx", "vec", [m01], replaces=segs[:2]).version
     assert v == planned.version + 3
 
     # Another writer replaced a source: conflict.
@@ -199,7 +199,7 @@ def _committer(uri: str, group: list[str], out: "mp.Queue") -> None:
         ds = ls.open(uri, version=2)
         segs = {s.uuid: s for s in ds.list_index_segments("vec_idx")}
         m = ds.merge_existing_index_segments([segs[u] for u in group])
-        v = ds.commit_existing_index_segments("vec_idx", "vec", [m], replaces=group)
+        v = ds.commit_existing_index_segments("vec_idx", "vec", [m], replaces=group).version
         out.put(("ok", tuple(group), v, m.uuid))
     except ls.ConflictError as e:
         out.put(("conflict", tuple(group), str(e), None))

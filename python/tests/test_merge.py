@@ -254,3 +254,44 @@ def test_rows_of_pruned_fragments_are_dropped_like_lance(tmp_path):
     theirs = lance.dataset(uri).merge_existing_index_segments([c.to_lance_index() for c in committed])
     t = LanceFileReader(os.path.join(uri, "_indices", theirs.uuid, "auxiliary.idx"))
     assert t.num_rows() == ours.num_rows
+
+
+def test_sq_segments_with_different_bounds_keep_one_piece_recall(tmp_path, caplog):
+    """IVF_SQ segments that trained very different bounds (one fragment of
+    small vectors, one of large ones): our default merge re-quantizes to
+    the union of the bounds and keeps the recall of an index built in one
+    piece over the same rows; pylance's merge decodes the second input with
+    the first input's bounds and loses it."""
+    rng = np.random.default_rng(3)
+    small = lancegen.vectors(1200, seed=61) * 0.5
+    large = lancegen.vectors(1200, seed=62) * 2.0
+    x = np.concatenate([small, large]).astype(np.float32)
+    uri = str(tmp_path / "ds")
+    pds = lance.write_dataset(lancegen.table(x), uri, max_rows_per_file=1200)
+    from lance.indices import IndicesBuilder
+
+    kw = {"num_partitions": 4, "ivf_centroids": IndicesBuilder(pds, "vec").train_ivf(4).centroids}
+    a, b = (pds.create_index_uncommitted("vec", "IVF_SQ", name="vec_idx", fragment_ids=[f], **kw) for f in range(2))
+    whole = pds.create_index_uncommitted("vec", "IVF_SQ", name="vec_idx", fragment_ids=[0, 1], **kw)
+    with caplog.at_level(logging.INFO, logger="lance_segmerge"):
+        ours = ls.merge_existing_index_segments(uri, [a, b])
+    assert any("re-quantized 1 of 2 inputs" in r.getMessage() for r in caplog.records)
+    theirs = lance.dataset(uri).merge_existing_index_segments([a, b])
+
+    # Queries near both kinds of vectors.
+    q = np.concatenate([small[rng.choice(1200, 10)], large[rng.choice(1200, 10)]]) + 0.01 * rng.standard_normal((20, lancegen.DIM)).astype(np.float32)
+    work = str(tmp_path / "w")
+    os.makedirs(work)
+
+    def recall_of(segs):
+        dst = os.path.join(work, f"c{len(os.listdir(work))}")
+        shutil.copytree(uri, dst)
+        lance.dataset(dst).commit_existing_index_segments("vec_idx", "vec", [s.to_lance_index() if isinstance(s, ls.IndexSegment) else s for s in segs])
+        return lancegen.recall(lance.dataset(dst), x, q, k=10, nprobes=4)
+
+    r_ours, r_theirs, r_whole = recall_of([ours]), recall_of([theirs]), recall_of([whole])
+    assert r_ours >= r_whole - 0.03, (r_ours, r_whole)
+    assert r_theirs <= r_ours - 0.2, (r_theirs, r_ours)
+    # Strict mode refuses instead.
+    with pytest.raises(ls.InvalidInputError, match="SQ bounds"):
+        ls.merge_existing_index_segments(uri, [a, b], requantize_sq=False)

@@ -4,6 +4,7 @@ segment at fault, and leaves nothing under _indices/."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 
 import lance
@@ -69,7 +70,6 @@ def world(tmp_path_factory):
         (["pq0", "pq2_codebook"], ls.InvalidInputError, "PQ codebook"),
         (["pq0", "pq2_cosine"], ls.InvalidInputError, "distance type"),
         (["pq0", "sq2"], ls.InvalidInputError, "index type"),
-        (["sq2", "sq3"], ls.InvalidInputError, "SQ bounds.*requantize_sq"),
         (["rq2", "rq3"], ls.InvalidInputError, "RQ rotation"),
         (["hnsw4", "hnsw5"], ls.UnsupportedError, "HNSW"),
     ],
@@ -88,10 +88,24 @@ def test_refused(world, pick, exc, match):
     assert dirs(uri) == before
 
 
-def test_requantize_sq_accepts_different_bounds(world):
+def test_sq_bounds_requantized_by_default_strict_on_request(world, caplog):
     uri, s = world
-    out = ls.merge_existing_index_segments(uri, [s["sq2"], s["sq3"]], requantize_sq=True)
+    before = dirs(uri)
+    with pytest.raises(ls.InvalidInputError, match="SQ bounds.*requantize_sq=False refuses") as ei:
+        ls.merge_existing_index_segments(uri, [s["sq2"], s["sq3"]], requantize_sq=False)
+    assert s["sq3"].uuid in str(ei.value)
+    with pytest.raises(ls.InvalidInputError, match="SQ bounds"):
+        ls.api.plan_segments(ls.open(uri), [ls.IndexSegment.from_lance_index(s[k]) for k in ("sq2", "sq3")], 2, requantize_sq=False)
+    assert dirs(uri) == before
+    with caplog.at_level(logging.INFO, logger="lance_segmerge"):
+        out = ls.merge_existing_index_segments(uri, [s["sq2"], s["sq3"]])
     assert out.fragment_ids == (2, 3) and out.num_rows == 1000
+    notes = [r for r in caplog.records if r.levelno == logging.INFO and "re-quantized" in r.getMessage()]
+    assert len(notes) == 1 and "union" in notes[0].getMessage(), [r.getMessage() for r in caplog.records]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="lance_segmerge"):
+        plan = ls.api.plan_segments(ls.open(uri), [ls.IndexSegment.from_lance_index(s[k]) for k in ("sq2", "sq3")], 2)
+    assert plan.requantize_sq and len(plan.tasks) == 1
 
 
 def test_missing_and_damaged_inputs(world, tmp_path):

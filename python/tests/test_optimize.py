@@ -75,7 +75,7 @@ def test_optimize_64_deltas(deltas64, tmp_path, executor, request):
         request.getfixturevalue("ray_cluster")
     elif executor == "dask":
         request.getfixturevalue("dask_client")
-    v = ls.optimize(uri, "vec_idx", fan_in=8, progress=seen.append, **kwargs)
+    v = ls.optimize(uri, "vec_idx", fan_in=8, progress=seen.append, **kwargs).version
     if executor == "futures":
         pool.shutdown()
     _check(built, r_ref, uri, v, before)
@@ -104,7 +104,7 @@ def test_large_segment_is_merged_once(deltas64, tmp_path, monkeypatch):
 
     monkeypatch.setattr(ls._worker, "merge_task", recording)
     seen = []
-    v = ls.optimize(uri, "vec_idx", fan_in=8, progress=seen.append)
+    v = ls.optimize(uri, "vec_idx", fan_in=8, progress=seen.append).version
     _check(built, r_ref, uri, v, before)
     with_base = [i for i, c in enumerate(calls) if base.uuid in c]
     assert with_base == [len(calls) - 1], calls  # once, in the final merge
@@ -193,7 +193,7 @@ def test_optimize_to_several_segments(deltas64, tmp_path):
     built, r_ref = deltas64
     uri = str(tmp_path / "ds")
     shutil.copytree(built.uri, uri)
-    v = ls.optimize(uri, "vec_idx", fan_in=8, target_segments=3, progress=False)
+    v = ls.optimize(uri, "vec_idx", fan_in=8, target_segments=3, progress=False).version
     pds = lance.dataset(uri)
     segs = pds.describe_indices()[0].segments
     assert pds.version == v and len(segs) == 3

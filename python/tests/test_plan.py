@@ -78,7 +78,7 @@ def test_tasks_run_in_spawned_processes_and_commit_like_local(deltas12, tmp_path
             with mp.get_context("spawn").Pool(2) as pool:
                 outs = pool.map(_run_task_in_child, [(ds, pickle.dumps(plan), i) for i in range(len(plan.tasks))])
             merged = [ls.IndexSegment.from_dict(o) for o in outs]
-        v = ds.commit_existing_index_segments(plan.index_name, plan.column, merged, replaces=plan.sources)
+        v = ds.commit_existing_index_segments(plan.index_name, plan.column, merged, replaces=plan.sources).version
         pds = lance.dataset(uri)
         results[where] = (
             v,
@@ -131,4 +131,4 @@ def test_nothing_to_plan(tmp_path, uncommitted_pq):
     lance.dataset(uri).commit_existing_index_segments("vec_idx", "vec", [ls.merge_existing_index_segments(uri, segs).to_lance_index()])
     plan = ls.plan_index_segment_merge(uri, "vec_idx", 4)
     assert plan.tasks == () and plan.sources == ()
-    assert ls.run_plan(ls.open(uri), plan) == ls.open(uri).version
+    assert ls.run_plan(ls.open(uri), plan).version == ls.open(uri).version

@@ -76,7 +76,7 @@ def test_list_plan_merge_commit_on_s3(s3_dataset):
     plan = ds.plan_index_segment_merge("vec_idx", segments_per_task=2, max_segments_to_merge=4)
     assert SECRET not in plan.to_json() and SECRET not in repr(plan) and SECRET not in repr(ds)
     merged = [ds.merge_existing_index_segments(t) for t in plan.tasks]
-    v = ds.commit_existing_index_segments(plan.index_name, plan.column, merged, replaces=plan.sources)
+    v = ds.commit_existing_index_segments(plan.index_name, plan.column, merged, replaces=plan.sources).version
     pds = lance.dataset(uri, storage_options=opts)
     assert pds.version == v
     assert sorted(s.uuid for s in pds.describe_indices()[0].segments) == sorted([segs[0].uuid] + [m.uuid for m in merged])
@@ -92,7 +92,7 @@ def test_optimize_on_s3_with_worker_processes(s3_dataset):
     # Workers get the options through the pickled Dataset (the user passed
     # them in); nothing else carries them.
     assert pickle.loads(pickle.dumps(ds)).storage_options == opts
-    v = ls.optimize(ds, "vec_idx", executor="processes", max_workers=2, fan_in=2, progress=False)
+    v = ls.optimize(ds, "vec_idx", executor="processes", max_workers=2, fan_in=2, progress=False).version
     pds = lance.dataset(uri, storage_options=opts)
     assert pds.version == v and len(pds.describe_indices()[0].segments) == 1
     pds.to_table(nearest={"column": "vec", "q": x[0], "k": 5})
@@ -132,7 +132,7 @@ def test_cli_and_uri_with_storage_options(s3_dataset, capsys):
         _cli.main(["ls", uri, "-o", "no-equals-sign"])
     # optimize() takes a URI and its options (a Dataset carries its own).
     before = len(ls.open(uri, storage_options=opts).list_index_segments("vec_idx"))
-    v = ls.optimize(uri, "vec_idx", storage_options=opts, progress=False)
+    v = ls.optimize(uri, "vec_idx", storage_options=opts, progress=False).version
     assert lance.dataset(uri, storage_options=opts).version == v
     assert len(ls.open(uri, storage_options=opts).list_index_segments("vec_idx")) <= before
     with pytest.raises(ls.InvalidInputError, match="storage_options"):

@@ -23,7 +23,7 @@ var allowed = map[string][]string{
 	"gokernel/errkind":   {},
 	"gokernel/storage":   {"gokernel/errkind"},
 	"gokernel/lancefile": {"gokernel/errkind", "gokernel/storage", "gokernel/internal/pb", "gokernel/internal/bufpool"},
-	"gokernel/table":     {"gokernel/errkind", "gokernel/storage", "gokernel/internal/pb"},
+	"gokernel/table":     {"gokernel/errkind", "gokernel/storage", "gokernel/internal/pb", "gokernel/lancefile"},
 	"gokernel/vecmath":   {},
 	"gokernel/ivf":       {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/internal/pb", "gokernel/vecmath"},
 	"gokernel/segment": {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table",

@@ -461,11 +461,21 @@ func (x *DeletionFile) GetBaseId() uint32 {
 }
 
 type DataFragment struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Files         []*DataFile            `protobuf:"bytes,2,rep,name=files,proto3" json:"files,omitempty"`
-	DeletionFile  *DeletionFile          `protobuf:"bytes,3,opt,name=deletion_file,json=deletionFile,proto3" json:"deletion_file,omitempty"`
-	PhysicalRows  uint64                 `protobuf:"varint,4,opt,name=physical_rows,json=physicalRows,proto3" json:"physical_rows,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Id           uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Files        []*DataFile            `protobuf:"bytes,2,rep,name=files,proto3" json:"files,omitempty"`
+	DeletionFile *DeletionFile          `protobuf:"bytes,3,opt,name=deletion_file,json=deletionFile,proto3" json:"deletion_file,omitempty"`
+	PhysicalRows uint64                 `protobuf:"varint,4,opt,name=physical_rows,json=physicalRows,proto3" json:"physical_rows,omitempty"`
+	// The stable row ids of the fragment's rows, in row order (datasets with
+	// the stable row ids feature): an encoded RowIdSequence (rowids.proto),
+	// inline when small, else in a file.
+	//
+	// Types that are valid to be assigned to RowIdSequence:
+	//
+	//	*DataFragment_InlineRowIds
+	//	*DataFragment_ExternalRowIds
+	//	*DataFragment_SpilledRowIds
+	RowIdSequence isDataFragment_RowIdSequence `protobuf_oneof:"row_id_sequence"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -528,6 +538,166 @@ func (x *DataFragment) GetPhysicalRows() uint64 {
 	return 0
 }
 
+func (x *DataFragment) GetRowIdSequence() isDataFragment_RowIdSequence {
+	if x != nil {
+		return x.RowIdSequence
+	}
+	return nil
+}
+
+func (x *DataFragment) GetInlineRowIds() []byte {
+	if x != nil {
+		if x, ok := x.RowIdSequence.(*DataFragment_InlineRowIds); ok {
+			return x.InlineRowIds
+		}
+	}
+	return nil
+}
+
+func (x *DataFragment) GetExternalRowIds() *ExternalFile {
+	if x != nil {
+		if x, ok := x.RowIdSequence.(*DataFragment_ExternalRowIds); ok {
+			return x.ExternalRowIds
+		}
+	}
+	return nil
+}
+
+func (x *DataFragment) GetSpilledRowIds() *SpilledRowLineage {
+	if x != nil {
+		if x, ok := x.RowIdSequence.(*DataFragment_SpilledRowIds); ok {
+			return x.SpilledRowIds
+		}
+	}
+	return nil
+}
+
+type isDataFragment_RowIdSequence interface {
+	isDataFragment_RowIdSequence()
+}
+
+type DataFragment_InlineRowIds struct {
+	InlineRowIds []byte `protobuf:"bytes,5,opt,name=inline_row_ids,json=inlineRowIds,proto3,oneof"`
+}
+
+type DataFragment_ExternalRowIds struct {
+	ExternalRowIds *ExternalFile `protobuf:"bytes,6,opt,name=external_row_ids,json=externalRowIds,proto3,oneof"`
+}
+
+type DataFragment_SpilledRowIds struct {
+	// pylance 14: the ids are a UInt64 column of one of the fragment's data
+	// files, the one whose fields list kRowIDFieldID (-3) ("spilled row
+	// lineage", reader feature flag 2048; compaction spills sequences
+	// larger than the table config lance.row_lineage.inline_max_bytes when
+	// lance.row_lineage.spill is "true"). Fields 13 and 14 mark the
+	// created-at and last-updated-at version sequences the same way.
+	SpilledRowIds *SpilledRowLineage `protobuf:"bytes,12,opt,name=spilled_row_ids,json=spilledRowIds,proto3,oneof"`
+}
+
+func (*DataFragment_InlineRowIds) isDataFragment_RowIdSequence() {}
+
+func (*DataFragment_ExternalRowIds) isDataFragment_RowIdSequence() {}
+
+func (*DataFragment_SpilledRowIds) isDataFragment_RowIdSequence() {}
+
+// An empty marker: the sequence lives in a data file column.
+type SpilledRowLineage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SpilledRowLineage) Reset() {
+	*x = SpilledRowLineage{}
+	mi := &file_table_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SpilledRowLineage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SpilledRowLineage) ProtoMessage() {}
+
+func (x *SpilledRowLineage) ProtoReflect() protoreflect.Message {
+	mi := &file_table_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SpilledRowLineage.ProtoReflect.Descriptor instead.
+func (*SpilledRowLineage) Descriptor() ([]byte, []int) {
+	return file_table_proto_rawDescGZIP(), []int{7}
+}
+
+// A byte range of a file, relative to the dataset root.
+type ExternalFile struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Offset        uint64                 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Size          uint64                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExternalFile) Reset() {
+	*x = ExternalFile{}
+	mi := &file_table_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExternalFile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExternalFile) ProtoMessage() {}
+
+func (x *ExternalFile) ProtoReflect() protoreflect.Message {
+	mi := &file_table_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExternalFile.ProtoReflect.Descriptor instead.
+func (*ExternalFile) Descriptor() ([]byte, []int) {
+	return file_table_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ExternalFile) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ExternalFile) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ExternalFile) GetSize() uint64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
 type Manifest struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
 	Fields             []*Field               `protobuf:"bytes,1,rep,name=fields,proto3" json:"fields,omitempty"`
@@ -560,7 +730,7 @@ type Manifest struct {
 
 func (x *Manifest) Reset() {
 	*x = Manifest{}
-	mi := &file_table_proto_msgTypes[7]
+	mi := &file_table_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -572,7 +742,7 @@ func (x *Manifest) String() string {
 func (*Manifest) ProtoMessage() {}
 
 func (x *Manifest) ProtoReflect() protoreflect.Message {
-	mi := &file_table_proto_msgTypes[7]
+	mi := &file_table_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -585,7 +755,7 @@ func (x *Manifest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Manifest.ProtoReflect.Descriptor instead.
 func (*Manifest) Descriptor() ([]byte, []int) {
-	return file_table_proto_rawDescGZIP(), []int{7}
+	return file_table_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Manifest) GetFields() []*Field {
@@ -746,7 +916,7 @@ type IndexFile struct {
 
 func (x *IndexFile) Reset() {
 	*x = IndexFile{}
-	mi := &file_table_proto_msgTypes[8]
+	mi := &file_table_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -758,7 +928,7 @@ func (x *IndexFile) String() string {
 func (*IndexFile) ProtoMessage() {}
 
 func (x *IndexFile) ProtoReflect() protoreflect.Message {
-	mi := &file_table_proto_msgTypes[8]
+	mi := &file_table_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -771,7 +941,7 @@ func (x *IndexFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexFile.ProtoReflect.Descriptor instead.
 func (*IndexFile) Descriptor() ([]byte, []int) {
-	return file_table_proto_rawDescGZIP(), []int{8}
+	return file_table_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *IndexFile) GetPath() string {
@@ -809,7 +979,7 @@ type IndexMetadata struct {
 
 func (x *IndexMetadata) Reset() {
 	*x = IndexMetadata{}
-	mi := &file_table_proto_msgTypes[9]
+	mi := &file_table_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -821,7 +991,7 @@ func (x *IndexMetadata) String() string {
 func (*IndexMetadata) ProtoMessage() {}
 
 func (x *IndexMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_table_proto_msgTypes[9]
+	mi := &file_table_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -834,7 +1004,7 @@ func (x *IndexMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexMetadata.ProtoReflect.Descriptor instead.
 func (*IndexMetadata) Descriptor() ([]byte, []int) {
-	return file_table_proto_rawDescGZIP(), []int{9}
+	return file_table_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *IndexMetadata) GetUuid() *UUID {
@@ -923,7 +1093,7 @@ type IndexSection struct {
 
 func (x *IndexSection) Reset() {
 	*x = IndexSection{}
-	mi := &file_table_proto_msgTypes[10]
+	mi := &file_table_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -935,7 +1105,7 @@ func (x *IndexSection) String() string {
 func (*IndexSection) ProtoMessage() {}
 
 func (x *IndexSection) ProtoReflect() protoreflect.Message {
-	mi := &file_table_proto_msgTypes[10]
+	mi := &file_table_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -948,7 +1118,7 @@ func (x *IndexSection) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IndexSection.ProtoReflect.Descriptor instead.
 func (*IndexSection) Descriptor() ([]byte, []int) {
-	return file_table_proto_rawDescGZIP(), []int{10}
+	return file_table_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *IndexSection) GetIndices() []*IndexMetadata {
@@ -1000,12 +1170,21 @@ const file_table_proto_rawDesc = "" +
 	"\n" +
 	"\x06BITMAP\x10\x01B\n" +
 	"\n" +
-	"\b_base_id\"\xb6\x01\n" +
+	"\b_base_id\"\x88\x03\n" +
 	"\fDataFragment\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12.\n" +
 	"\x05files\x18\x02 \x03(\v2\x18.segmerge.table.DataFileR\x05files\x12A\n" +
 	"\rdeletion_file\x18\x03 \x01(\v2\x1c.segmerge.table.DeletionFileR\fdeletionFile\x12#\n" +
-	"\rphysical_rows\x18\x04 \x01(\x04R\fphysicalRows\"\xfa\n" +
+	"\rphysical_rows\x18\x04 \x01(\x04R\fphysicalRows\x12&\n" +
+	"\x0einline_row_ids\x18\x05 \x01(\fH\x00R\finlineRowIds\x12H\n" +
+	"\x10external_row_ids\x18\x06 \x01(\v2\x1c.segmerge.table.ExternalFileH\x00R\x0eexternalRowIds\x12K\n" +
+	"\x0fspilled_row_ids\x18\f \x01(\v2!.segmerge.table.SpilledRowLineageH\x00R\rspilledRowIdsB\x11\n" +
+	"\x0frow_id_sequence\"\x13\n" +
+	"\x11SpilledRowLineage\"N\n" +
+	"\fExternalFile\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x04R\x04size\"\xfa\n" +
 	"\n" +
 	"\bManifest\x12,\n" +
 	"\x06fields\x18\x01 \x03(\v2\x14.segmerge.file.FieldR\x06fields\x12:\n" +
@@ -1084,7 +1263,7 @@ func file_table_proto_rawDescGZIP() []byte {
 }
 
 var file_table_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_table_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_table_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_table_proto_goTypes = []any{
 	(DeletionFile_FileType)(0),    // 0: segmerge.table.DeletionFile.FileType
 	(*UUID)(nil),                  // 1: segmerge.table.UUID
@@ -1094,39 +1273,43 @@ var file_table_proto_goTypes = []any{
 	(*DataFile)(nil),              // 5: segmerge.table.DataFile
 	(*DeletionFile)(nil),          // 6: segmerge.table.DeletionFile
 	(*DataFragment)(nil),          // 7: segmerge.table.DataFragment
-	(*Manifest)(nil),              // 8: segmerge.table.Manifest
-	(*IndexFile)(nil),             // 9: segmerge.table.IndexFile
-	(*IndexMetadata)(nil),         // 10: segmerge.table.IndexMetadata
-	(*IndexSection)(nil),          // 11: segmerge.table.IndexSection
-	nil,                           // 12: segmerge.table.Manifest.SchemaMetadataEntry
-	nil,                           // 13: segmerge.table.Manifest.ConfigEntry
-	nil,                           // 14: segmerge.table.Manifest.TableMetadataEntry
-	(*Field)(nil),                 // 15: segmerge.file.Field
-	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
-	(*anypb.Any)(nil),             // 17: google.protobuf.Any
+	(*SpilledRowLineage)(nil),     // 8: segmerge.table.SpilledRowLineage
+	(*ExternalFile)(nil),          // 9: segmerge.table.ExternalFile
+	(*Manifest)(nil),              // 10: segmerge.table.Manifest
+	(*IndexFile)(nil),             // 11: segmerge.table.IndexFile
+	(*IndexMetadata)(nil),         // 12: segmerge.table.IndexMetadata
+	(*IndexSection)(nil),          // 13: segmerge.table.IndexSection
+	nil,                           // 14: segmerge.table.Manifest.SchemaMetadataEntry
+	nil,                           // 15: segmerge.table.Manifest.ConfigEntry
+	nil,                           // 16: segmerge.table.Manifest.TableMetadataEntry
+	(*Field)(nil),                 // 17: segmerge.file.Field
+	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
+	(*anypb.Any)(nil),             // 19: google.protobuf.Any
 }
 var file_table_proto_depIdxs = []int32{
 	0,  // 0: segmerge.table.DeletionFile.file_type:type_name -> segmerge.table.DeletionFile.FileType
 	5,  // 1: segmerge.table.DataFragment.files:type_name -> segmerge.table.DataFile
 	6,  // 2: segmerge.table.DataFragment.deletion_file:type_name -> segmerge.table.DeletionFile
-	15, // 3: segmerge.table.Manifest.fields:type_name -> segmerge.file.Field
-	7,  // 4: segmerge.table.Manifest.fragments:type_name -> segmerge.table.DataFragment
-	12, // 5: segmerge.table.Manifest.schema_metadata:type_name -> segmerge.table.Manifest.SchemaMetadataEntry
-	16, // 6: segmerge.table.Manifest.timestamp:type_name -> google.protobuf.Timestamp
-	2,  // 7: segmerge.table.Manifest.writer_version:type_name -> segmerge.table.WriterVersion
-	3,  // 8: segmerge.table.Manifest.data_format:type_name -> segmerge.table.DataStorageFormat
-	13, // 9: segmerge.table.Manifest.config:type_name -> segmerge.table.Manifest.ConfigEntry
-	4,  // 10: segmerge.table.Manifest.base_paths:type_name -> segmerge.table.BasePath
-	14, // 11: segmerge.table.Manifest.table_metadata:type_name -> segmerge.table.Manifest.TableMetadataEntry
-	1,  // 12: segmerge.table.IndexMetadata.uuid:type_name -> segmerge.table.UUID
-	17, // 13: segmerge.table.IndexMetadata.index_details:type_name -> google.protobuf.Any
-	9,  // 14: segmerge.table.IndexMetadata.files:type_name -> segmerge.table.IndexFile
-	10, // 15: segmerge.table.IndexSection.indices:type_name -> segmerge.table.IndexMetadata
-	16, // [16:16] is the sub-list for method output_type
-	16, // [16:16] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	9,  // 3: segmerge.table.DataFragment.external_row_ids:type_name -> segmerge.table.ExternalFile
+	8,  // 4: segmerge.table.DataFragment.spilled_row_ids:type_name -> segmerge.table.SpilledRowLineage
+	17, // 5: segmerge.table.Manifest.fields:type_name -> segmerge.file.Field
+	7,  // 6: segmerge.table.Manifest.fragments:type_name -> segmerge.table.DataFragment
+	14, // 7: segmerge.table.Manifest.schema_metadata:type_name -> segmerge.table.Manifest.SchemaMetadataEntry
+	18, // 8: segmerge.table.Manifest.timestamp:type_name -> google.protobuf.Timestamp
+	2,  // 9: segmerge.table.Manifest.writer_version:type_name -> segmerge.table.WriterVersion
+	3,  // 10: segmerge.table.Manifest.data_format:type_name -> segmerge.table.DataStorageFormat
+	15, // 11: segmerge.table.Manifest.config:type_name -> segmerge.table.Manifest.ConfigEntry
+	4,  // 12: segmerge.table.Manifest.base_paths:type_name -> segmerge.table.BasePath
+	16, // 13: segmerge.table.Manifest.table_metadata:type_name -> segmerge.table.Manifest.TableMetadataEntry
+	1,  // 14: segmerge.table.IndexMetadata.uuid:type_name -> segmerge.table.UUID
+	19, // 15: segmerge.table.IndexMetadata.index_details:type_name -> google.protobuf.Any
+	11, // 16: segmerge.table.IndexMetadata.files:type_name -> segmerge.table.IndexFile
+	12, // 17: segmerge.table.IndexSection.indices:type_name -> segmerge.table.IndexMetadata
+	18, // [18:18] is the sub-list for method output_type
+	18, // [18:18] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_table_proto_init() }
@@ -1138,15 +1321,20 @@ func file_table_proto_init() {
 	file_table_proto_msgTypes[3].OneofWrappers = []any{}
 	file_table_proto_msgTypes[4].OneofWrappers = []any{}
 	file_table_proto_msgTypes[5].OneofWrappers = []any{}
-	file_table_proto_msgTypes[7].OneofWrappers = []any{}
+	file_table_proto_msgTypes[6].OneofWrappers = []any{
+		(*DataFragment_InlineRowIds)(nil),
+		(*DataFragment_ExternalRowIds)(nil),
+		(*DataFragment_SpilledRowIds)(nil),
+	}
 	file_table_proto_msgTypes[9].OneofWrappers = []any{}
+	file_table_proto_msgTypes[11].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_table_proto_rawDesc), len(file_table_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
