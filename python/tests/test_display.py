@@ -245,10 +245,10 @@ def test_report_is_a_frozen_picklable_table(deltas20, tmp_path):
     uri = str(tmp_path / "ds")
     shutil.copytree(deltas20.uri, uri)
     got = []
-    v = ls.optimize(uri, "vec_idx", fan_in=8, progress=False, on_report=got.append)
-    assert isinstance(v, int)  # optimize's own return is unchanged
+    out = ls.optimize(uri, "vec_idx", fan_in=8, progress=False, on_report=got.append)
+    assert isinstance(out, ls.Dataset)  # optimize still returns the dataset at the new version
     (report,) = got
-    assert report.version == v
+    assert report.version == out.version
     with pytest.raises(dataclasses.FrozenInstanceError):
         report.version = 1  # type: ignore[misc]
     assert pickle.loads(pickle.dumps(report)) == report
