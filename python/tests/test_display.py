@@ -248,7 +248,8 @@ def test_report_is_a_frozen_picklable_table(deltas20, tmp_path):
     out = ls.optimize(uri, "vec_idx", fan_in=8, progress=False, on_report=got.append)
     assert isinstance(out, ls.Dataset)  # optimize still returns the dataset at the new version
     (report,) = got
-    assert report.version == out.version
+    v = out.version
+    assert report.version == v
     with pytest.raises(dataclasses.FrozenInstanceError):
         report.version = 1  # type: ignore[misc]
     assert pickle.loads(pickle.dumps(report)) == report
