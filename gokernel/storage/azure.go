@@ -84,7 +84,7 @@ type AzureConfig struct {
 	MSIResourceID      string
 	SkipSignature      bool
 	fabricToken        bool // fabric token service settings were given
-	Client             clientConfig
+	Client             ClientConfig
 	// PartBytes is the block size. Default 16 MiB.
 	PartBytes int
 	// UploadConcurrency bounds the blocks of one blob in flight. Default 4.

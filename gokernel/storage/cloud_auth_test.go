@@ -146,7 +146,7 @@ func TestCloudErrorsHideSecrets(t *testing.T) {
 		fmt.Fprintf(w, "<Error><Code>AuthenticationFailed</Code><Message>you sent %s %s</Message></Error>", r.Header.Get("Authorization"), r.URL.RawQuery)
 	}))
 	defer echo.Close()
-	client := clientConfig{AllowHTTP: true, MaxRetries: 0, maxRetriesSet: true}
+	client := ClientConfig{AllowHTTP: true, MaxRetries: -1}
 	stores := map[string]func(base string) (Store, error){
 		"gcs-token": func(base string) (Store, error) {
 			return NewGCS("gs://b/p", GCSConfig{BaseURL: base, Token: token, Client: client})
@@ -318,7 +318,7 @@ func TestGCSAuthorizedUser(t *testing.T) {
 	adc := filepath.Join(t.TempDir(), "adc.json")
 	os.WriteFile(adc, []byte(`{"type":"authorized_user","client_id":"cid","client_secret":"csecret-XYZ","refresh_token":"rtoken-XYZ"}`), 0o600)
 	t.Setenv("GOOGLE_APPLICATION_CREDENTIALS", adc)
-	st, err := NewGCS("gs://b/p", GCSConfig{BaseURL: srv.URL, ApplicationCredentials: adc, Client: clientConfig{AllowHTTP: true}})
+	st, err := NewGCS("gs://b/p", GCSConfig{BaseURL: srv.URL, ApplicationCredentials: adc, Client: ClientConfig{AllowHTTP: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +336,7 @@ func TestGCSAuthorizedUser(t *testing.T) {
 		t.Fatalf("%+v %v", cfg, err)
 	}
 	refuse = true
-	st, _ = NewGCS("gs://b/p", GCSConfig{BaseURL: srv.URL, ApplicationCredentials: adc, Client: clientConfig{AllowHTTP: true}})
+	st, _ = NewGCS("gs://b/p", GCSConfig{BaseURL: srv.URL, ApplicationCredentials: adc, Client: ClientConfig{AllowHTTP: true}})
 	_, err = st.Stat(context.Background(), "x")
 	if !errors.Is(err, errkind.InvalidInput) || strings.Contains(err.Error(), "XYZ") || !strings.Contains(err.Error(), "credentials") {
 		t.Fatalf("refused refresh: %v", err)
@@ -362,7 +362,7 @@ func TestGCSMetadataServer(t *testing.T) {
 		return nil
 	})
 	t.Setenv("GCE_METADATA_HOST", strings.TrimPrefix(md.URL, "http://"))
-	st, err := NewGCS("gs://b/p", GCSConfig{BaseURL: srv.URL, Client: clientConfig{AllowHTTP: true}})
+	st, err := NewGCS("gs://b/p", GCSConfig{BaseURL: srv.URL, Client: ClientConfig{AllowHTTP: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,7 +370,7 @@ func TestGCSMetadataServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("GCE_METADATA_HOST", "127.0.0.1:1")
-	st, _ = NewGCS("gs://b/p", GCSConfig{BaseURL: srv.URL, Client: clientConfig{AllowHTTP: true, MaxRetries: 0, maxRetriesSet: true}})
+	st, _ = NewGCS("gs://b/p", GCSConfig{BaseURL: srv.URL, Client: ClientConfig{AllowHTTP: true, MaxRetries: -1}})
 	if _, err := st.Stat(context.Background(), "x"); !errors.Is(err, errkind.InvalidInput) || !strings.Contains(err.Error(), "service_account") {
 		t.Fatalf("no credentials: %v", err)
 	}

@@ -40,7 +40,7 @@ func cloudBackends() []cloudBackend {
 			open: func(t testing.TB, base, prefix string, o cloudOpts) Store {
 				_, bucket := cloudtest.GCS(t)
 				cfg := GCSConfig{BaseURL: base, SkipSignature: true, PartBytes: o.part,
-					Client: clientConfig{AllowHTTP: true, MaxRetries: o.retries, maxRetriesSet: true}}
+					Client: ClientConfig{AllowHTTP: true, MaxRetries: retriesOpt(o.retries)}}
 				st, err := NewGCS("gs://"+bucket+"/"+prefix+"/ds.lance", cfg)
 				if err != nil {
 					t.Fatal(err)
@@ -54,7 +54,7 @@ func cloudBackends() []cloudBackend {
 			open: func(t testing.TB, base, prefix string, o cloudOpts) Store {
 				az := cloudtest.AzureBlob(t)
 				cfg := AzureConfig{Account: az.Account, AccessKey: az.Key, Endpoint: base + "/" + az.Account, PartBytes: o.part,
-					Client: clientConfig{AllowHTTP: true, MaxRetries: o.retries, maxRetriesSet: true}}
+					Client: ClientConfig{AllowHTTP: true, MaxRetries: retriesOpt(o.retries)}}
 				st, err := NewAzure("az://"+az.Container+"/"+prefix+"/ds.lance", cfg)
 				if err != nil {
 					t.Fatal(err)
@@ -63,6 +63,14 @@ func cloudBackends() []cloudBackend {
 			},
 		},
 	}
+}
+
+// retriesOpt turns a number of retries into ClientConfig.MaxRetries.
+func retriesOpt(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 func fastBackoff(t testing.TB) {
@@ -340,7 +348,7 @@ func TestAzureWrongKeyRefused(t *testing.T) {
 	az := cloudtest.AzureBlob(t)
 	wrong := "d3Jvbmcta2V5LXdyb25nLWtleS13cm9uZy1rZXktd3Jvbmcta2V5LXdyb25nLWtleQ=="
 	st, err := NewAzure("az://"+az.Container+"/"+cloudtest.Prefix(), AzureConfig{Account: az.Account, AccessKey: wrong,
-		Endpoint: az.AccountURL(), Client: clientConfig{AllowHTTP: true}})
+		Endpoint: az.AccountURL(), Client: ClientConfig{AllowHTTP: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

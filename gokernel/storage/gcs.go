@@ -54,7 +54,7 @@ type GCSConfig struct {
 	ServiceAccountKey      string
 	ServiceAccountPath     string
 	ApplicationCredentials string
-	Client                 clientConfig
+	Client                 ClientConfig
 	// PartBytes is the resumable upload chunk: a multiple of 256 KiB.
 	// Default 16 MiB.
 	PartBytes int

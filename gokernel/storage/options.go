@@ -238,8 +238,8 @@ func (r resolved) duration(name string, errs *[]error) time.Duration {
 }
 
 // client builds the HTTP settings every cloud store shares.
-func (r resolved) client(errs *[]error) clientConfig {
-	c := clientConfig{
+func (r resolved) client(errs *[]error) ClientConfig {
+	c := ClientConfig{
 		AllowHTTP:                r.boolean("allow_http", errs),
 		AllowInvalidCertificates: r.boolean("allow_invalid_certificates", errs),
 		Timeout:                  r.duration("timeout", errs),
@@ -253,7 +253,10 @@ func (r resolved) client(errs *[]error) clientConfig {
 		if err != nil || n < 0 {
 			*errs = append(*errs, fmt.Errorf("%w: storage: %s is not a number of retries", errkind.InvalidInput, r.src["retries"]))
 		}
-		c.MaxRetries, c.maxRetriesSet = n, true
+		c.MaxRetries = n
+		if n == 0 {
+			c.MaxRetries = -1
+		}
 	}
 	return c
 }

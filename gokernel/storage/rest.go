@@ -30,15 +30,16 @@ import (
 // for every attempt (fresh body, fresh signature).
 type rest struct {
 	hc     *http.Client
-	cfg    clientConfig
+	cfg    ClientConfig
 	store  string                                           // "gcs" or "azure", for messages
 	auth   func(ctx context.Context, r *http.Request) error // signs a request; nil for none
 	secret *secrets
 }
 
-// clientConfig holds the settings object_store's ClientOptions and lance's
-// retry options give every cloud store. The zero value means defaults.
-type clientConfig struct {
+// ClientConfig holds the HTTP settings of the GCS and Azure stores: those
+// of object_store's ClientOptions and lance's retry options. The zero
+// value means defaults.
+type ClientConfig struct {
 	AllowHTTP                bool
 	AllowInvalidCertificates bool
 	// Timeout bounds one HTTP request, body included. Default 5 minutes (a
@@ -48,24 +49,26 @@ type clientConfig struct {
 	ConnectTimeout time.Duration
 	ProxyURL       string
 	UserAgent      string
-	// MaxRetries after the first attempt. Default 10 (lance's
-	// client_max_retries).
+	// MaxRetries after the first attempt: 0 means the default, 10 (lance's
+	// client_max_retries), and a negative number none.
 	MaxRetries int
 	// RetryTimeout bounds the time spent retrying one request. Default 180 s
 	// (lance's client_retry_timeout).
-	RetryTimeout  time.Duration
-	maxRetriesSet bool
+	RetryTimeout time.Duration
 }
 
-func (c clientConfig) withDefaults() clientConfig {
+func (c ClientConfig) withDefaults() ClientConfig {
 	if c.Timeout <= 0 {
 		c.Timeout = 5 * time.Minute
 	}
 	if c.ConnectTimeout <= 0 {
 		c.ConnectTimeout = 5 * time.Second
 	}
-	if !c.maxRetriesSet && c.MaxRetries == 0 {
+	switch {
+	case c.MaxRetries == 0:
 		c.MaxRetries = 10
+	case c.MaxRetries < 0:
+		c.MaxRetries = 0
 	}
 	if c.RetryTimeout <= 0 {
 		c.RetryTimeout = 180 * time.Second
@@ -83,7 +86,7 @@ var (
 	backoffMax     = 15 * time.Second
 )
 
-func newREST(store string, cfg clientConfig, sec *secrets) (*rest, error) {
+func newREST(store string, cfg ClientConfig, sec *secrets) (*rest, error) {
 	cfg = cfg.withDefaults()
 	tr := &http.Transport{
 		Proxy:               http.ProxyFromEnvironment,
