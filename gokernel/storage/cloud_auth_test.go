@@ -63,10 +63,22 @@ func TestParseGCSOptions(t *testing.T) {
 	if err != nil || cfg.ServiceAccountKey != `{"k": 1}` || cfg.Token != "option-token" || cfg.Client.MaxRetries != 4 {
 		t.Fatalf("%+v %v", cfg, err)
 	}
+	// pylance's OpenDAL backend has its own keys; they count only with
+	// use_opendal=true, as in pylance.
+	t.Setenv("GOOGLE_SERVICE_ACCOUNT_KEY", "")
+	t.Setenv("GOOGLE_STORAGE_TOKEN", "")
+	cred := base64.StdEncoding.EncodeToString([]byte(`{"disable_oauth": true}`))
+	cfg, err = ParseGCSOptions(map[string]string{"use_opendal": "true", "endpoint": "http://127.0.0.1:1", "allow_anonymous": "true",
+		"disable_vm_metadata": "true", "disable_config_load": "true", "credential": cred})
+	if err != nil || cfg.BaseURL != "http://127.0.0.1:1" || !cfg.SkipSignature || cfg.ServiceAccountKey != `{"disable_oauth": true}` {
+		t.Fatalf("OpenDAL keys: %+v %v", cfg, err)
+	}
 	for _, tc := range []struct {
 		opts map[string]string
 		want string
 	}{
+		{map[string]string{"endpoint": "secret-value"}, "only with use_opendal=true"},
+		{map[string]string{"use_opendal": "false", "allow_anonymous": "true"}, "only with use_opendal=true"},
 		{map[string]string{"service_acount": "secret-value"}, `"service_acount" is not a gs:// storage option (did you mean "service_account"?)`},
 		{map[string]string{"aws_region": "secret-value"}, `"aws_region" is an option of s3:// stores, not gs://`},
 		{map[string]string{"account_key": "secret-value"}, `"account_key" is an option of az:// stores, not gs://`},

@@ -3,6 +3,7 @@ package storage
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -68,6 +69,11 @@ var gcsOptions = optionTable{scheme: "gs", prefix: "google_", keys: map[string]s
 	"google_application_credentials": "application_credentials", "application_credentials": "application_credentials",
 	"google_skip_signature": "skip_signature", "skip_signature": "skip_signature",
 	"google_storage_token": "token",
+}, opendal: map[string]string{
+	"endpoint": "opendal_endpoint", "allow_anonymous": "skip_signature", "token": "token",
+	"credential": "opendal_credential", "credential_path": "service_account",
+	"disable_vm_metadata": "", "disable_config_load": "", "predefined_acl": "", "default_storage_class": "",
+	"scope": "",
 }}
 
 // ParseGCSOptions builds a GCSConfig from pylance-style storage options,
@@ -82,12 +88,21 @@ func ParseGCSOptions(options map[string]string) (GCSConfig, error) {
 	}
 	var errs []error
 	cfg := GCSConfig{
+		BaseURL:                r.get("opendal_endpoint"),
 		SkipSignature:          r.boolean("skip_signature", &errs),
 		Token:                  r.get("token"),
 		ServiceAccountKey:      r.get("service_account_key"),
 		ServiceAccountPath:     r.get("service_account"),
 		ApplicationCredentials: r.get("application_credentials"),
 		Client:                 r.client(&errs),
+	}
+	if v := r.get("opendal_credential"); v != "" && cfg.ServiceAccountKey == "" {
+		// OpenDAL's credential: the key file's JSON, base64-encoded.
+		raw, err := base64.StdEncoding.DecodeString(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%w: storage: %s is not base64", errkind.InvalidInput, r.src["opendal_credential"]))
+		}
+		cfg.ServiceAccountKey = string(raw)
 	}
 	if cfg.ServiceAccountKey != "" && cfg.ServiceAccountPath != "" {
 		errs = append(errs, fmt.Errorf("%w: storage: both a service account key (%s) and a service account file (%s) are set; keep one",

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -36,7 +37,7 @@ var clientKeys = map[string]string{
 // is ours (the S3 backend always took it).
 var lanceKeys = map[string]string{
 	"client_max_retries": "retries", "max_retries": "retries", "client_retry_timeout": "retry_timeout",
-	"download_retry_count": "", "use_opendal": "", "expires_at_millis": "",
+	"download_retry_count": "", "use_opendal": "use_opendal", "expires_at_millis": "",
 }
 
 // optionTable describes the storage options of one store.
@@ -44,6 +45,10 @@ type optionTable struct {
 	scheme string            // "gs", for messages
 	keys   map[string]string // alias → setting ("" = accepted, no effect)
 	prefix string            // the store's prefix for client keys ("google_")
+	// opendal are the keys of pylance's other backend (use_opendal=true):
+	// alias → setting. They are only read with use_opendal=true, and never
+	// from the environment (OpenDAL reads none of them there).
+	opendal map[string]string
 }
 
 // lookup maps a lower-case key to its setting.
@@ -75,7 +80,7 @@ func (r resolved) get(name string) string { return r.vals[name] }
 // errors (they may be credentials).
 func (t optionTable) resolve(options map[string]string, extraEnv map[string]string) (resolved, error) {
 	r := resolved{vals: map[string]string{}, src: map[string]string{}}
-	var unknown []string
+	var unknown, opendal []string
 	keys := make([]string, 0, len(options))
 	for k := range options {
 		keys = append(keys, k)
@@ -88,6 +93,11 @@ func (t optionTable) resolve(options map[string]string, extraEnv map[string]stri
 			name, ok = lanceKeys[lk]
 		}
 		if !ok {
+			if name, ok = t.opendal[lk]; ok {
+				opendal = append(opendal, k)
+			}
+		}
+		if !ok {
 			unknown = append(unknown, k)
 			continue
 		}
@@ -97,6 +107,13 @@ func (t optionTable) resolve(options map[string]string, extraEnv map[string]stri
 	}
 	if len(unknown) > 0 {
 		return r, t.unknownError(unknown)
+	}
+	if len(opendal) > 0 {
+		var errs []error
+		if !r.boolean("use_opendal", &errs) {
+			return r, errors.Join(append(errs, fmt.Errorf("%w: storage: %s: pylance reads these %s:// options only with use_opendal=true (its OpenDAL backend)",
+				errkind.InvalidInput, strings.Join(opendal, ", "), t.scheme))...)
+		}
 	}
 	env := os.Environ()
 	sort.Strings(env)
@@ -175,6 +192,9 @@ func (t optionTable) suggest(k string) string {
 		try(cand)
 	}
 	for cand := range lanceKeys {
+		try(cand)
+	}
+	for cand := range t.opendal {
 		try(cand)
 	}
 	if bestD > max(1, len(k)/4) {
