@@ -18,7 +18,9 @@ Starts, each on a free port of 127.0.0.1:
   object_store's ``use_emulator`` looks).
 
 waits until each answers, runs the command, and stops them all when it
-exits. An emulator that is not installed is skipped with a message, and
+exits. The command never reaches a cloud metadata service: the GCE
+metadata server and the Azure managed identity endpoint are pointed at a
+closed loopback port. An emulator that is not installed is skipped with a message, and
 ``SEGMERGE_<GCS|AZURE>_SKIP`` tells the tests why.
 """
 
@@ -221,6 +223,11 @@ def main() -> int:
         return 2
     tmp = tempfile.mkdtemp(prefix="segmerge-emulators-")
     emu = Emulators(tmp)
+    # Tests must never reach a cloud metadata service (169.254.169.254):
+    # point the GCE metadata server and the Azure managed identity
+    # endpoint, for pylance and for us, at a closed loopback port.
+    emu.env.update({"GCE_METADATA_HOST": "127.0.0.1:9", "GCE_METADATA_ROOT": "127.0.0.1:9", "GCE_METADATA_IP": "127.0.0.1:9",
+                    "IDENTITY_ENDPOINT": "http://127.0.0.1:9/metadata/identity/oauth2/token"})
     try:
         emu.start_moto()
         emu.start_gcs()

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -218,7 +217,7 @@ func NewAzure(uri string, cfg AzureConfig) (*Azure, error) {
 	accountURL := cfg.Endpoint
 	switch {
 	case cfg.UseEmulator:
-		base := os.Getenv("AZURITE_BLOB_STORAGE_URL")
+		base := getenv("AZURITE_BLOB_STORAGE_URL")
 		if base == "" {
 			base = "http://127.0.0.1:10000"
 		}

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
 	"os/exec"
 	"sort"
 	"strconv"
@@ -131,7 +130,7 @@ func azureCredentials(cfg AzureConfig, account string, sec *secrets) (azureAuth,
 		file := cfg.FederatedTokenFile
 		b := &bearer{sec: sec}
 		b.fetch = func(ctx context.Context, c *rest) (string, time.Duration, error) {
-			assertion, err := os.ReadFile(file)
+			assertion, err := readSmallFile(file)
 			if err != nil {
 				return "", 0, fmt.Errorf("%w: storage: cannot read the federated token file %s: %v", errkind.InvalidInput, file, err)
 			}
@@ -215,7 +214,7 @@ func azureManagedIdentityToken(ctx context.Context, c *rest, cfg AzureConfig) (s
 		q.Set("msi_res_id", cfg.MSIResourceID)
 	}
 	headers := map[string]string{"Metadata": "true"}
-	if h := os.Getenv("IDENTITY_HEADER"); h != "" {
+	if h := getenv("IDENTITY_HEADER"); h != "" {
 		headers["X-IDENTITY-HEADER"] = h
 		c.secret.add(h)
 	}

@@ -10,7 +10,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -89,9 +88,12 @@ type gcsServiceAccount struct {
 }
 
 func readCredentialsFile(what, path string) ([]byte, error) {
-	data, err := os.ReadFile(path)
+	data, err := readSmallFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: storage: cannot read the %s file %s: %v", errkind.InvalidInput, what, path, errors.Unwrap(err))
+		if pe, ok := err.(*os.PathError); ok {
+			err = pe.Err
+		}
+		return nil, fmt.Errorf("%w: storage: cannot read the %s file %s: %v", errkind.InvalidInput, what, path, err)
 	}
 	return data, nil
 }
@@ -152,7 +154,7 @@ func gcsCredentials(cfg GCSConfig, sec *secrets) (authorizer, string, error) {
 	}
 	adcPath := cfg.ApplicationCredentials
 	if adcPath == "" {
-		if home, err := os.UserHomeDir(); err == nil {
+		if home := getenv("HOME"); home != "" {
 			p := filepath.Join(home, ".config", "gcloud", "application_default_credentials.json")
 			if _, err := os.Stat(p); err == nil {
 				adcPath = p
@@ -289,7 +291,7 @@ func gcsMetadataToken(ctx context.Context, c *rest) (string, time.Duration, erro
 
 func firstEnv(names ...string) string {
 	for _, n := range names {
-		if v := os.Getenv(n); v != "" {
+		if v := getenv(n); v != "" {
 			return v
 		}
 	}

@@ -20,6 +20,22 @@ import (
 // being ignored as pylance does: a misspelt credential key would otherwise
 // fall back silently to other credentials.
 
+// Environ returns the process environment the stores read their
+// fallbacks from. The Python binding replaces it with a reader of C's
+// environ, which sees what Python sets after the extension has loaded (Go's
+// own copy does not).
+var Environ = os.Environ
+
+// getenv looks a variable up in Environ.
+func getenv(name string) string {
+	for _, kv := range Environ() {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == name {
+			return v
+		}
+	}
+	return ""
+}
+
 // clientKeys are object_store's ClientConfigKey names. A store takes them
 // bare or with its own prefix ("google_timeout", "azure_allow_http").
 // Those mapped to "" are accepted and have no effect here (HTTP/2 and
@@ -115,7 +131,7 @@ func (t optionTable) resolve(options map[string]string, extraEnv map[string]stri
 				errkind.InvalidInput, strings.Join(opendal, ", "), t.scheme))...)
 		}
 	}
-	env := os.Environ()
+	env := Environ()
 	sort.Strings(env)
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
@@ -129,7 +145,7 @@ func (t optionTable) resolve(options map[string]string, extraEnv map[string]stri
 		r.vals[name], r.src[name] = v, "environment variable "+k
 	}
 	for k, name := range map[string]string{"OBJECT_STORE_CLIENT_MAX_RETRIES": "retries", "OBJECT_STORE_CLIENT_RETRY_TIMEOUT": "retry_timeout"} {
-		if v := os.Getenv(k); v != "" && !r.has(name) {
+		if v := getenv(k); v != "" && !r.has(name) {
 			r.vals[name], r.src[name] = v, "environment variable "+k
 		}
 	}

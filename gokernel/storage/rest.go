@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -269,8 +271,9 @@ func serviceMessage(resp *http.Response) string {
 	if code := resp.Header.Get("x-ms-error-code"); code != "" && resp.Request != nil && resp.Request.Method == http.MethodHead {
 		return code
 	}
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-	s := string(body)
+	var body bytes.Buffer
+	_, _ = body.ReadFrom(io.LimitReader(resp.Body, 4<<10))
+	s := body.String()
 	pick := func(open, close string) string {
 		i := strings.Index(s, open)
 		if i < 0 {
@@ -411,4 +414,21 @@ func (t *tokenCache) get(ctx context.Context) (string, error) {
 	t.token, t.expires = tok, time.Now().Add(ttl)
 	t.sec.add(tok)
 	return tok, nil
+}
+
+// readSmallFile reads a credentials file of at most 1 MiB.
+func readSmallFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var b bytes.Buffer
+	if _, err := b.ReadFrom(io.LimitReader(f, 1<<20+1)); err != nil {
+		return nil, err
+	}
+	if b.Len() > 1<<20 {
+		return nil, fmt.Errorf("%s is larger than 1 MiB", path)
+	}
+	return b.Bytes(), nil
 }

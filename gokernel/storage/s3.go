@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -105,7 +104,7 @@ func ParseS3Options(options map[string]string) (S3Config, error) {
 			continue
 		}
 		for _, e := range envs {
-			if v := os.Getenv(e); v != "" {
+			if v := getenv(e); v != "" {
 				vals[name] = v
 				break
 			}
