@@ -93,6 +93,26 @@ func TestParseGCSOptions(t *testing.T) {
 	}
 }
 
+// S3 takes every key pylance takes for it (those it does not need have no
+// effect) and refuses the others.
+func TestParseS3OptionsRefusesUnknownKeys(t *testing.T) {
+	isolateEnv(t)
+	if _, err := ParseS3Options(map[string]string{"AWS_Region": "eu-west-1", "role_arn": "arn", "aws_timeout": "5s",
+		"client_max_retries": "2", "aws_request_payer": "true"}); err != nil {
+		t.Fatal(err)
+	}
+	for opts, want := range map[string]string{
+		"aws_secret_acess_key": `did you mean "aws_secret_access_key"?`,
+		"account_key":          `"account_key" is an option of az:// stores, not s3://`,
+		"google_storage_token": `"google_storage_token" is an option of gs:// stores, not s3://`,
+	} {
+		_, err := ParseS3Options(map[string]string{opts: "secret-value"})
+		if !errors.Is(err, errkind.InvalidInput) || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "secret-value") {
+			t.Errorf("%s: %v", opts, err)
+		}
+	}
+}
+
 func TestParseAzureOptions(t *testing.T) {
 	isolateEnv(t)
 	key := base64.StdEncoding.EncodeToString([]byte("account-key-bytes"))

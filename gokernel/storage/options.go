@@ -95,6 +95,33 @@ func (r resolved) get(name string) string { return r.vals[name] }
 // Unknown option keys are errkind.InvalidInput; values are never quoted in
 // errors (they may be credentials).
 func (t optionTable) resolve(options map[string]string, extraEnv map[string]string) (resolved, error) {
+	r, err := t.fromOptions(options)
+	if err != nil {
+		return r, err
+	}
+	env := Environ()
+	sort.Strings(env)
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		name, ok := t.lookup(strings.ToLower(k))
+		if !ok {
+			name, ok = extraEnv[k]
+		}
+		if !ok || name == "" || r.has(name) || v == "" {
+			continue
+		}
+		r.vals[name], r.src[name] = v, "environment variable "+k
+	}
+	for k, name := range map[string]string{"OBJECT_STORE_CLIENT_MAX_RETRIES": "retries", "OBJECT_STORE_CLIENT_RETRY_TIMEOUT": "retry_timeout"} {
+		if v := getenv(k); v != "" && !r.has(name) {
+			r.vals[name], r.src[name] = v, "environment variable "+k
+		}
+	}
+	return r, nil
+}
+
+// fromOptions applies the options alone.
+func (t optionTable) fromOptions(options map[string]string) (resolved, error) {
 	r := resolved{vals: map[string]string{}, src: map[string]string{}}
 	var unknown, opendal []string
 	keys := make([]string, 0, len(options))
@@ -131,31 +158,20 @@ func (t optionTable) resolve(options map[string]string, extraEnv map[string]stri
 				errkind.InvalidInput, strings.Join(opendal, ", "), t.scheme))...)
 		}
 	}
-	env := Environ()
-	sort.Strings(env)
-	for _, kv := range env {
-		k, v, _ := strings.Cut(kv, "=")
-		name, ok := t.lookup(strings.ToLower(k))
-		if !ok {
-			name, ok = extraEnv[k]
-		}
-		if !ok || name == "" || r.has(name) || v == "" {
-			continue
-		}
-		r.vals[name], r.src[name] = v, "environment variable "+k
-	}
-	for k, name := range map[string]string{"OBJECT_STORE_CLIENT_MAX_RETRIES": "retries", "OBJECT_STORE_CLIENT_RETRY_TIMEOUT": "retry_timeout"} {
-		if v := getenv(k); v != "" && !r.has(name) {
-			r.vals[name], r.src[name] = v, "environment variable "+k
-		}
-	}
 	return r, nil
+}
+
+// checkKeys refuses the keys of options that no store of this scheme
+// takes (and OpenDAL keys without use_opendal=true).
+func (t optionTable) checkKeys(options map[string]string) error {
+	_, err := t.fromOptions(options)
+	return err
 }
 
 // knownElsewhere names the other store that takes key, if any.
 func knownElsewhere(key string, self string) string {
 	tables := map[string]func(string) bool{
-		"s3": func(k string) bool { _, ok := s3OptionKeys[k]; return ok || strings.HasPrefix(k, "aws_") },
+		"s3": func(k string) bool { _, ok := s3Options.lookup(k); return ok && !isClientKey(k, s3Options.prefix) },
 		"gs": func(k string) bool { _, ok := gcsOptions.lookup(k); return ok && !isClientKey(k, gcsOptions.prefix) },
 		"az": func(k string) bool {
 			_, ok := azureOptions.lookup(k)
