@@ -326,7 +326,11 @@ type azureList struct {
 		Properties struct {
 			LastModified  string `xml:"Last-Modified"`
 			ContentLength int64  `xml:"Content-Length"`
+			ResourceType  string `xml:"ResourceType"`
 		} `xml:"Properties"`
+		Metadata struct {
+			IsFolder string `xml:"hdi_isfolder"`
+		} `xml:"Metadata"`
 	} `xml:"Blobs>Blob"`
 	NextMarker string `xml:"NextMarker"`
 }
@@ -335,7 +339,8 @@ func (s *Azure) List(ctx context.Context, prefix string) ([]Entry, error) {
 	var out []Entry
 	marker := ""
 	for {
-		q := url.Values{"restype": {"container"}, "comp": {"list"}, "prefix": {s.prefix + prefix}, "maxresults": {strconv.Itoa(listPageSize)}}
+		q := url.Values{"restype": {"container"}, "comp": {"list"}, "prefix": {s.prefix + prefix},
+			"maxresults": {strconv.Itoa(listPageSize)}, "include": {"metadata"}}
 		if marker != "" {
 			q.Set("marker", marker)
 		}
@@ -355,6 +360,11 @@ func (s *Azure) List(ctx context.Context, prefix string) ([]Entry, error) {
 			return nil, err
 		}
 		for _, b := range page.Blobs {
+			// Directories of accounts with a hierarchical namespace (ADLS
+			// Gen2) are listed as empty blobs; they hold no data.
+			if b.Properties.ResourceType == "directory" || strings.EqualFold(b.Metadata.IsFolder, "true") {
+				continue
+			}
 			e := Entry{Name: strings.TrimPrefix(b.Name, s.prefix), Size: b.Properties.ContentLength}
 			e.ModTime, _ = http.ParseTime(b.Properties.LastModified)
 			out = append(out, e)

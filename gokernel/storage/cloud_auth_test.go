@@ -519,3 +519,29 @@ func TestAzureSASAndEmulatorDefaults(t *testing.T) {
 		t.Fatalf("a SAS whose signature does not match: %v", err)
 	}
 }
+
+// Accounts with a hierarchical namespace list directories as empty blobs;
+// they are not objects.
+func TestAzureListSkipsDirectories(t *testing.T) {
+	isolateEnv(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("include") != "metadata" {
+			http.Error(w, "no metadata", http.StatusBadRequest)
+			return
+		}
+		fmt.Fprint(w, `<?xml version="1.0" encoding="utf-8"?><EnumerationResults><Blobs>
+<Blob><Name>p/_indices</Name><Properties><Content-Length>0</Content-Length><ResourceType>directory</ResourceType></Properties></Blob>
+<Blob><Name>p/_indices/u</Name><Properties><Content-Length>0</Content-Length></Properties><Metadata><hdi_isfolder>true</hdi_isfolder></Metadata></Blob>
+<Blob><Name>p/_indices/u/index.idx</Name><Properties><Last-Modified>Mon, 02 Jan 2026 03:04:05 GMT</Last-Modified><Content-Length>7</Content-Length><ResourceType>file</ResourceType></Properties></Blob>
+</Blobs><NextMarker/></EnumerationResults>`)
+	}))
+	defer srv.Close()
+	st, err := NewAzure("az://c/p", AzureConfig{Account: "a", Endpoint: srv.URL + "/a", SkipSignature: true, Client: ClientConfig{AllowHTTP: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := st.List(context.Background(), "")
+	if err != nil || len(entries) != 1 || entries[0].Name != "_indices/u/index.idx" || entries[0].Size != 7 || entries[0].ModTime.IsZero() {
+		t.Fatalf("%+v %v", entries, err)
+	}
+}

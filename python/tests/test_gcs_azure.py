@@ -173,9 +173,10 @@ def test_credentials_from_the_environment(cloud: Cloud, monkeypatch: pytest.Monk
     else:
         env = {"AZURE_STORAGE_ACCOUNT_NAME": AZURE_ACCOUNT, "AZURE_STORAGE_ACCOUNT_KEY": AZURE_KEY,
                "AZURE_STORAGE_ENDPOINT": cloud.opts["endpoint"], "AZURE_ALLOW_HTTP": "true"}
+    want = segment_uuids(lance.dataset(cloud.uri, storage_options=cloud.opts))
+    ls.open(cloud.uri, storage_options=cloud.opts)  # the extension is loaded before the variables are set
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    want = segment_uuids(lance.dataset(cloud.uri, storage_options=cloud.opts))
     assert sorted(s.uuid for s in ls.open(cloud.uri).list_index_segments("vec_idx")) == want
     code = ("import json, sys, lance; ds = lance.dataset(sys.argv[1]); "
             "print(json.dumps(sorted(str(s.uuid) for s in ds.describe_indices()[0].segments)))")
