@@ -116,11 +116,16 @@ def segment_uuids(pds: lance.LanceDataset) -> list[str]:
     return sorted(str(s.uuid) for s in pds.describe_indices()[0].segments)
 
 
-def test_list_plan_merge_commit(cloud: Cloud) -> None:
+def test_list_plan_merge_commit(cloud: Cloud, capsys: pytest.CaptureFixture[str]) -> None:
+    from lance_segmerge import _cli
+
     pds = lance.dataset(cloud.uri, storage_options=cloud.opts)
     ds = ls.open(cloud.uri, storage_options=cloud.opts)
     segs = ds.list_index_segments("vec_idx")
     assert sorted(s.uuid for s in segs) == segment_uuids(pds) and len(segs) == 5
+    flags = [a for k, v in cloud.opts.items() for a in ("-o", f"{k}={v}")]
+    assert _cli.main(["ls", cloud.uri, "--index", "vec_idx", "--json", *flags]) == 0
+    assert sorted(s["uuid"] for s in json.loads(capsys.readouterr().out)) == segment_uuids(pds)
     assert all(s.num_rows for s in segs)
     queries = lancegen.vectors(20, seed=1)
     before = lancegen.recall(pds, cloud.x, queries, k=10, nprobes=4)
