@@ -6,7 +6,7 @@
 #
 # Needs: Go 1.26+, a C compiler (cgo), Python 3.10+ built with a shared
 # libpython (pyenv and distro Pythons are), network access to PyPI and the Go
-# module proxy.
+# module proxy; node and npm for the Azure emulator (Azurite) in `make test`.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -19,7 +19,7 @@ PY_DEPS := pybindgen==0.22.1 "setuptools>=68" wheel \
            "moto[server]>=5.1" boto3 "matplotlib>=3.8" \
            "pandas>=2.0" "ipywidgets>=8.1" "nbclient>=0.10" "nbformat>=5.9" "ipykernel>=6.29"
 
-.PHONY: all venv build test test-go test-py vet demo notebook bench proto fuzz clean
+.PHONY: all venv build test test-go test-py vet demo notebook bench proto fuzz clean emulators
 
 all: build
 
@@ -38,15 +38,31 @@ build: venv
 vet:
 	$(GO) vet ./...
 
-# Go and Python tests run next to a local S3 server (moto, on loopback),
-# which tools/with_moto.py starts and stops.
-test-go: vet venv
-	$(PY) tools/with_moto.py -- $(GO) test ./...
+# Go and Python tests run next to local object-store emulators on loopback
+# (moto for S3, fake-gcs-server for GCS, Azurite for Azure Blob), which
+# tools/with_emulators.py starts and stops.
+test-go: vet venv emulators
+	$(PY) tools/with_emulators.py -- $(GO) test ./...
 	$(MAKE) fuzz FUZZTIME=$(CI_FUZZTIME)
 
-test-py: build
+test-py: build emulators
 	$(PY) -m mypy
-	PYTHONPATH=python $(PY) tools/with_moto.py -- $(PY) -m pytest -q
+	PYTHONPATH=python $(PY) tools/with_emulators.py -- $(PY) -m pytest -q
+
+# The GCS and Azure emulators, installed into .emulators/ from the Go
+# module proxy and npm. An emulator that cannot be installed (no npm, say)
+# is reported here and its tests skip with that reason.
+EMU              := .emulators
+FAKE_GCS_VERSION := v1.56.1
+AZURITE_VERSION  := 3.37.0
+emulators: $(EMU)/bin/fake-gcs-server $(EMU)/azurite/node_modules/.bin/azurite-blob
+$(EMU)/bin/fake-gcs-server:
+	GOBIN=$(abspath $(EMU)/bin) $(GO) install github.com/fsouza/fake-gcs-server@$(FAKE_GCS_VERSION) \
+	  || echo "warning: could not install fake-gcs-server; the GCS tests will be skipped" >&2
+$(EMU)/azurite/node_modules/.bin/azurite-blob:
+	mkdir -p $(EMU)/azurite
+	npm install --prefix $(EMU)/azurite --no-audit --no-fund --loglevel=error azurite@$(AZURITE_VERSION) \
+	  || echo "warning: could not install Azurite (needs node and npm); the Azure tests will be skipped" >&2
 
 test: test-go test-py
 

@@ -36,7 +36,7 @@ func TestTagged(t *testing.T) {
 		{func() (string, error) { return DatasetInfo(fixture(t), "", 7) }, "[not_found] "},
 		{func() (string, error) { return DatasetInfo(fixture(t), "{bad", 0) }, "[invalid_input] "},
 		{func() (string, error) { return DatasetInfo(fixture(t), "", -1) }, "[invalid_input] "},
-		{func() (string, error) { return DatasetInfo("gs://b/t", "", 0) }, "[unsupported] "},
+		{func() (string, error) { return DatasetInfo("abfss://c@a.dfs.core.windows.net/t", "", 0) }, "[unsupported] "},
 		{func() (string, error) { return ListSegments(fixture(t), "", 0, "nope", false) }, "[not_found] "},
 		{func() (string, error) { return DescribeSegment("", "", "[]", false) }, "[invalid_input] "},
 	} {

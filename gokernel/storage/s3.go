@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -90,10 +89,38 @@ var s3Env = map[string][]string{
 	"virtual":    {"AWS_VIRTUAL_HOSTED_STYLE_REQUEST"},
 }
 
+// s3Options lists every key pylance takes for s3:// (object_store's
+// AmazonS3ConfigKey aliases, the client keys, lance's own): those not in
+// s3OptionKeys are accepted and have no effect here, as before; any other
+// key is refused.
+var s3Options = func() optionTable {
+	keys := map[string]string{}
+	for k, v := range s3OptionKeys {
+		keys[k] = v
+	}
+	for _, k := range []string{"aws_bucket", "aws_bucket_name", "bucket_name", "bucket", "default_region",
+		"aws_s3_express", "s3_express", "aws_imdsv1_fallback", "imdsv1_fallback", "aws_metadata_endpoint", "metadata_endpoint",
+		"aws_unsigned_payload", "unsigned_payload", "aws_checksum_algorithm", "checksum_algorithm",
+		"aws_container_credentials_relative_uri", "aws_container_credentials_full_uri", "aws_container_authorization_token_file",
+		"aws_web_identity_token_file", "web_identity_token_file", "aws_role_arn", "role_arn", "aws_role_session_name",
+		"role_session_name", "aws_endpoint_url_sts", "endpoint_url_sts", "aws_skip_signature", "skip_signature",
+		"aws_copy_if_not_exists", "copy_if_not_exists", "aws_conditional_put", "conditional_put", "aws_disable_tagging",
+		"disable_tagging", "aws_request_payer", "request_payer", "aws_server_side_encryption", "aws_sse_kms_key_id",
+		"aws_sse_bucket_key_enabled", "aws_sse_customer_key_base64", "dynamodb_endpoint"} {
+		if _, ok := keys[k]; !ok {
+			keys[k] = ""
+		}
+	}
+	return optionTable{scheme: "s3", prefix: "aws_", keys: keys}
+}()
+
 // ParseS3Options builds an S3Config from pylance-style storage options,
-// falling back to the environment. Unknown keys are ignored (pylance has
-// many we do not need); malformed values are errkind.InvalidInput.
+// falling back to the environment. Keys pylance takes but we do not need
+// are ignored; unknown keys and malformed values are errkind.InvalidInput.
 func ParseS3Options(options map[string]string) (S3Config, error) {
+	if err := s3Options.checkKeys(options); err != nil {
+		return S3Config{}, err
+	}
 	vals := map[string]string{}
 	for k, v := range options {
 		if name, ok := s3OptionKeys[strings.ToLower(k)]; ok {
@@ -105,7 +132,7 @@ func ParseS3Options(options map[string]string) (S3Config, error) {
 			continue
 		}
 		for _, e := range envs {
-			if v := os.Getenv(e); v != "" {
+			if v := getenv(e); v != "" {
 				vals[name] = v
 				break
 			}

@@ -2,8 +2,8 @@
 // streaming writes, create-if-absent, list and delete, over names that are
 // slash-separated paths relative to a dataset root ("_versions/1.manifest").
 //
-// Backends: Local (a directory on the local filesystem) and Mem (in memory,
-// for tests). The interface is shaped for object stores such as S3: reads are
+// Backends: Local (a directory on the local filesystem), Mem (in memory,
+// for tests), S3, GCS and Azure (object stores, rest.go for the last two). The interface is shaped for object stores such as S3: reads are
 // ranged and stateless, a write becomes visible only when Finish returns, and
 // PutIfAbsent is the only primitive that arbitrates between concurrent
 // writers.
@@ -18,6 +18,7 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -92,10 +93,10 @@ type Entry struct {
 	ModTime time.Time
 }
 
-// Open returns the store for a dataset URI: a local path, a file:// URI, or
-// memory://name (a process-wide in-memory store, for tests). options holds
-// backend settings (the storage_options of pylance); local and memory stores
-// take none.
+// Open returns the store for a dataset URI: a local path, a file:// URI,
+// s3://, gs://, az://, or memory://name (a process-wide in-memory store, for
+// tests). options holds backend settings (the storage_options of pylance);
+// local and memory stores take none.
 func Open(ctx context.Context, uri string, options map[string]string) (Store, error) {
 	if uri == "" {
 		return nil, fmt.Errorf("%w: storage: empty dataset URI", errkind.InvalidInput)
@@ -126,14 +127,29 @@ func Open(ctx context.Context, uri string, options map[string]string) (Store, er
 			return nil, err
 		}
 		return NewS3(uri, cfg)
+	case "gs":
+		cfg, err := ParseGCSOptions(options)
+		if err != nil {
+			return nil, err
+		}
+		return NewGCS(uri, cfg)
+	case "az":
+		cfg, err := ParseAzureOptions(options)
+		if err != nil {
+			return nil, err
+		}
+		return NewAzure(uri, cfg)
+	case "abfs", "abfss", "azure", "adl":
+		return nil, fmt.Errorf("%w: storage: %s:// URIs are not opened by pylance either; write az://container/path "+
+			"or az://container@account.dfs.core.windows.net/path", errkind.Unsupported, scheme)
+	case "gcs":
+		return nil, fmt.Errorf("%w: storage: gcs:// URIs are not opened by pylance either; write gs://bucket/path", errkind.Unsupported)
 	case "s3+ddb":
 		return nil, fmt.Errorf("%w: storage: %s is committed through an external manifest store (DynamoDB), which lance-segmerge does not write to: "+
 			"a version published without it would be missed by, or collide with, pylance's writers. Plan and merge on the dataset's plain s3:// URI, "+
 			"then commit the merged segments with pylance on the s3+ddb:// URI: "+
 			"lance.dataset(uri).commit_existing_index_segments(index, column, [seg.to_lance_index() for seg in merged])",
 			errkind.Unsupported, uri)
-	case "gs", "az", "abfss":
-		return nil, fmt.Errorf("%w: storage: %s:// is not supported yet", errkind.Unsupported, scheme)
 	default:
 		return nil, fmt.Errorf("%w: storage: unknown URI scheme %q in %q", errkind.InvalidInput, scheme, uri)
 	}
@@ -170,6 +186,10 @@ func Put(ctx context.Context, st Store, name string, data []byte) error {
 	}
 	return w.Finish()
 }
+
+// joinErrors reports every problem found in a set of options at once; each
+// keeps its kind.
+func joinErrors(errs []error) error { return errors.Join(errs...) }
 
 func checkName(name string) error {
 	if name == "" || strings.HasPrefix(name, "/") || strings.Contains(name, "\\") {

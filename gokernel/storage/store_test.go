@@ -186,7 +186,13 @@ func TestOpenURI(t *testing.T) {
 		{"memory://x", nil},
 		{"", errkind.InvalidInput},
 		{"s3://bucket/t.lance", nil},
-		{"gs://bucket/t.lance", errkind.Unsupported},
+		{"gs://bucket/t.lance", nil},
+		{"gs://bucket", nil},
+		{"az://container/t.lance", errkind.InvalidInput}, // no account
+		{"az://container@acct.dfs.core.windows.net/t.lance", nil},
+		{"az://a.b/t.lance", errkind.InvalidInput},
+		{"abfss://container@acct.dfs.core.windows.net/t.lance", errkind.Unsupported},
+		{"s3+ddb://bucket/t.lance", errkind.Unsupported},
 		{"s3://", errkind.InvalidInput},
 		{"ftp://host/x", errkind.InvalidInput},
 	} {

@@ -44,7 +44,7 @@ def test_invalid_arguments(args):
 
 def test_unsupported_scheme():
     with pytest.raises(ls.UnsupportedError):
-        ls.open("gs://bucket/table.lance")
+        ls.open("abfss://container@account.dfs.core.windows.net/table.lance")
     with pytest.raises(ls.InvalidInputError):
         ls.open("ftp://host/table.lance")
 

@@ -28,8 +28,9 @@ var allowed = map[string][]string{
 	"gokernel/ivf":       {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/internal/pb", "gokernel/vecmath"},
 	"gokernel/segment": {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table",
 		"gokernel/ivf", "gokernel/internal/pb", "gokernel/internal/bufpool", "gokernel/vecmath"},
-	"gokernel/internal/s3test":  {},
-	"gokernel/internal/bufpool": {},
+	"gokernel/internal/s3test":    {},
+	"gokernel/internal/cloudtest": {},
+	"gokernel/internal/bufpool":   {},
 }
 
 func repoRoot(t *testing.T) string {

@@ -11,6 +11,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -46,9 +47,11 @@ func NewBucket(t testing.TB) string {
 	return bucket
 }
 
-// FaultProxy stands between a client and the S3 server and fails or
-// delays a fraction of requests: 503 SlowDown (which S3 clients retry),
-// 500, a dropped connection, or a delay.
+// FaultProxy stands between a client and an object store server (S3,
+// GCS or Azure emulators) and fails or delays a fraction of requests: 503
+// SlowDown (which every store's clients retry), 500, a dropped connection,
+// or a delay. Location headers (GCS resumable upload sessions) are
+// rewritten to point back at the proxy.
 type FaultProxy struct {
 	*httptest.Server
 	failRate, delayRate float64
@@ -56,6 +59,17 @@ type FaultProxy struct {
 	Faults              atomic.Int64
 	mu                  sync.Mutex
 	r                   *rand.Rand
+	// OnRequest, when set, sees every request before it is failed or
+	// forwarded (tests check the preconditions a client sends).
+	OnRequest func(*http.Request)
+}
+
+// SetFailRate changes the share of requests that fail, from now on: 1
+// makes the store look gone.
+func (p *FaultProxy) SetFailRate(rate float64) {
+	p.mu.Lock()
+	p.failRate = rate
+	p.mu.Unlock()
 }
 
 // NewFaultProxy starts a proxy to target failing failRate and delaying
@@ -67,14 +81,24 @@ func NewFaultProxy(t testing.TB, target string, failRate, delayRate float64) *Fa
 	}
 	rp := httputil.NewSingleHostReverseProxy(u)
 	p := &FaultProxy{failRate: failRate, delayRate: delayRate, delay: 50 * time.Millisecond, r: rand.New(rand.NewPCG(7, 7))}
+	rp.ModifyResponse = func(resp *http.Response) error {
+		if loc := resp.Header.Get("Location"); strings.HasPrefix(loc, target) {
+			resp.Header.Set("Location", p.URL+strings.TrimPrefix(loc, target))
+		}
+		return nil
+	}
 	p.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if p.OnRequest != nil {
+			p.OnRequest(req)
+		}
 		p.mu.Lock()
 		x, y, kind := p.r.Float64(), p.r.Float64(), p.r.IntN(3)
+		failRate := p.failRate
 		p.mu.Unlock()
 		if y < p.delayRate {
 			time.Sleep(p.delay)
 		}
-		if x < p.failRate {
+		if x < failRate {
 			p.Faults.Add(1)
 			switch kind {
 			case 0:
