@@ -28,6 +28,8 @@ var allowed = map[string][]string{
 	"gokernel/ivf":       {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/internal/pb", "gokernel/vecmath"},
 	"gokernel/segment": {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table",
 		"gokernel/ivf", "gokernel/internal/pb", "gokernel/internal/bufpool", "gokernel/vecmath"},
+	"gokernel/vecdata": {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table",
+		"gokernel/internal/pb", "gokernel/vecmath"},
 	"gokernel/internal/s3test":  {},
 	"gokernel/internal/bufpool": {},
 }
