@@ -48,7 +48,7 @@ func ParseSpec(s string) (*Spec, error) {
 // release once the model is no longer used. The model is validated.
 func Import(sp *Spec) (_ *encode.Model, release func(), err error) {
 	var imported []*Matrix
-	release = func() {
+	releaseAll := func() {
 		for _, m := range imported {
 			m.Release()
 		}
@@ -84,7 +84,7 @@ func Import(sp *Spec) (_ *encode.Model, release func(), err error) {
 	}
 	defer func() {
 		if err != nil {
-			release()
+			releaseAll()
 		}
 	}()
 	if firstErr != nil {
@@ -148,7 +148,7 @@ func Import(sp *Spec) (_ *encode.Model, release func(), err error) {
 	if err := m.Validate(); err != nil {
 		return nil, nil, err
 	}
-	return m, release, nil
+	return m, releaseAll, nil
 }
 
 // SpecOf returns a model's scalars (its arrays are exported separately).
