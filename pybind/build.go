@@ -9,6 +9,8 @@ import (
 	"github.com/lance-segmerge/lance-segmerge/gokernel/modelio"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/segment"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/train"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/vecdata"
 )
 
 // BuildSegment builds one uncommitted index segment over some fragments of
@@ -104,4 +106,66 @@ func ReadIndexModel(uri, optionsJSON string, version int, indexName, ptrsJSON st
 		return "", tagged(fmt.Errorf("%w: the dataset has no index %q", errkind.NotFound, indexName))
 	}
 	return "", nil
+}
+
+// TrainModel samples a column's vectors at a dataset version and trains an
+// index model (train.Params as paramsJSON, with the column). The scalars
+// come back as modelio.Spec JSON (plus "stats"), the arrays are exported
+// into the C structs ptrsJSON names (see ReadIndexModel).
+func TrainModel(opID, uri, optionsJSON string, version int, column, paramsJSON, ptrsJSON string) (out string, err error) {
+	defer recoverTo(&err)
+	ctx, _, done := beginOp(opID)
+	defer done()
+	var p train.Params
+	if err := json.Unmarshal([]byte(paramsJSON), &p); err != nil {
+		return "", tagged(fmt.Errorf("%w: training parameters: %w", errkind.InvalidInput, err))
+	}
+	var ptrs modelio.ArrayPtrs
+	if err := json.Unmarshal([]byte(ptrsJSON), &ptrs); err != nil {
+		return "", tagged(fmt.Errorf("%w: array pointers: %w", errkind.InvalidInput, err))
+	}
+	st, snap, err := openSnapshot(ctx, uri, optionsJSON, version)
+	if err != nil {
+		return "", tagged(err)
+	}
+	rd, err := vecdata.NewReader(st, snap, column)
+	if err != nil {
+		return "", tagged(err)
+	}
+	m, stats, err := train.Train(ctx, rd, p)
+	if err != nil {
+		return "", tagged(err)
+	}
+	sp := modelio.SpecOf(m)
+	sp.Arrays = modelio.ArrayPtrs{"centroids": ptrs["centroids"]}
+	if m.PQ != nil {
+		sp.Arrays["codebook"] = ptrs["codebook"]
+	}
+	if err := modelio.Export(m, sp.Arrays); err != nil {
+		return "", tagged(err)
+	}
+	b, err := json.Marshal(struct {
+		*modelio.Spec
+		Stats train.Stats `json:"stats"`
+	}{sp, stats})
+	return string(b), tagged(err)
+}
+
+// FragmentRows lists the fragments of a dataset version: JSON
+// [[id, live rows], ...] in id order.
+func FragmentRows(uri, optionsJSON string, version int) (out string, err error) {
+	defer recoverTo(&err)
+	ctx := context.Background()
+	_, snap, err := openSnapshot(ctx, uri, optionsJSON, version)
+	if err != nil {
+		return "", tagged(err)
+	}
+	rows := [][2]uint64{}
+	for _, f := range snap.Manifest.GetFragments() {
+		n := f.GetPhysicalRows()
+		n -= min(n, f.GetDeletionFile().GetNumDeletedRows())
+		rows = append(rows, [2]uint64{f.GetId(), n})
+	}
+	b, err := json.Marshal(rows)
+	return string(b), tagged(err)
 }

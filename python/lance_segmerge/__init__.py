@@ -15,6 +15,7 @@ from .api import (
     open,
     plan_index_segment_merge,
 )
+from .build import build_index_segment, create_index, read_index_model, train_index_model
 from .distributed import OptimizeProgress, optimize, run_plan
 from .errors import (
     CancelledError,
@@ -27,6 +28,7 @@ from .errors import (
     StorageError,
     UnsupportedError,
 )
+from .model import IndexModel
 from .types import IndexFile, IndexSegment, MergePlan, MergeTask, OperationProgress
 
 __version__ = "0.1.0"
@@ -40,6 +42,11 @@ __all__ = [
     "optimize",
     "run_plan",
     "cleanup",
+    "train_index_model",
+    "read_index_model",
+    "build_index_segment",
+    "create_index",
+    "IndexModel",
     "IndexSegment",
     "MergePlan",
     "MergeTask",

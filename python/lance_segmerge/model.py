@@ -90,7 +90,7 @@ def _to_numpy(arr: pa.Array, cols: int) -> np.ndarray:
         cols = arr.type.list_size
     else:
         values = arr
-    out = values.to_numpy(zero_copy_only=False).astype(np.float32, copy=False).reshape(-1, cols)
+    out: np.ndarray = np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(-1, cols)
     out.setflags(write=False)
     return out
 

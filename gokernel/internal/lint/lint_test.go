@@ -29,6 +29,7 @@ var allowed = map[string][]string{
 	"gokernel/segment": {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table",
 		"gokernel/ivf", "gokernel/internal/pb", "gokernel/internal/bufpool", "gokernel/vecmath",
 		"gokernel/encode", "gokernel/vecdata"},
+	"gokernel/train":  {"gokernel/errkind", "gokernel/encode", "gokernel/ivf", "gokernel/vecdata", "gokernel/vecmath"},
 	"gokernel/encode": {"gokernel/errkind", "gokernel/ivf", "gokernel/lancefile", "gokernel/vecmath"},
 	"gokernel/modelio": {"gokernel/errkind", "gokernel/encode", "gokernel/ivf", "gokernel/lancefile",
 		"gokernel/storage", "gokernel/table", "gokernel/internal/pb", "gokernel/vecmath"},
