@@ -255,7 +255,7 @@ func (e *Encoder) encodePQ(x []float32, dst []byte) {
 		sub := x[sv*sd : (sv+1)*sd]
 		cb := pq.Codebook[sv*nc*sd : (sv+1)*nc*sd]
 		best, bestD := 0, float32(math.Inf(1))
-		if e.metric == Dot {
+		if e.metric == Dot && pq.DotByInnerProduct {
 			for c := 0; c < nc; c++ {
 				if d := 1 - vecmath.Dot(sub, cb[c*sd:(c+1)*sd]); d < bestD {
 					best, bestD = c, d

@@ -81,6 +81,14 @@ type PQParams struct {
 	// the order of Lance's codebook buffer (and of pylance's PqModel
 	// codebook flattened).
 	Codebook []float32
+	// DotByInnerProduct, for the dot metric only, assigns each sub-vector
+	// the codebook entry of largest inner product, as pylance 14's
+	// create_index_uncommitted does with an injected codebook. By default
+	// (false) the nearest entry in L2 is taken, as pylance's create_index
+	// does with the codebook it trains: on raw, unnormalised vectors, the
+	// inner product favours the entries of largest norm and recall falls
+	// (0.04 against 0.42 at recall@10 on the clustered test data).
+	DotByInnerProduct bool
 }
 
 // SQParams is an 8-bit scalar quantizer over [Lo, Hi].

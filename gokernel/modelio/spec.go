@@ -22,6 +22,7 @@ type Spec struct {
 	Dim              int       `json:"dim"`
 	NumSubVectors    int       `json:"num_sub_vectors,omitempty"`
 	NumBits          int       `json:"num_bits,omitempty"`
+	PQDotAssignment  string    `json:"pq_dot_assignment,omitempty"`
 	SQBounds         []float64 `json:"sq_bounds,omitempty"`
 	RQRotation       string    `json:"rq_rotation,omitempty"`
 	RQSigns          []int     `json:"rq_signs,omitempty"`
@@ -110,6 +111,13 @@ func Import(sp *Spec) (_ *encode.Model, release func(), err error) {
 			return nil, nil, fmt.Errorf("%w: model: an IVF_PQ model needs a PQ codebook", errkind.InvalidInput)
 		}
 		m.PQ = &encode.PQParams{NumSubVectors: sp.NumSubVectors, NumBits: sp.NumBits, Codebook: cb.Values}
+		switch sp.PQDotAssignment {
+		case "", "l2":
+		case "inner_product":
+			m.PQ.DotByInnerProduct = true
+		default:
+			return nil, nil, fmt.Errorf("%w: model: pq_dot_assignment %q (want l2 or inner_product)", errkind.InvalidInput, sp.PQDotAssignment)
+		}
 		if m.PQ.NumBits == 0 {
 			m.PQ.NumBits = 8
 		}
@@ -157,6 +165,9 @@ func SpecOf(m *encode.Model) *Spec {
 	switch {
 	case m.PQ != nil:
 		sp.NumSubVectors, sp.NumBits = m.PQ.NumSubVectors, m.PQ.NumBits
+		if m.PQ.DotByInnerProduct {
+			sp.PQDotAssignment = "inner_product"
+		}
 	case m.SQ != nil:
 		sp.NumBits, sp.SQBounds = m.SQ.NumBits, []float64{m.SQ.Lo, m.SQ.Hi}
 	case m.RQ != nil:

@@ -128,6 +128,12 @@ class IndexModel:
         Matrix rotation, (dimension, dimension).
     rq_query_estimator : str
         ``raw_query`` (pylance 14) or ``residual_query``.
+    pq_dot_assignment : str
+        Dot-metric PQ only: ``l2`` (default; what pylance's ``create_index``
+        does) encodes each sub-vector by its nearest codebook entry,
+        ``inner_product`` by the entry of largest inner product, which is
+        what pylance 14's ``create_index_uncommitted`` does with an injected
+        codebook (and which loses most of the recall).
     params : tuple of (str, value)
         How it was trained (sample size, iterations, seed...), for
         provenance; not part of the hash.
@@ -144,6 +150,7 @@ class IndexModel:
     rq_signs: bytes = b""
     rq_matrix: Optional[np.ndarray] = None
     rq_query_estimator: str = ""
+    pq_dot_assignment: str = ""
     params: tuple[tuple[str, Any], ...] = ()
     content_hash: str = field(default="", compare=False)
 
@@ -162,6 +169,8 @@ class IndexModel:
                 a.setflags(write=False)
                 object.__setattr__(self, name, a)
         object.__setattr__(self, "rq_signs", bytes(self.rq_signs))
+        if self.pq_dot_assignment not in ("", "l2", "inner_product"):
+            raise InvalidInputError(f"pq_dot_assignment must be 'l2' or 'inner_product', got {self.pq_dot_assignment!r}")
         if self.sq_bounds is not None:
             object.__setattr__(self, "sq_bounds", (float(self.sq_bounds[0]), float(self.sq_bounds[1])))
         object.__setattr__(self, "params", tuple((str(k), v) for k, v in self.params))
@@ -187,6 +196,8 @@ class IndexModel:
         out: dict[str, Any] = {"index_type": self.index_type, "metric": self.metric, "dim": self.dimension}
         if self.index_type == "IVF_PQ":
             out.update(num_sub_vectors=self.num_sub_vectors, num_bits=self.num_bits or 8)
+            if self.pq_dot_assignment:
+                out["pq_dot_assignment"] = self.pq_dot_assignment
         elif self.index_type == "IVF_SQ":
             out.update(num_bits=self.num_bits or 8, sq_bounds=list(self.sq_bounds or ()))
         elif self.index_type == "IVF_RQ":
@@ -230,6 +241,7 @@ class IndexModel:
             rq_signs=bytes(spec.get("rq_signs") or []),
             rq_matrix=_to_numpy(arrays["rotation"], dim) if "rotation" in arrays else None,
             rq_query_estimator=str(spec.get("rq_query_estimator") or ""),
+            pq_dot_assignment=str(spec.get("pq_dot_assignment") or ""),
             params=tuple(params),
         )
 
@@ -248,6 +260,7 @@ class IndexModel:
         rq_rotation: str = "fast",
         rq_signs: bytes = b"",
         rq_matrix: Any = None,
+        pq_dot_assignment: str = "",
     ) -> "IndexModel":
         """A model from arrays trained elsewhere: numpy arrays,
         ``pyarrow.FixedSizeListArray`` / ``FixedShapeTensorArray``, pylance
@@ -283,6 +296,7 @@ class IndexModel:
             rq_signs=rq_signs,
             rq_matrix=None if rq_matrix is None else _to_numpy(as_matrix(rq_matrix, "rq_matrix", dim), dim),
             rq_query_estimator="raw_query" if t == "IVF_RQ" else "",
+            pq_dot_assignment=pq_dot_assignment,
         )
 
     def __eq__(self, other: object) -> bool:

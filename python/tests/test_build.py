@@ -67,6 +67,8 @@ def pylance_model(ds: lance.LanceDataset, index_type: str, metric: str, num_bits
         pq = ib.train_pq(ivf, 4, sample_rate=16, num_bits=num_bits)
         kw.update(num_sub_vectors=4, pq_codebook=pq.codebook, num_bits=num_bits)
         ours["codebook"] = pq
+        if metric == "dot":  # what create_index_uncommitted does with an injected codebook
+            ours["pq_dot_assignment"] = "inner_product"
     if index_type == "IVF_RQ":
         rq = native_indices.build_rq_model(DIM)
         kw["rabitq_model"] = rq
