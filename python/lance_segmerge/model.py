@@ -83,7 +83,7 @@ def as_matrix(obj: Any, what: str, cols: Optional[int] = None) -> pa.Array:
 
 def _to_numpy(arr: pa.Array, cols: int) -> np.ndarray:
     """A read-only float32 (rows, cols) copy-free view where possible."""
-    if isinstance(arr.type, pa.ExtensionType):
+    if hasattr(arr, "storage"):  # an extension array (fixed_shape_tensor)
         arr = arr.storage
     if pa.types.is_fixed_size_list(arr.type):
         values = arr.flatten()
@@ -269,9 +269,8 @@ class IndexModel:
         for IVF_RQ."""
         t = normalize_index_type(index_type)
         c = as_matrix(centroids, "centroids")
-        dim = c.type.list_size if pa.types.is_fixed_size_list(c.type) else (
-            c.storage.type.list_size if isinstance(c.type, pa.ExtensionType) else 0
-        )
+        storage = getattr(c, "storage", c)
+        dim = storage.type.list_size if pa.types.is_fixed_size_list(storage.type) else 0
         if hasattr(codebook, "num_subvectors"):
             num_sub_vectors = num_sub_vectors or int(codebook.num_subvectors)
             num_bits = num_bits or int(getattr(codebook, "num_bits", 8))
