@@ -67,14 +67,9 @@ func exAbsNormalized(dst, rotated []float32) []float32 {
 type exScratch struct {
 	abs     []float32
 	codes   []int
-	events  []exEvent
+	events  []uint64
 	values  []byte
 	blocked [exBlockDims]byte
-}
-
-type exEvent struct {
-	t   float32
-	idx int32
 }
 
 // bestExRescale searches the rescaling factor t maximising the cosine
@@ -108,30 +103,24 @@ func bestExRescale(s *exScratch, abs []float32, exBits int) float32 {
 		num += float32((float32(cur) + 0.5) * v)
 		for next := cur + 1; next <= maxCode; next++ {
 			if t := float32(next) / v; t < tEnd {
-				s.events = append(s.events, exEvent{t, int32(i)})
+				// Positive floats order as their bits: (t, dimension) in
+				// one key. Equal thresholds keep emission order (by
+				// dimension; one dimension's thresholds strictly grow).
+				s.events = append(s.events, uint64(math.Float32bits(t))<<32|uint64(i))
 			}
 		}
 	}
-	// Stable: equal thresholds keep their emission order (by dimension,
-	// then by code).
-	slices.SortStableFunc(s.events, func(a, b exEvent) int {
-		switch {
-		case a.t < b.t:
-			return -1
-		case a.t > b.t:
-			return 1
-		}
-		return 0
-	})
+	slices.Sort(s.events)
 	best := num / float32(math.Sqrt(float64(sqDen)))
 	bestT := tStart
 	for _, e := range s.events {
-		s.codes[e.idx]++
-		u := s.codes[e.idx]
+		idx := uint32(e)
+		s.codes[idx]++
+		u := s.codes[idx]
 		sqDen += float32(2 * u)
-		num += abs[e.idx]
+		num += abs[idx]
 		if ip := num / float32(math.Sqrt(float64(sqDen))); ip > best {
-			best, bestT = ip, e.t
+			best, bestT = ip, math.Float32frombits(uint32(e>>32))
 		}
 	}
 	return bestT
