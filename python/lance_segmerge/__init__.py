@@ -7,6 +7,8 @@ formats directly; datasets stay readable by pylance.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .api import (
     Dataset,
     cleanup,
@@ -15,7 +17,6 @@ from .api import (
     open,
     plan_index_segment_merge,
 )
-from .build import build_index_segment, create_index, read_index_model, train_index_model
 from .distributed import OptimizeProgress, optimize, run_plan
 from .errors import (
     CancelledError,
@@ -28,7 +29,6 @@ from .errors import (
     StorageError,
     UnsupportedError,
 )
-from .model import IndexModel
 from .types import IndexFile, IndexSegment, MergePlan, MergeTask, OperationProgress
 
 __version__ = "0.1.0"
@@ -64,6 +64,27 @@ __all__ = [
     "InternalError",
     "kernel_version",
 ]
+
+
+_BUILD_NAMES = {
+    "build_index_segment": "build",
+    "create_index": "build",
+    "read_index_model": "build",
+    "train_index_model": "build",
+    "IndexModel": "model",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The build path needs numpy and pyarrow (the ``lance`` extra): its
+    names are imported on first use, so that the merge path works without
+    them."""
+    mod = _BUILD_NAMES.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'lance_segmerge' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f".{mod}", __name__), name)
 
 
 def kernel_version() -> str:
