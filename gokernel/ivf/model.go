@@ -209,3 +209,34 @@ func DecodeTensor(b []byte) (*Tensor, error) {
 func EncodeTensor(t *Tensor) ([]byte, error) {
 	return proto.MarshalOptions{Deterministic: true}.Marshal(t.proto())
 }
+
+// Float32Tensor packs rows×cols float32 values (row-major) as a FLOAT32
+// tensor.
+func Float32Tensor(rows, cols int, v []float32) *Tensor {
+	data := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(x))
+	}
+	return &Tensor{DType: pb.Tensor_FLOAT32, Shape: []uint32{uint32(rows), uint32(cols)}, Data: data}
+}
+
+// Float32s returns the values of a FLOAT32, FLOAT16 or FLOAT64 tensor as
+// float32.
+func (t *Tensor) Float32s() ([]float32, bool) {
+	if t.DType == pb.Tensor_FLOAT32 {
+		out := make([]float32, len(t.Data)/4)
+		for i := range out {
+			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(t.Data[4*i:]))
+		}
+		return out, true
+	}
+	f, ok := t.Float64s()
+	if !ok || t.DType == pb.Tensor_UINT8 {
+		return nil, false
+	}
+	out := make([]float32, len(f))
+	for i, x := range f {
+		out[i] = float32(x)
+	}
+	return out, true
+}

@@ -680,24 +680,29 @@ func takeRows(a *lancefile.Array, rows []int) *lancefile.Array {
 	return out
 }
 
-// writeIndex writes index.idx for a FLAT sub-index, as Lance's builder
-// does: a zero-row __flat_marker column, the IVF centroids (row counts all
-// zero: the rows live in auxiliary.idx) and one "" sub-index entry per
-// partition.
+// writeIndex writes the merged segment's index.idx.
 func (mg *merger) writeIndex(ctx context.Context) (int64, error) {
 	m := mg.m
-	sw, err := mg.st.Create(ctx, mg.dir+ivf.IndexFileName)
+	return writeFlatIndex(ctx, mg.st, mg.dir, m.version, m.typ, m.distance, m.centroids, m.nparts)
+}
+
+// writeFlatIndex writes index.idx for a FLAT sub-index, as Lance's builder
+// does: a zero-row __flat_marker column, the IVF centroids (row counts all
+// zero: the rows live in auxiliary.idx) and one "" sub-index entry per
+// partition. Merges and builds share it.
+func writeFlatIndex(ctx context.Context, st storage.Store, dir string, version lancefile.Version, typ ivf.IndexType, distance string, centroids *ivf.Tensor, nparts int) (int64, error) {
+	sw, err := st.Create(ctx, dir+ivf.IndexFileName)
 	if err != nil {
 		return 0, err
 	}
 	defer sw.Abort()
 	counted := &countingWriter{w: sw}
 	w, err := lancefile.NewWriter(counted, []*lancefile.Field{lancefile.NewField("__flat_marker", lancefile.Primitive(lancefile.KindUint64), false)},
-		lancefile.WriterOptions{Version: m.version})
+		lancefile.WriterOptions{Version: version})
 	if err != nil {
 		return 0, err
 	}
-	ivfBytes, err := (&ivf.Model{Lengths: make([]uint32, m.nparts), Centroids: m.centroids}).Encode()
+	ivfBytes, err := (&ivf.Model{Lengths: make([]uint32, nparts), Centroids: centroids}).Encode()
 	if err != nil {
 		return 0, err
 	}
@@ -705,9 +710,9 @@ func (mg *merger) writeIndex(ctx context.Context) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	flat := make([]string, m.nparts)
+	flat := make([]string, nparts)
 	flatJSON, _ := json.Marshal(flat)
-	indexMeta, _ := json.Marshal(ivf.IndexMeta{Type: m.typ, DistanceType: m.distance})
+	indexMeta, _ := json.Marshal(ivf.IndexMeta{Type: typ, DistanceType: distance})
 	w.SetMetadata(ivf.KeyIndex, indexMeta)
 	w.SetMetadata(ivf.KeyIVF, []byte(strconv.Itoa(pos)))
 	w.SetMetadata(ivf.KeyFlat, flatJSON)

@@ -7,6 +7,8 @@ formats directly; datasets stay readable by pylance.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .api import (
     Dataset,
     cleanup,
@@ -51,6 +53,11 @@ __all__ = [
     "TreeTask",
     "OptimizeReport",
     "cleanup",
+    "train_index_model",
+    "read_index_model",
+    "build_index_segment",
+    "create_index",
+    "IndexModel",
     "IndexSegment",
     "SegmentList",
     "MergePlan",
@@ -69,6 +76,27 @@ __all__ = [
     "InternalError",
     "kernel_version",
 ]
+
+
+_BUILD_NAMES = {
+    "build_index_segment": "build",
+    "create_index": "build",
+    "read_index_model": "build",
+    "train_index_model": "build",
+    "IndexModel": "model",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The build path needs numpy and pyarrow (the ``lance`` extra): its
+    names are imported on first use, so that the merge path works without
+    them."""
+    mod = _BUILD_NAMES.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'lance_segmerge' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f".{mod}", __name__), name)
 
 
 def kernel_version() -> str:

@@ -159,6 +159,32 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_build(args: argparse.Namespace) -> int:
+    from .build import create_index
+
+    ds = _open(args)
+    out = create_index(
+        ds,
+        args.column,
+        args.index_type,
+        name=args.name,
+        metric=args.metric,
+        num_partitions=args.num_partitions,
+        num_sub_vectors=args.num_sub_vectors,
+        num_bits=args.num_bits,
+        sample_rate=args.sample_rate,
+        max_iters=args.max_iters,
+        seed=args.seed,
+        executor=args.executor,
+        max_workers=args.workers,
+        fragments_per_task=args.fragments_per_task,
+        fan_in=args.fan_in,
+        progress=not args.no_progress,
+    )
+    print(f"{args.name or args.column + '_idx'}: {args.index_type} on {args.column}, version {ds.version} -> {out.version}")
+    return 0
+
+
 def cmd_cleanup(args: argparse.Namespace) -> int:
     orphans: list[dict[str, Any]] = cleanup(_open(args), args.older_than, dry_run=not args.delete)
     if not orphans:
@@ -224,6 +250,25 @@ def build_parser() -> argparse.ArgumentParser:
     op.add_argument("--plot-kind", choices=["sizes", "tree", "partitions"], default="sizes",
                     help="sizes: segment sizes before and after (default); tree: the merges run; partitions: IVF partition sizes")
     op.set_defaults(fn=cmd_optimize)
+
+    bd = sub.add_parser("build", parents=[store], help="train, build segments on workers, merge and commit a vector index")
+    bd.add_argument("uri")
+    bd.add_argument("--column", required=True)
+    bd.add_argument("--index-type", required=True, choices=["IVF_FLAT", "IVF_SQ", "IVF_PQ", "IVF_RQ"])
+    bd.add_argument("--name", help="index name (default: <column>_idx)")
+    bd.add_argument("--metric", default="l2", choices=["l2", "cosine", "dot"])
+    bd.add_argument("--num-partitions", type=int, help="IVF partitions (default: about sqrt(rows))")
+    bd.add_argument("--num-sub-vectors", type=int, help="PQ sub-vectors (default: dimension/16)")
+    bd.add_argument("--num-bits", type=int, help="PQ (4, 8), SQ (8) or RQ (1-9) bits")
+    bd.add_argument("--sample-rate", type=int, default=256)
+    bd.add_argument("--max-iters", type=int, default=50)
+    bd.add_argument("--seed", type=int)
+    bd.add_argument("--executor", default="local", choices=["local", "processes", "ray", "dask"])
+    bd.add_argument("--workers", type=int, help="pool size")
+    bd.add_argument("--fragments-per-task", type=int)
+    bd.add_argument("--fan-in", type=int, default=32)
+    bd.add_argument("--no-progress", action="store_true")
+    bd.set_defaults(fn=cmd_build)
 
     cl = sub.add_parser("cleanup", parents=[store], help="find (and with --delete remove) segment directories no version references")
     cl.add_argument("uri")

@@ -32,3 +32,23 @@ def ping(_: Any = None) -> str:
     from . import kernel_version
 
     return kernel_version()
+
+
+def build_task(job: dict[str, Any]) -> dict[str, Any]:
+    """Build one segment over a group of fragments; ``job`` holds the
+    dataset, column, index type, fragments, the (picklable) IndexModel, the
+    index name and the output uuid. Returns the segment as a dict."""
+    from .build import build_index_segment
+
+    seg = build_index_segment(
+        job["dataset"],
+        job["column"],
+        job["index_type"],
+        job["fragment_ids"],
+        job["model"],
+        name=job["name"],
+        index_uuid=job.get("index_uuid"),
+        window_rows=job.get("window_rows"),
+        memory_bytes=job.get("memory_bytes"),
+    )
+    return seg.to_dict()

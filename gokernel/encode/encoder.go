@@ -1,0 +1,325 @@
+package encode
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/ivf"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/vecmath"
+)
+
+// Column names of a segment's auxiliary file. Part of the format.
+const (
+	ColRowID         = "_rowid"
+	ColFlat          = "flat"
+	ColSQ            = "__sq_code"
+	ColPQ            = "__pq_code"
+	ColRQ            = "_rabit_codes"
+	ColRQAdd         = "__add_factors"
+	ColRQScale       = "__scale_factors"
+	ColRQError       = "__error_factors"
+	ColRQExCodes     = "__blocked_ex_codes"
+	ColRQExAdd       = "__add_factors_ex"
+	ColRQExScale     = "__scale_factors_ex"
+	ColRQLegacyExCod = "__ex_codes"
+)
+
+// Column is one code column of the auxiliary file (after _rowid).
+type Column struct {
+	Name     string
+	Type     lancefile.DataType
+	Nullable bool
+}
+
+// Width is the size of one row of the column in bytes.
+func (c Column) Width() int { return c.Type.ValueBits() / 8 }
+
+// Encoder encodes vectors with one model. It is safe for concurrent use;
+// each goroutine needs its own Scratch.
+type Encoder struct {
+	m      *Model
+	metric Metric // the metric after preparation: cosine is L2
+	k      int
+	cols   []Column
+	// PQ
+	subDim int
+	// RQ
+	exBits       int
+	rotCentroids []float32 // raw query: the rotated centroids
+	centNormSq   []float32 // residual query, dot: ‖c‖²
+}
+
+// NewEncoder validates the model and prepares what encoding needs.
+func NewEncoder(m *Model) (*Encoder, error) {
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	e := &Encoder{m: m, metric: m.Metric.indexMetric(), k: m.NumPartitions()}
+	u8 := func(n int) lancefile.DataType { return lancefile.FixedSizeList(lancefile.KindUint8, n) }
+	f32 := lancefile.Primitive(lancefile.KindFloat32)
+	switch m.Type {
+	case ivf.IVFFlat:
+		e.cols = []Column{{ColFlat, lancefile.FixedSizeList(lancefile.KindFloat32, m.Dim), false}}
+	case ivf.IVFSQ:
+		e.cols = []Column{{ColSQ, u8(m.Dim), true}}
+	case ivf.IVFPQ:
+		e.subDim = m.Dim / m.PQ.NumSubVectors
+		e.cols = []Column{{ColPQ, u8(m.PQ.NumSubVectors * m.PQ.NumBits / 8), true}}
+	case ivf.IVFRQ:
+		r := m.RQ
+		e.exBits = r.NumBits - 1
+		e.cols = []Column{{ColRQ, u8(RQCodeBytes(m.Dim)), true}, {ColRQAdd, f32, true}, {ColRQScale, f32, true}}
+		if r.QueryEstimator == RawQuery {
+			e.cols = append(e.cols, Column{ColRQError, f32, true})
+			if e.exBits > 0 {
+				e.cols = append(e.cols, Column{ColRQExCodes, u8(BlockedExCodeBytes(m.Dim, e.exBits)), true},
+					Column{ColRQExAdd, f32, true}, Column{ColRQExScale, f32, true})
+			}
+			e.rotCentroids = make([]float32, len(m.Centroids))
+			for p := 0; p < e.k; p++ {
+				e.rotate(e.rotCentroids[p*m.Dim:(p+1)*m.Dim], m.Centroids[p*m.Dim:(p+1)*m.Dim])
+			}
+		} else if e.metric == Dot {
+			e.centNormSq = make([]float32, e.k)
+			for p := range e.centNormSq {
+				e.centNormSq[p] = normSqSeq(m.Centroids[p*m.Dim : (p+1)*m.Dim])
+			}
+		}
+	default:
+		return nil, fmt.Errorf("%w: encode: index type %s", errkind.Unsupported, m.Type)
+	}
+	return e, nil
+}
+
+// Model is the encoder's model.
+func (e *Encoder) Model() *Model { return e.m }
+
+// Columns are the code columns, in the auxiliary file's order after _rowid.
+func (e *Encoder) Columns() []Column { return e.cols }
+
+// Scratch is per-goroutine working memory.
+type Scratch struct {
+	resid, rot []float32
+	ex         exScratch
+	exValues   []byte
+}
+
+// Prepare brings a vector to the space the index works in, in place:
+// cosine vectors are divided by their norm (Lance: sequential float32 sum
+// of squares, square root, division). It reports false for a vector Lance
+// drops (a zero vector under cosine normalises to NaN).
+func (e *Encoder) Prepare(v []float32) bool {
+	if e.m.Metric != Cosine {
+		return true
+	}
+	n := float32(math.Sqrt(float64(normSqSeq(v))))
+	for i := range v {
+		v[i] /= n
+	}
+	return n != 0 && !math.IsInf(float64(n), 0) && !math.IsNaN(float64(n))
+}
+
+// normSqSeq is Σ v² in dimension order (Lance's scalar loops).
+func normSqSeq(v []float32) float32 {
+	var s float32
+	for _, x := range v {
+		s += float32(x * x)
+	}
+	return s
+}
+
+// Assign returns a prepared vector's IVF partition and its distance to the
+// centroid (squared L2, or 1 - dot for dot), the first minimum winning
+// ties as in Lance; -1 when every distance is NaN.
+func (e *Encoder) Assign(v []float32) (int, float32) {
+	c, dim := e.m.Centroids, e.m.Dim
+	best, bestD := -1, float32(math.Inf(1))
+	if e.metric == Dot {
+		for p := 0; p < e.k; p++ {
+			if d := 1 - vecmath.Dot(v, c[p*dim:(p+1)*dim]); d < bestD {
+				best, bestD = p, d
+			}
+		}
+		return best, bestD
+	}
+	for p := 0; p < e.k; p++ {
+		if d := vecmath.L2Sq(v, c[p*dim:(p+1)*dim]); d < bestD {
+			best, bestD = p, d
+		}
+	}
+	return best, bestD
+}
+
+func (e *Encoder) rotate(out, v []float32) {
+	if e.m.RQ.Rotation == RotationMatrix {
+		matrixRotate(out, v, e.m.RQ.Matrix)
+		return
+	}
+	FastRotate(out, v, e.m.RQ.Signs)
+}
+
+// Encode encodes n = len(parts) vectors (n×Dim values, prepared in place).
+// parts[i] receives row i's partition, or -1 for a row Lance drops; out[c]
+// (len n × Columns()[c].Width()) receives row i's bytes of column c at
+// i×width.
+func (e *Encoder) Encode(s *Scratch, vectors []float32, parts []int32, out [][]byte) {
+	dim := e.m.Dim
+	for i := range parts {
+		v := vectors[i*dim : (i+1)*dim]
+		if !e.Prepare(v) {
+			parts[i] = -1
+			for c, col := range e.cols {
+				w := col.Width()
+				clear(out[c][i*w : (i+1)*w])
+			}
+			continue
+		}
+		p, dist := e.Assign(v)
+		parts[i] = int32(p)
+		if p < 0 {
+			continue
+		}
+		e.encodeRow(s, v, p, dist, out, i)
+	}
+}
+
+func putF32(b []byte, x float32) { binary.LittleEndian.PutUint32(b, math.Float32bits(x)) }
+
+func (e *Encoder) residual(s *Scratch, v []float32, p int) []float32 {
+	dim := e.m.Dim
+	s.resid = slices.Grow(s.resid[:0], dim)[:dim]
+	c := e.m.Centroids[p*dim : (p+1)*dim]
+	for j := range s.resid {
+		s.resid[j] = v[j] - c[j]
+	}
+	return s.resid
+}
+
+func (e *Encoder) encodeRow(s *Scratch, v []float32, p int, dist float32, out [][]byte, i int) {
+	dim := e.m.Dim
+	switch e.m.Type {
+	case ivf.IVFFlat:
+		row := out[0][i*4*dim : (i+1)*4*dim]
+		for j, x := range v {
+			putF32(row[4*j:], x)
+		}
+	case ivf.IVFSQ:
+		lo, hi := e.m.SQ.Lo, e.m.SQ.Hi
+		row := out[0][i*dim : (i+1)*dim]
+		if lo == hi {
+			clear(row)
+			return
+		}
+		r := hi - lo
+		for j, x := range v {
+			row[j] = saturatingU8((float64(x) - lo) * 255 / r)
+		}
+	case ivf.IVFPQ:
+		x := v
+		if e.metric != Dot {
+			x = e.residual(s, v, p)
+		}
+		w := e.cols[0].Width()
+		e.encodePQ(x, out[0][i*w:(i+1)*w])
+	case ivf.IVFRQ:
+		e.encodeRQ(s, v, p, dist, out, i)
+	}
+}
+
+// saturatingU8 is Rust's `f64 as u8`: truncation toward zero, saturating,
+// NaN to 0.
+func saturatingU8(x float64) byte {
+	switch {
+	case !(x > 0):
+		return 0
+	case x >= 255:
+		return 255
+	}
+	return byte(x)
+}
+
+// encodePQ writes the PQ code of x (a residual, or the raw vector for dot):
+// for each sub-vector, the codebook entry nearest in squared L2, or, for
+// dot, of largest inner product (first minimum of 1 - dot wins), as
+// pylance encodes with an injected codebook; 4-bit codes pack two sub-vectors per byte, the even one in
+// the low nibble.
+func (e *Encoder) encodePQ(x []float32, dst []byte) {
+	pq := e.m.PQ
+	nc := 1 << pq.NumBits
+	sd := e.subDim
+	for sv := 0; sv < pq.NumSubVectors; sv++ {
+		sub := x[sv*sd : (sv+1)*sd]
+		cb := pq.Codebook[sv*nc*sd : (sv+1)*nc*sd]
+		best, bestD := 0, float32(math.Inf(1))
+		if e.metric == Dot && pq.DotByInnerProduct {
+			for c := 0; c < nc; c++ {
+				if d := 1 - vecmath.Dot(sub, cb[c*sd:(c+1)*sd]); d < bestD {
+					best, bestD = c, d
+				}
+			}
+		} else {
+			for c := 0; c < nc; c++ {
+				if d := vecmath.L2Sq(sub, cb[c*sd:(c+1)*sd]); d < bestD {
+					best, bestD = c, d
+				}
+			}
+		}
+		if pq.NumBits == 8 {
+			dst[sv] = byte(best)
+		} else if sv%2 == 0 {
+			dst[sv/2] = byte(best)
+		} else {
+			dst[sv/2] |= byte(best) << 4
+		}
+	}
+}
+
+func (e *Encoder) encodeRQ(s *Scratch, v []float32, p int, dist float32, out [][]byte, i int) {
+	dim := e.m.Dim
+	res := e.residual(s, v, p)
+	var normSq float32
+	if e.metric == Dot {
+		normSq = normSqSeq(res)
+	} else {
+		normSq = dist // ‖v-c‖², the assignment's distance
+	}
+	s.rot = slices.Grow(s.rot[:0], dim)[:dim]
+	e.rotate(s.rot, res)
+	cw := RQCodeBytes(dim)
+	packSignBits(out[0][i*cw:(i+1)*cw], s.rot)
+	if e.m.RQ.QueryEstimator == ResidualQuery {
+		var absSum float32
+		for _, x := range s.rot {
+			absSum += float32(math.Abs(float64(x)))
+		}
+		ip := absSum / float32(math.Sqrt(float64(dim)))
+		add, scale := normSq, ratio(float32(-2*normSq), ip)
+		if e.metric == Dot {
+			add = dist + e.centNormSq[p]
+			scale = -ratio(normSq, ip)
+		}
+		putF32(out[1][4*i:], add)
+		putF32(out[2][4*i:], scale)
+		return
+	}
+	var exValues []byte
+	var exDot float32
+	if e.exBits > 0 {
+		s.exValues = slices.Grow(s.exValues[:0], dim)[:dim]
+		exValues = s.exValues
+		w := e.cols[4].Width()
+		exDot = quantizeEx(&s.ex, s.rot, e.exBits, out[4][i*w:(i+1)*w], exValues)
+	}
+	f := rawQueryFactors(e.metric, normSq, s.rot, e.rotCentroids[p*dim:(p+1)*dim], exValues, exDot, e.exBits)
+	putF32(out[1][4*i:], f.add)
+	putF32(out[2][4*i:], f.scale)
+	putF32(out[3][4*i:], f.errf)
+	if e.exBits > 0 {
+		putF32(out[5][4*i:], f.exAdd)
+		putF32(out[6][4*i:], f.exScale)
+	}
+}

@@ -1,0 +1,328 @@
+// Package vecdata reads the vectors of one column of a Lance dataset from its
+// data files, as an index build sees them: per fragment, in row order, with
+// deleted rows, null vectors and vectors holding NaN or infinity skipped (as
+// pylance's builder skips them), each vector tagged with its row address
+// (fragment id << 32 | row offset).
+//
+// It streams: Scan reads windows of rows, never a whole fragment, and
+// Sample reads only the rows it draws. Float16 columns are widened to
+// float32.
+package vecdata
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/RoaringBitmap/roaring/v2"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/vecmath"
+)
+
+// Column is a vector column of a dataset version.
+type Column struct {
+	Name    string
+	FieldID int32
+	Dim     int
+	// Elem is the element kind: lancefile.KindFloat32 or KindFloat16.
+	Elem     lancefile.Kind
+	Nullable bool
+}
+
+// ResolveColumn finds a top-level FixedSizeList<float32|float16> column.
+// errkind.NotFound when there is no such column, InvalidInput when it is not
+// a float vector column.
+func ResolveColumn(snap *table.Snapshot, name string) (*Column, error) {
+	f, ok := snap.FieldByName(name)
+	if !ok {
+		return nil, fmt.Errorf("%w: vecdata: the dataset has no column %q", errkind.NotFound, name)
+	}
+	t := lancefile.ParseLogicalType(f.GetLogicalType())
+	if t.Kind != lancefile.KindFixedSizeList {
+		return nil, fmt.Errorf("%w: vecdata: column %q is %q, not a fixed-size list of floats", errkind.InvalidInput, name, f.GetLogicalType())
+	}
+	switch t.Elem {
+	case lancefile.KindFloat32, lancefile.KindFloat16:
+	default:
+		return nil, fmt.Errorf("%w: vecdata: column %q holds %q vectors; only float32 and float16 vectors are indexed", errkind.Unsupported, name, f.GetLogicalType())
+	}
+	return &Column{Name: name, FieldID: f.GetId(), Dim: t.Dim, Elem: t.Elem, Nullable: f.GetNullable()}, nil
+}
+
+// Reader reads one vector column of one dataset version.
+type Reader struct {
+	st    storage.Store
+	snap  *table.Snapshot
+	col   *Column
+	frags map[uint64]*pb.DataFragment
+	opts  lancefile.Options
+}
+
+// NewReader opens the vector column name of snap for reading. Datasets with
+// stable row ids are refused (errkind.Unsupported): their row ids are not
+// row addresses.
+func NewReader(st storage.Store, snap *table.Snapshot, name string) (*Reader, error) {
+	if snap.Manifest.GetReaderFeatureFlags()&table.FlagStableRowIDs != 0 {
+		return nil, fmt.Errorf("%w: vecdata: the dataset uses stable row ids; building its index segments is not supported yet", errkind.Unsupported)
+	}
+	col, err := ResolveColumn(snap, name)
+	if err != nil {
+		return nil, err
+	}
+	r := &Reader{st: st, snap: snap, col: col, frags: map[uint64]*pb.DataFragment{}}
+	for _, f := range snap.Manifest.GetFragments() {
+		r.frags[f.GetId()] = f
+	}
+	return r, nil
+}
+
+// Column is the column being read.
+func (r *Reader) Column() *Column { return r.col }
+
+// FragmentIDs returns every fragment id of the version, ascending.
+func (r *Reader) FragmentIDs() []uint64 { return r.snap.FragmentIDs() }
+
+// CheckFragments verifies that every id names a fragment of the version and
+// that none repeats. errkind.InvalidInput otherwise.
+func (r *Reader) CheckFragments(ids []uint64) error {
+	seen := make(map[uint64]bool, len(ids))
+	for _, id := range ids {
+		if _, ok := r.frags[id]; !ok {
+			return fmt.Errorf("%w: vecdata: version %d has no fragment %d", errkind.InvalidInput, r.snap.Ref.Version, id)
+		}
+		if seen[id] {
+			return fmt.Errorf("%w: vecdata: fragment %d listed twice", errkind.InvalidInput, id)
+		}
+		seen[id] = true
+		if id > math.MaxUint32 {
+			return fmt.Errorf("%w: vecdata: fragment id %d does not fit a row address", errkind.Unsupported, id)
+		}
+	}
+	return nil
+}
+
+// Batch is a run of valid vectors.
+type Batch struct {
+	// RowIDs are row addresses: fragment id << 32 | row offset.
+	RowIDs []uint64
+	// Vectors holds len(RowIDs) vectors of Dim float32 values, row-major.
+	Vectors []float32
+	// Skipped counts rows of the window that were not deleted but held a
+	// null vector or a non-finite value.
+	Skipped int
+}
+
+// Len is the number of vectors.
+func (b *Batch) Len() int { return len(b.RowIDs) }
+
+// fragmentFile is an opened data file of a fragment and the name its
+// schema gives the column.
+type fragmentFile struct {
+	obj     storage.Object
+	rd      *lancefile.Reader
+	name    string
+	rows    uint64
+	deleted *roaring.Bitmap
+}
+
+func (f *fragmentFile) close() {
+	if f.obj != nil {
+		f.obj.Close()
+	}
+}
+
+// open opens the data file of fragment id that holds the column, and its
+// deletions.
+func (r *Reader) open(ctx context.Context, id uint64) (*fragmentFile, error) {
+	frag, ok := r.frags[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: vecdata: no fragment %d", errkind.InvalidInput, id)
+	}
+	var df *pb.DataFile
+	for _, d := range frag.GetFiles() {
+		if slices.Contains(d.GetFields(), r.col.FieldID) {
+			df = d
+		}
+	}
+	if df == nil {
+		return nil, fmt.Errorf("%w: vecdata: fragment %d has no data file holding column %q (field %d)", errkind.Corrupt, id, r.col.Name, r.col.FieldID)
+	}
+	dst, name, err := r.snap.DataFileStore(ctx, r.st, df)
+	if err != nil {
+		return nil, fmt.Errorf("vecdata: fragment %d: %w", id, err)
+	}
+	obj, err := dst.Open(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("vecdata: fragment %d: %w", id, err)
+	}
+	ff := &fragmentFile{obj: obj}
+	ok = false
+	defer func() {
+		if !ok {
+			ff.close()
+		}
+	}()
+	if ff.rd, err = lancefile.Open(ctx, obj, name, r.opts); err != nil {
+		return nil, err
+	}
+	var field *lancefile.Field
+	for _, f := range ff.rd.Fields() {
+		if f.ID == r.col.FieldID {
+			field = f
+		}
+	}
+	if field == nil {
+		return nil, fmt.Errorf("%w: vecdata: %s has no field %d (%q)", errkind.Corrupt, name, r.col.FieldID, r.col.Name)
+	}
+	if field.Type.Kind != lancefile.KindFixedSizeList || field.Type.Elem != r.col.Elem || field.Type.Dim != r.col.Dim {
+		return nil, fmt.Errorf("%w: vecdata: %s stores column %q as %s, the manifest says fixed_size_list of %d", errkind.Corrupt, name, r.col.Name, field.Type, r.col.Dim)
+	}
+	ff.name = field.Name
+	ff.rows = ff.rd.NumRows()
+	if p := frag.GetPhysicalRows(); p != 0 && p != ff.rows {
+		return nil, fmt.Errorf("%w: vecdata: %s holds %d rows, fragment %d has %d", errkind.Corrupt, name, ff.rows, id, p)
+	}
+	if ff.deleted, err = r.snap.DeletedRows(ctx, r.st, frag); err != nil {
+		return nil, err
+	}
+	ok = true
+	return ff, nil
+}
+
+// DefaultWindowRows is Scan's default window: 32768 rows of 128-d float32
+// vectors are 16 MiB.
+const DefaultWindowRows = 1 << 15
+
+// Scan calls fn with the valid vectors of each fragment in ids, in the
+// order given, in windows of at most windowRows rows (DefaultWindowRows when
+// <= 0). The Batch and its slices are reused after fn returns.
+func (r *Reader) Scan(ctx context.Context, ids []uint64, windowRows int, fn func(*Batch) error) error {
+	if err := r.CheckFragments(ids); err != nil {
+		return err
+	}
+	if windowRows <= 0 {
+		windowRows = DefaultWindowRows
+	}
+	b := &Batch{}
+	var buf []byte
+	for _, id := range ids {
+		ff, err := r.open(ctx, id)
+		if err != nil {
+			return err
+		}
+		for start := uint64(0); start < ff.rows; start += uint64(windowRows) {
+			if err := ctx.Err(); err != nil {
+				ff.close()
+				return err
+			}
+			end := min(ff.rows, start+uint64(windowRows))
+			need := lancefile.IntoCap(lancefile.FixedSizeList(r.col.Elem, r.col.Dim), int(end-start))
+			if cap(buf) < need {
+				buf = make([]byte, need)
+			}
+			a, err := ff.rd.ReadInto(ctx, ff.name, start, end, buf)
+			if err != nil {
+				ff.close()
+				return err
+			}
+			b.RowIDs, b.Vectors, b.Skipped = b.RowIDs[:0], b.Vectors[:0], 0
+			r.appendValid(b, a, id, start, ff.deleted)
+			if b.Len() == 0 && b.Skipped == 0 {
+				continue
+			}
+			if err := fn(b); err != nil {
+				ff.close()
+				return err
+			}
+		}
+		ff.close()
+	}
+	return nil
+}
+
+// appendValid appends the valid rows of a (rows [start, start+a.Len) of
+// fragment id) to b.
+func (r *Reader) appendValid(b *Batch, a *lancefile.Array, id, start uint64, deleted *roaring.Bitmap) {
+	dim := r.col.Dim
+	width := 4
+	if r.col.Elem == lancefile.KindFloat16 {
+		width = 2
+	}
+	for i := 0; i < a.Len; i++ {
+		off := start + uint64(i)
+		if deleted != nil && deleted.Contains(uint32(off)) {
+			continue
+		}
+		if !a.IsValid(i) || a.ItemValidity != nil && !allBitsSet(a.ItemValidity, i*dim, (i+1)*dim) {
+			b.Skipped++
+			continue
+		}
+		n := len(b.Vectors)
+		b.Vectors = slices.Grow(b.Vectors, dim)[:n+dim]
+		v := b.Vectors[n:]
+		raw := a.Values[i*dim*width : (i+1)*dim*width]
+		if width == 4 {
+			for j := range v {
+				v[j] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*j:]))
+			}
+		} else {
+			for j := range v {
+				v[j] = vecmath.HalfToFloat32(binary.LittleEndian.Uint16(raw[2*j:]))
+			}
+		}
+		if !finite(v) {
+			b.Vectors = b.Vectors[:n]
+			b.Skipped++
+			continue
+		}
+		b.RowIDs = append(b.RowIDs, id<<32|off)
+	}
+}
+
+func finite(v []float32) bool {
+	for _, x := range v {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			return false
+		}
+	}
+	return true
+}
+
+func allBitsSet(bits []byte, from, to int) bool {
+	for i := from; i < to; i++ {
+		if bits[i/8]&(1<<(i%8)) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// CountRows returns the rows of the fragments that are not deleted (null
+// and non-finite vectors included: telling them apart needs a read).
+func (r *Reader) CountRows(ctx context.Context, ids []uint64) (uint64, error) {
+	if err := r.CheckFragments(ids); err != nil {
+		return 0, err
+	}
+	var n uint64
+	for _, id := range ids {
+		f := r.frags[id]
+		rows := f.GetPhysicalRows()
+		if rows == 0 {
+			ff, err := r.open(ctx, id)
+			if err != nil {
+				return 0, err
+			}
+			rows = ff.rows
+			ff.close()
+		}
+		n += rows - min(rows, f.GetDeletionFile().GetNumDeletedRows())
+	}
+	return n, nil
+}

@@ -1,0 +1,171 @@
+package pybind
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/modelio"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/segment"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/train"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/vecdata"
+)
+
+// BuildSegment builds one uncommitted index segment over some fragments of
+// a dataset version (0 = latest) with a model whose scalars are modelJSON
+// (modelio.Spec) and whose arrays arrive through the Arrow C Data
+// Interface (the addresses in the spec; they are taken over and released
+// when the build ends). buildOptionsJSON holds segment.BuildOptions.
+// Returns the segment's info JSON, with statistics. opID names the
+// operation for Progress and Cancel.
+func BuildSegment(opID, uri, optionsJSON string, version int, modelJSON, buildOptionsJSON string) (out string, err error) {
+	defer recoverTo(&err)
+	ctx, prog, done := beginOp(opID)
+	defer done()
+	sp, err := modelio.ParseSpec(modelJSON)
+	if err != nil {
+		return "", tagged(err)
+	}
+	model, release, err := modelio.Import(sp)
+	if err != nil {
+		return "", tagged(err)
+	}
+	defer release()
+	var opts segment.BuildOptions
+	if err := json.Unmarshal([]byte(buildOptionsJSON), &opts); err != nil {
+		return "", tagged(fmt.Errorf("%w: build options: %w", errkind.InvalidInput, err))
+	}
+	opts.Progress = prog
+	st, snap, err := openSnapshot(ctx, uri, optionsJSON, version)
+	if err != nil {
+		return "", tagged(err)
+	}
+	im, err := segment.Build(ctx, st, snap, model, opts)
+	if err != nil {
+		return "", tagged(err)
+	}
+	info, err := segment.Describe(im)
+	if err != nil {
+		return "", tagged(err)
+	}
+	if info.Stats, err = segment.ReadStats(context.WithoutCancel(ctx), st, im); err != nil {
+		return "", tagged(err)
+	}
+	b, err := json.Marshal(info)
+	return string(b), tagged(err)
+}
+
+// ReadIndexModel reads the model of an existing index (its first segment
+// with files, by manifest order) at a dataset version: the scalars are
+// returned as modelio.Spec JSON, the arrays exported through the C Data
+// Interface into the structs whose addresses ptrsJSON names
+// (modelio.ArrayPtrs; "centroids" always, "codebook" or "rotation" when
+// the model has one, as listed in the returned spec's arrays).
+func ReadIndexModel(uri, optionsJSON string, version int, indexName, ptrsJSON string) (out string, err error) {
+	defer recoverTo(&err)
+	ctx := context.Background()
+	st, snap, err := openSnapshot(ctx, uri, optionsJSON, version)
+	if err != nil {
+		return "", tagged(err)
+	}
+	var ptrs modelio.ArrayPtrs
+	if err := json.Unmarshal([]byte(ptrsJSON), &ptrs); err != nil {
+		return "", tagged(fmt.Errorf("%w: array pointers: %w", errkind.InvalidInput, err))
+	}
+	var found bool
+	for _, im := range snap.Indices {
+		if im.GetName() != indexName {
+			continue
+		}
+		found = true
+		m, err := modelio.FromSegment(ctx, st, im)
+		if err != nil {
+			return "", tagged(fmt.Errorf("index %q segment %s: %w", indexName, table.IndexUUID(im), err))
+		}
+		sp := modelio.SpecOf(m)
+		sp.Arrays = modelio.ArrayPtrs{}
+		names := []string{"centroids"}
+		if m.PQ != nil {
+			names = append(names, "codebook")
+		}
+		if m.RQ != nil && m.RQ.Matrix != nil {
+			names = append(names, "rotation")
+		}
+		for _, n := range names {
+			sp.Arrays[n] = ptrs[n]
+		}
+		if err := modelio.Export(m, sp.Arrays); err != nil {
+			return "", tagged(err)
+		}
+		b, err := json.Marshal(sp)
+		return string(b), tagged(err)
+	}
+	if !found {
+		return "", tagged(fmt.Errorf("%w: the dataset has no index %q", errkind.NotFound, indexName))
+	}
+	return "", nil
+}
+
+// TrainModel samples a column's vectors at a dataset version and trains an
+// index model (train.Params as paramsJSON, with the column). The scalars
+// come back as modelio.Spec JSON (plus "stats"), the arrays are exported
+// into the C structs ptrsJSON names (see ReadIndexModel).
+func TrainModel(opID, uri, optionsJSON string, version int, column, paramsJSON, ptrsJSON string) (out string, err error) {
+	defer recoverTo(&err)
+	ctx, _, done := beginOp(opID)
+	defer done()
+	var p train.Params
+	if err := json.Unmarshal([]byte(paramsJSON), &p); err != nil {
+		return "", tagged(fmt.Errorf("%w: training parameters: %w", errkind.InvalidInput, err))
+	}
+	var ptrs modelio.ArrayPtrs
+	if err := json.Unmarshal([]byte(ptrsJSON), &ptrs); err != nil {
+		return "", tagged(fmt.Errorf("%w: array pointers: %w", errkind.InvalidInput, err))
+	}
+	st, snap, err := openSnapshot(ctx, uri, optionsJSON, version)
+	if err != nil {
+		return "", tagged(err)
+	}
+	rd, err := vecdata.NewReader(st, snap, column)
+	if err != nil {
+		return "", tagged(err)
+	}
+	m, stats, err := train.Train(ctx, rd, p)
+	if err != nil {
+		return "", tagged(err)
+	}
+	sp := modelio.SpecOf(m)
+	sp.Arrays = modelio.ArrayPtrs{"centroids": ptrs["centroids"]}
+	if m.PQ != nil {
+		sp.Arrays["codebook"] = ptrs["codebook"]
+	}
+	if err := modelio.Export(m, sp.Arrays); err != nil {
+		return "", tagged(err)
+	}
+	b, err := json.Marshal(struct {
+		*modelio.Spec
+		Stats train.Stats `json:"stats"`
+	}{sp, stats})
+	return string(b), tagged(err)
+}
+
+// FragmentRows lists the fragments of a dataset version: JSON
+// [[id, live rows], ...] in id order.
+func FragmentRows(uri, optionsJSON string, version int) (out string, err error) {
+	defer recoverTo(&err)
+	ctx := context.Background()
+	_, snap, err := openSnapshot(ctx, uri, optionsJSON, version)
+	if err != nil {
+		return "", tagged(err)
+	}
+	rows := [][2]uint64{}
+	for _, f := range snap.Manifest.GetFragments() {
+		n := f.GetPhysicalRows()
+		n -= min(n, f.GetDeletionFile().GetNumDeletedRows())
+		rows = append(rows, [2]uint64{f.GetId(), n})
+	}
+	b, err := json.Marshal(rows)
+	return string(b), tagged(err)
+}

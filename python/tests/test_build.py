@@ -1,0 +1,191 @@
+"""build_index_segment against pylance 14.0.2's create_index_uncommitted:
+the same pylance-trained model injected into both gives the same partition
+assignment and the same codes, and pylance merges, commits and queries the
+segments we build."""
+
+from __future__ import annotations
+
+import base64
+import json
+import pickle
+import shutil
+from pathlib import Path
+from typing import Any
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pytest
+from lance.indices import IndicesBuilder
+from lance.lance import indices as native_indices
+
+import lancegen
+import lance_segmerge as ls
+from lance_segmerge import _ffi
+from lance_segmerge.build import build_index_segment, read_index_model
+from lance_segmerge.errors import InvalidInputError
+from lance_segmerge.model import IndexModel
+
+DIM = 32
+PARTS = 8
+
+
+@pytest.fixture(scope="module")
+def two_frags(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, np.ndarray]:
+    root = str(tmp_path_factory.mktemp("build") / "ds")
+    x = lancegen.vectors(6000, dim=DIM, seed=3)
+    lance.write_dataset(lancegen.table(x), root, max_rows_per_file=3000)
+    return root, x
+
+
+def read_aux(root: str, uuid: str) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
+    """The auxiliary file's columns (as bytes per row), row ids, and each
+    row's partition."""
+    path = f"{root}/_indices/{uuid}/auxiliary.idx"
+    info = _ffi.call_json("InspectFile", path, 0, -1, "")
+    ivf = _ffi.call_json("DescribeIVF", path)
+    rid = np.frombuffer(base64.b64decode(info["columns"]["_rowid"]["values"]), np.uint64)
+    part = np.zeros(len(rid), np.int64)
+    for p, (off, n) in enumerate(zip(ivf["offsets"], ivf["lengths"])):
+        part[off : off + n] = p
+    return info, rid, part
+
+
+def column_rows(info: dict[str, Any], name: str, n: int) -> np.ndarray:
+    raw = np.frombuffer(base64.b64decode(info["columns"][name]["values"]), np.uint8)
+    return raw.reshape(n, -1)
+
+
+def pylance_model(ds: lance.LanceDataset, index_type: str, metric: str, num_bits: int = 8) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A model trained by pylance: create_index_uncommitted kwargs, and the
+    arguments of IndexModel.from_arrays for the same model."""
+    ib = IndicesBuilder(ds, "vec")
+    ivf = ib.train_ivf(PARTS, distance_type=metric, sample_rate=64)
+    kw: dict[str, Any] = {"num_partitions": PARTS, "ivf_centroids": ivf.centroids, "metric": metric}
+    ours: dict[str, Any] = {"centroids": ivf}
+    if index_type == "IVF_PQ":
+        pq = ib.train_pq(ivf, 4, sample_rate=16, num_bits=num_bits)
+        kw.update(num_sub_vectors=4, pq_codebook=pq.codebook, num_bits=num_bits)
+        ours["codebook"] = pq
+        if metric == "dot":  # what create_index_uncommitted does with an injected codebook
+            ours["pq_dot_assignment"] = "inner_product"
+    if index_type == "IVF_RQ":
+        rq = native_indices.build_rq_model(DIM)
+        kw["rabitq_model"] = rq
+        ours["rabitq_model"] = rq
+    return kw, ours
+
+
+CASES = [(t, m, 8) for t in ("IVF_FLAT", "IVF_SQ", "IVF_PQ", "IVF_RQ") for m in ("l2", "cosine", "dot")]
+CASES += [("IVF_PQ", "l2", 4), ("IVF_PQ", "dot", 4)]
+
+
+@pytest.mark.parametrize("index_type,metric,num_bits", CASES)
+def test_codes_agree_with_create_index_uncommitted(two_frags: tuple[str, np.ndarray], index_type: str, metric: str, num_bits: int) -> None:
+    root, _ = two_frags
+    ds = lance.dataset(root)
+    kw, ours = pylance_model(ds, index_type, metric, num_bits)
+    theirs = ds.create_index_uncommitted("vec", index_type, name="p", fragment_ids=[1], **kw)
+    tinfo, trid, tpart = read_aux(root, theirs.uuid)
+    if index_type == "IVF_SQ":  # pylance trains SQ bounds per segment: inject those
+        meta = json.loads(json.loads(base64.b64decode(tinfo["metadata"]["storage_metadata"]))[0])
+        ours["sq_bounds"] = (meta["bounds"]["start"], meta["bounds"]["end"])
+    model = IndexModel.from_arrays(index_type, metric, ours.pop("centroids"), **ours)
+    seg = build_index_segment(ds, "vec", index_type, [1], model, name="o")
+    oinfo, orid, opart = read_aux(root, seg.uuid)
+
+    # Same rows, same schema, same quantizer metadata.
+    ti, oi = np.argsort(trid), np.argsort(orid)
+    np.testing.assert_array_equal(trid[ti], orid[oi])
+    assert [(f["name"], f["type"], f["nullable"]) for f in tinfo["fields"]] == [
+        (f["name"], f["type"], f["nullable"]) for f in oinfo["fields"]
+    ]
+    assert tinfo["metadata"] == oinfo["metadata"]
+    assert tinfo["version"] == oinfo["version"]
+    n = len(trid)
+    assert (tpart[ti] == opart[oi]).mean() >= 0.999
+    for f in tinfo["fields"]:
+        if f["name"] == "_rowid":
+            continue
+        a, b = column_rows(tinfo, f["name"], n)[ti], column_rows(oinfo, f["name"], n)[oi]
+        if f["type"] == "float":  # RQ correction factors: float32 sums in another order
+            fa, fb = a.copy().view(np.float32).ravel(), b.copy().view(np.float32).ravel()
+            assert np.isclose(fa, fb, rtol=1e-4, atol=1e-5).mean() >= 0.999, f["name"]
+        else:
+            assert (a == b).all(axis=1).mean() >= 0.999, f["name"]
+    # The manifest entry looks like pylance's.
+    assert seg.index_version == theirs.index_version
+    assert list(seg.fields) == list(theirs.fields)
+    assert list(seg.fragment_ids) == [1]
+    assert seg.num_rows == n
+    assert seg.pq_transposed in (None, False) and seg.rq_packed in (None, False)
+
+
+@pytest.mark.parametrize("index_type,metric", [("IVF_PQ", "l2"), ("IVF_SQ", "cosine"), ("IVF_RQ", "dot"), ("IVF_FLAT", "l2")])
+def test_pylance_merges_commits_and_queries_our_segments(tmp_path: Path, two_frags: tuple[str, np.ndarray], index_type: str, metric: str) -> None:
+    src, x = two_frags
+    roots = {who: str(tmp_path / who) for who in ("ours", "theirs")}
+    for r in roots.values():
+        shutil.copytree(src, r)
+    ds = lance.dataset(roots["theirs"])
+    kw, ours = pylance_model(ds, index_type, metric)
+    # pylance: one create_index_uncommitted segment per fragment, same model
+    theirs = [ds.create_index_uncommitted("vec", index_type, name="vec_idx", fragment_ids=[f], **kw) for f in (0, 1)]
+    if index_type == "IVF_SQ":
+        meta = json.loads(json.loads(base64.b64decode(read_aux(roots["theirs"], theirs[0].uuid)[0]["metadata"]["storage_metadata"]))[0])
+        ours["sq_bounds"] = (meta["bounds"]["start"], meta["bounds"]["end"])
+    ds = ds.commit_existing_index_segments("vec_idx", "vec", [ds.merge_existing_index_segments(theirs)])
+    q = lancegen.vectors(30, dim=DIM, seed=99)
+    r_theirs = lancegen.recall(ds, x, q, metric=metric, nprobes=PARTS)
+
+    # ours: the same model, our shards, pylance's merge and commit
+    model = IndexModel.from_arrays(index_type, metric, ours.pop("centroids"), **ours)
+    segs = [build_index_segment(roots["ours"], "vec", index_type, [f], model, name="vec_idx") for f in (0, 1)]
+    ds = lance.dataset(roots["ours"])
+    merged = ds.merge_existing_index_segments([s.to_lance_index() for s in segs])
+    ds = ds.commit_existing_index_segments("vec_idx", "vec", [merged])
+    assert [i.name for i in ds.describe_indices()] == ["vec_idx"]
+    assert ds.stats.index_stats("vec_idx")["num_indexed_rows"] == len(x)
+    r_ours = lancegen.recall(ds, x, q, metric=metric, nprobes=PARTS)
+    # pylance's SQ segments each train their own bounds, and its merge decodes
+    # them all with the first one's: ours (one shared model) can only be better.
+    assert r_ours >= r_theirs - 0.01, (r_ours, r_theirs)
+    if index_type != "IVF_SQ":
+        assert r_ours <= r_theirs + 0.01, (r_ours, r_theirs)
+    assert r_ours > 0.2  # it answers queries (4 sub-vectors for 32-d vectors: coarse PQ)
+
+
+def test_model_is_checked_before_writing(two_frags: tuple[str, np.ndarray]) -> None:
+    root, _ = two_frags
+    ds = lance.dataset(root)
+    kw, ours = pylance_model(ds, "IVF_PQ", "l2")
+    model = IndexModel.from_arrays("IVF_PQ", "l2", ours["centroids"], codebook=ours["codebook"])
+    before = sorted(p.name for p in Path(root, "_indices").iterdir()) if Path(root, "_indices").exists() else []
+    with pytest.raises(InvalidInputError):
+        build_index_segment(ds, "vec", "IVF_SQ", [0], model, name="x")  # kind
+    with pytest.raises(InvalidInputError):
+        build_index_segment(ds, "vec", "IVF_PQ", [0], model, name="x", metric="dot")  # metric
+    wrong_dim = IndexModel.from_arrays("IVF_FLAT", "l2", np.zeros((4, 16), np.float32))
+    with pytest.raises(InvalidInputError):
+        build_index_segment(ds, "vec", "IVF_FLAT", [0], wrong_dim, name="x")  # dimension
+    with pytest.raises(InvalidInputError):
+        build_index_segment(ds, "vec", "IVF_PQ", [9], model, name="x")  # fragment
+    bad_bits = IndexModel.from_arrays("IVF_PQ", "l2", ours["centroids"], codebook=ours["codebook"], num_bits=4)
+    with pytest.raises(InvalidInputError):
+        build_index_segment(ds, "vec", "IVF_PQ", [0], bad_bits, name="x")  # bits vs codebook size
+    after = sorted(p.name for p in Path(root, "_indices").iterdir()) if Path(root, "_indices").exists() else []
+    assert after == before
+
+
+def test_index_model_pickles_and_hashes(two_frags: tuple[str, np.ndarray]) -> None:
+    root, _ = two_frags
+    ds = lance.dataset(root)
+    _, ours = pylance_model(ds, "IVF_RQ", "l2")
+    m = IndexModel.from_arrays("IVF_RQ", "l2", ours["centroids"], rabitq_model=ours["rabitq_model"])
+    again = pickle.loads(pickle.dumps(m))
+    assert again == m and again.content_hash == m.content_hash and hash(again) == hash(m)
+    assert m.num_bits == 5 and m.rq_rotation == "fast" and len(m.rq_signs) == 16
+    with pytest.raises(Exception):
+        m.centroids[0, 0] = 1.0  # read-only
+    other = IndexModel.from_arrays("IVF_RQ", "l2", ours["centroids"], rabitq_model=native_indices.build_rq_model(DIM))
+    assert other.content_hash != m.content_hash
