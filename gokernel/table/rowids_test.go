@@ -79,7 +79,7 @@ func TestRowIDSequenceEncodings(t *testing.T) {
 			Start: 10, End: 16, Holes: u16s(10, 1, 4)}}}}, []uint64{10, 12, 13, 15}},
 		{"bitmap, least significant bit first", []*pb.U64Segment{{Segment: &pb.U64Segment_RangeWithBitmap_{RangeWithBitmap: &pb.U64Segment_RangeWithBitmap{
 			Start: 3, End: 13, Bitmap: []byte{0b0100_0101, 0b10}}}}}, []uint64{3, 5, 9, 12}},
-		{"sorted u32", []*pb.U64Segment{{Segment: &pb.U64Segment_SortedArray{SortedArray: u32s(1 << 33, 0, 7, 70000)}}}, []uint64{1 << 33, 1<<33 + 7, 1<<33 + 70000}},
+		{"sorted u32", []*pb.U64Segment{{Segment: &pb.U64Segment_SortedArray{SortedArray: u32s(1<<33, 0, 7, 70000)}}}, []uint64{1 << 33, 1<<33 + 7, 1<<33 + 70000}},
 		{"unsorted u64", []*pb.U64Segment{{Segment: &pb.U64Segment_Array{Array: u64s(9, 2, 1<<40)}}}, []uint64{9, 2, 1 << 40}},
 		{"mixed", []*pb.U64Segment{rng(0, 2), {Segment: &pb.U64Segment_Array{Array: u16s(100, 3, 1, 2)}}, rng(2, 3)}, []uint64{0, 1, 103, 101, 102, 2}},
 	} {

@@ -10,7 +10,7 @@ from typing import Any, Optional, Sequence, Union
 from . import _ffi
 from ._cdata import CStructs
 from ._progress import ProgressArg, Reporter
-from .api import Dataset
+from .api import Dataset, DatasetLike, _at_version, as_dataset
 from .errors import InvalidInputError
 from .model import IndexModel, normalize_index_type, normalize_metric
 from .types import IndexSegment
@@ -20,15 +20,8 @@ logger = logging.getLogger(__name__)
 __all__ = ["build_index_segment", "read_index_model", "train_index_model"]
 
 
-def _dataset(dataset: Union[Dataset, str]) -> Dataset:
-    if isinstance(dataset, Dataset):
-        return dataset
-    if isinstance(dataset, str):
-        return Dataset(dataset)
-    uri = getattr(dataset, "uri", None)  # a pylance LanceDataset
-    if isinstance(uri, str):
-        return Dataset(uri, getattr(dataset, "version", None))
-    raise InvalidInputError(f"dataset must be a Dataset or a URI, got {type(dataset).__name__}")
+def _dataset(dataset: DatasetLike) -> Dataset:
+    return as_dataset(dataset)
 
 
 def _fragments(fragment_ids: Any) -> list[int]:
@@ -58,7 +51,7 @@ def _check_model(model: Any, index_type: str, metric: Optional[str]) -> IndexMod
 
 
 def build_index_segment(
-    dataset: Union[Dataset, str],
+    dataset: DatasetLike,
     column: str,
     index_type: str,
     fragment_ids: Sequence[int],
@@ -155,7 +148,7 @@ def build_index_segment(
     return seg
 
 
-def read_index_model(dataset: Union[Dataset, str], index_name: str) -> IndexModel:
+def read_index_model(dataset: DatasetLike, index_name: str) -> IndexModel:
     """The model of an existing index (read from its first segment): build
     new segments with it for appended fragments, and they merge with the
     index's segments, as ``optimize_indices(num_indices_to_merge=0)``
@@ -177,7 +170,7 @@ def read_index_model(dataset: Union[Dataset, str], index_name: str) -> IndexMode
 
 
 def train_index_model(
-    dataset: Union[Dataset, str],
+    dataset: DatasetLike,
     column: str,
     index_type: str,
     *,
@@ -267,7 +260,7 @@ def train_index_model(
     return model
 
 
-def fragment_rows(dataset: Union[Dataset, str]) -> list[tuple[int, int]]:
+def fragment_rows(dataset: DatasetLike) -> list[tuple[int, int]]:
     """(fragment id, live rows) of every fragment of the dataset version."""
     ds = _dataset(dataset)
     return [(int(f), int(n)) for f, n in _ffi.call_json("FragmentRows", ds.uri, _ffi.options_json(ds.storage_options), ds.version)]
@@ -293,7 +286,7 @@ def _group_fragments(frags: list[tuple[int, int]], fragments_per_task: Optional[
 
 
 def create_index(
-    dataset: Union[Dataset, str],
+    dataset: DatasetLike,
     column: str,
     index_type: str,
     *,
@@ -315,7 +308,7 @@ def create_index(
     window_rows: Optional[int] = None,
     memory_bytes: Optional[int] = None,
     storage_options: Optional[dict[str, str]] = None,
-) -> Dataset:
+) -> Any:
     """Build a vector index over the whole dataset, distributed, and commit
     it once.
 
@@ -328,7 +321,7 @@ def create_index(
 
     Parameters
     ----------
-    dataset : Dataset or str
+    dataset : Dataset, str, os.PathLike or lance.LanceDataset
     column : str
         The vector column.
     index_type : str
@@ -354,8 +347,9 @@ def create_index(
 
     Returns
     -------
-    Dataset
-        The dataset at the new version.
+    Dataset or lance.LanceDataset
+        The dataset at the new version, of the kind given (a
+        ``lance.LanceDataset`` for one, else a :class:`Dataset`).
     """
     import math
     import uuid as uuidlib
@@ -365,10 +359,7 @@ def create_index(
     from .distributed import OptimizeProgress, _Reporter, _run_level
     from .executors import resolve_executor
 
-    if isinstance(dataset, Dataset):
-        ds = dataset
-    else:
-        ds = Dataset(str(dataset), storage_options=storage_options) if isinstance(dataset, str) else _dataset(dataset)
+    ds = as_dataset(dataset, storage_options)
     t = normalize_index_type(index_type)
     name = name or f"{column}_idx"
     if name in ds.index_names:
@@ -419,7 +410,7 @@ def create_index(
             outputs = _run_level(ds, tasks, pool, level, report, created, options)
             level += 1
         final = outputs
-        version = commit_existing_index_segments(ds, name, column, final)
+        version = commit_existing_index_segments(ds, name, column, final).version
         committed = True
         logger.info("create_index %s: %d build tasks, %d merge levels, version %d", name, len(jobs), level - 1, version)
     except BaseException:
@@ -433,4 +424,4 @@ def create_index(
             remove_uncommitted(ds, [u for u in created if u not in keep])
         except Exception as exc:
             logger.warning("could not remove uncommitted segments: %s", exc)
-    return ds.checkout(version)
+    return _at_version(dataset, ds, version)

@@ -110,13 +110,13 @@ def test_incremental_delta_from_existing_index(tmp_path: Path, base: tuple[str, 
     model = ls.read_index_model(uri, "vec_idx")
     assert model.index_type == "IVF_PQ" and model.num_partitions == 8
     seg = ls.build_index_segment(uri, "vec", "IVF_PQ", [new_frag], model, name="vec_idx")
-    v = ls.commit_existing_index_segments(uri, "vec_idx", "vec", [seg])
+    v = ls.commit_existing_index_segments(uri, "vec_idx", "vec", [seg]).version
     ds = lance.dataset(uri)
     assert ds.version == v and len(ds.describe_indices()[0].segments) == 2
     allx = np.concatenate([x, extra])
     r_delta = lancegen.recall(ds, allx, QUERIES, nprobes=8)
     # our merge accepts the base and the delta together
-    v2 = ls.optimize(uri, "vec_idx", progress=False)
+    v2 = ls.optimize(uri, "vec_idx", progress=False).version
     ds = lance.dataset(uri)
     assert ds.version == v2 and len(ds.describe_indices()[0].segments) == 1
     assert lancegen.recall(ds, allx, QUERIES, nprobes=8) >= r_delta - 0.01
