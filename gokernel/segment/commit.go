@@ -15,8 +15,6 @@ import (
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
-	"github.com/lance-segmerge/lance-segmerge/gokernel/ivf"
-	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
 )
@@ -68,8 +66,16 @@ func Commit(ctx context.Context, st storage.Store, base *table.Snapshot, req Com
 	if err != nil {
 		return 0, err
 	}
-	segs, err := prepareSegments(ctx, st, base, req, fieldID)
+	segs, news, err := prepareSegments(ctx, st, base, req, fieldID)
 	if err != nil {
+		return 0, err
+	}
+	models := &modelChecker{st: st, index: req.IndexName, news: news}
+	defer func() {
+		closeSources(news)
+		models.close()
+	}()
+	if err := models.checkNew(); err != nil {
 		return 0, err
 	}
 	coverage := map[uint32]bool{}
@@ -96,6 +102,13 @@ func Commit(ctx context.Context, st storage.Store, base *table.Snapshot, req Com
 		checked = latest.Ref.Version
 		m, indices, txn, err := buildVersion(latest, base.Ref.Version, txnID, req, segs, coverage)
 		if err != nil {
+			return 0, err
+		}
+		removed := map[string]bool{}
+		for _, im := range txn.GetCreateIndex().GetRemovedIndices() {
+			removed[table.IndexUUID(im)] = true
+		}
+		if err := models.check(ctx, latest, removed); err != nil {
 			return 0, err
 		}
 		err = table.Publish(ctx, st, latest.Ref.Scheme, m, indices, txn)
@@ -136,28 +149,35 @@ func columnField(snap *table.Snapshot, column string) (int32, error) {
 }
 
 // prepareSegments validates the new segments against the base version and
-// their files, and returns the entries to commit: named after the index,
-// with the files as listed in storage and a fresh created_at.
-func prepareSegments(ctx context.Context, st storage.Store, base *table.Snapshot, req CommitRequest, fieldID int32) ([]*pb.IndexMetadata, error) {
+// their files, and returns the entries to commit (named after the index,
+// with the files as listed in storage and a fresh created_at) and the
+// vector ones opened (the caller closes them).
+func prepareSegments(ctx context.Context, st storage.Store, base *table.Snapshot, req CommitRequest, fieldID int32) (_ []*pb.IndexMetadata, news []*source, err error) {
+	defer func() {
+		if err != nil {
+			closeSources(news)
+			news = nil
+		}
+	}()
 	if req.IndexName == "" {
-		return nil, fmt.Errorf("%w: an index name is required", errkind.InvalidInput)
+		return nil, nil, fmt.Errorf("%w: an index name is required", errkind.InvalidInput)
 	}
 	if len(req.Segments) == 0 {
-		return nil, fmt.Errorf("%w: at least one index segment is required", errkind.InvalidInput)
+		return nil, nil, fmt.Errorf("%w: at least one index segment is required", errkind.InvalidInput)
 	}
 	named := make([]*pb.IndexMetadata, len(req.Segments))
 	for i, s := range req.Segments {
 		named[i] = proto.Clone(s).(*pb.IndexMetadata)
 		named[i].Name = req.IndexName
 		if len(s.GetFields()) != 1 || s.GetFields()[0] != fieldID {
-			return nil, fmt.Errorf("%w: segment %s indexes fields %v, column %q is field %d", errkind.InvalidInput, table.IndexUUID(s), s.GetFields(), req.Column, fieldID)
+			return nil, nil, fmt.Errorf("%w: segment %s indexes fields %v, column %q is field %d", errkind.InvalidInput, table.IndexUUID(s), s.GetFields(), req.Column, fieldID)
 		}
 		if s.GetIndexDetails().GetTypeUrl() == "" {
-			return nil, fmt.Errorf("%w: segment %s has no index details", errkind.InvalidInput, table.IndexUUID(s))
+			return nil, nil, fmt.Errorf("%w: segment %s has no index details", errkind.InvalidInput, table.IndexUUID(s))
 		}
 	}
 	if err := checkEntries(named, base); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	now := uint64(time.Now().UnixMilli())
 	for _, s := range named {
@@ -165,7 +185,7 @@ func prepareSegments(ctx context.Context, st storage.Store, base *table.Snapshot
 		dir := table.IndexDir(s)
 		listed, err := st.List(ctx, dir)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		sizes := map[string]int64{}
 		for _, e := range listed {
@@ -176,22 +196,22 @@ func prepareSegments(ctx context.Context, st storage.Store, base *table.Snapshot
 		for _, f := range s.GetFiles() {
 			got, ok := sizes[f.GetPath()]
 			if !ok {
-				return nil, fmt.Errorf("%w: segment %s: %s is missing", errkind.NotFound, u, f.GetPath())
+				return nil, nil, fmt.Errorf("%w: segment %s: %s is missing", errkind.NotFound, u, f.GetPath())
 			}
 			if uint64(got) != f.GetSizeBytes() {
-				return nil, fmt.Errorf("%w: segment %s: %s has %d bytes, the segment's metadata says %d", errkind.Corrupt, u, f.GetPath(), got, f.GetSizeBytes())
+				return nil, nil, fmt.Errorf("%w: segment %s: %s has %d bytes, the segment's metadata says %d", errkind.Corrupt, u, f.GetPath(), got, f.GetSizeBytes())
 			}
 		}
 		if IsVector(s) {
 			// The files must exist and decode: pylance accepts a commit of a
 			// segment without files, and then fails every query.
-			files, err := ivf.OpenFiles(ctx, st, dir, lancefile.Options{})
+			src, err := openSource(ctx, st, s, false)
 			if err != nil {
-				return nil, fmt.Errorf("segment %s: %w", u, err)
+				return nil, nil, err
 			}
-			files.Close()
+			news = append(news, src)
 		} else if len(sizes) == 0 {
-			return nil, fmt.Errorf("%w: segment %s has no files under %s", errkind.NotFound, u, dir)
+			return nil, nil, fmt.Errorf("%w: segment %s has no files under %s", errkind.NotFound, u, dir)
 		}
 		names := make([]string, 0, len(sizes))
 		for n := range sizes {
@@ -204,7 +224,7 @@ func prepareSegments(ctx context.Context, st storage.Store, base *table.Snapshot
 			paths[i] = dir + n
 		}
 		if err := st.Sync(ctx, paths); err != nil {
-			return nil, fmt.Errorf("segment %s: %w", u, err)
+			return nil, nil, fmt.Errorf("segment %s: %w", u, err)
 		}
 		s.Files = nil
 		for _, n := range names {
@@ -212,7 +232,7 @@ func prepareSegments(ctx context.Context, st storage.Store, base *table.Snapshot
 		}
 		s.CreatedAt = &now
 	}
-	return named, nil
+	return named, news, nil
 }
 
 // checkConcurrent checks the transaction of version v, committed after the
