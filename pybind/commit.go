@@ -24,7 +24,7 @@ func CommitSegments(opID, uri, optionsJSON string, version int, segmentsJSON, re
 	if err := json.Unmarshal([]byte(requestJSON), &req); err != nil {
 		return 0, tagged(fmt.Errorf("%w: commit request: %w", errkind.InvalidInput, err))
 	}
-	if req.Segments, err = segment.ParseInfos([]byte(segmentsJSON)); err != nil {
+	if req.Segments, err = segment.ParseSegments([]byte(segmentsJSON), snap); err != nil {
 		return 0, tagged(err)
 	}
 	v, err := segment.Commit(ctx, st, snap, req, prog)

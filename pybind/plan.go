@@ -54,7 +54,7 @@ func PlanSegments(uri, optionsJSON string, version int, segmentsJSON, planOption
 	if err != nil {
 		return "", tagged(err)
 	}
-	metas, err := segment.ParseInfos([]byte(segmentsJSON))
+	metas, err := segment.ParseSegments([]byte(segmentsJSON), snap)
 	if err != nil {
 		return "", tagged(err)
 	}
@@ -110,4 +110,18 @@ func RemoveUncommitted(uri, optionsJSON, uuidsJSON string) (n int, err error) {
 	}
 	n, err = segment.RemoveUncommitted(ctx, st, uuids)
 	return n, tagged(err)
+}
+
+// CheckPlan checks a plan's JSON (MergePlan.to_json) against the dataset
+// version it is for (segment.DecodePlan), before any task runs: a
+// corrupted or crafted plan is refused with an "[invalid_input]" error.
+func CheckPlan(uri, optionsJSON string, version int, planJSON string) (err error) {
+	defer recoverTo(&err)
+	ctx := context.Background()
+	_, snap, err := openSnapshot(ctx, uri, optionsJSON, version)
+	if err != nil {
+		return tagged(err)
+	}
+	_, err = segment.DecodePlan([]byte(planJSON), snap)
+	return tagged(err)
 }

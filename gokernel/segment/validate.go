@@ -90,7 +90,14 @@ func checkEntries(metas []*pb.IndexMetadata, snap *table.Snapshot) error {
 		if im.BaseId != nil {
 			return fmt.Errorf("%w: segment %s lives under base path %d (shallow clones are not supported)", errkind.Unsupported, u, im.GetBaseId())
 		}
-		ids, ok, err := table.DecodeFragmentBitmap(im.GetFragmentBitmap())
+		var ids []uint32
+		var ok bool
+		var err error
+		if snap != nil {
+			ids, ok, err = snap.DecodeCoverage(im)
+		} else {
+			ids, ok, err = table.DecodeFragmentBitmap(im.GetFragmentBitmap())
+		}
 		if err != nil {
 			return fmt.Errorf("segment %s: %w", u, err)
 		}

@@ -10,7 +10,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Union
 
-from . import _worker
+from . import _ffi, _worker
 from .api import (
     Dataset,
     commit_existing_index_segments,
@@ -173,6 +173,10 @@ def run_plan(
         )
     if not plan.tasks:
         return dataset.version
+    # A plan may have travelled: the kernel checks it against the dataset
+    # (segments of its index, fragment bitmaps the dataset can have) before
+    # any worker starts.
+    _ffi.call("CheckPlan", dataset.uri, _ffi.options_json(dataset.storage_options), dataset.version, plan.to_json())
     if not isinstance(fan_in, int) or fan_in < 2:
         raise InvalidInputError(f"fan_in must be an integer >= 2, got {fan_in!r}")
     if not isinstance(target_segments, int) or target_segments < 1:

@@ -9,7 +9,10 @@ the native kernel or to an open dataset.
 from __future__ import annotations
 
 import base64
+import binascii
 import json
+import reprlib
+import uuid as _uuidlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Mapping, Optional, cast
@@ -42,11 +45,15 @@ class IndexFile:
     path: str
     size_bytes: int
 
+    def __post_init__(self) -> None:
+        _str(self.path, "IndexFile path", empty=False)
+        _int(self.size_bytes, f"size_bytes of {self.path}")
 
-def _ms_to_datetime(ms: Optional[int]) -> Optional[datetime]:
+
+def _ms_to_datetime(ms: Any) -> Optional[datetime]:
     if ms is None:
         return None
-    return datetime.fromtimestamp(ms / 1000.0, tz=timezone.utc)
+    return datetime.fromtimestamp(_int(ms, "created_at_ms", 0, _MAX_MS) / 1000.0, tz=timezone.utc)
 
 
 def _datetime_to_ms(dt: Optional[datetime]) -> Optional[int]:
@@ -61,8 +68,124 @@ def _b64(b: bytes) -> str:
     return base64.b64encode(b).decode("ascii")
 
 
-def _unb64(s: Optional[str]) -> bytes:
-    return base64.b64decode(s) if s else b""
+def _unb64(s: Any, what: str = "bytes") -> bytes:
+    """Decode strict base64 (None or "" is empty); anything else is an
+    InvalidInputError."""
+    if s is None or s == "":
+        return b""
+    if not isinstance(s, str):
+        raise InvalidInputError(f"{what} must be a base64 string, got {_show(s)}")
+    try:
+        return base64.b64decode(s, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidInputError(f"{what} is not valid base64 ({exc})") from None
+
+
+# -- untrusted values --------------------------------------------------------
+#
+# Segments, tasks and plans travel between machines as JSON and pickles, and
+# users build them by hand: every field is checked here, and every failure is
+# an InvalidInputError naming the field (never a KeyError, TypeError,
+# OverflowError or RecursionError).
+
+_U32 = 2**32 - 1
+_I32 = 2**31 - 1
+_U64 = 2**64 - 1
+#: Milliseconds since the epoch of 9999-12-31, the last instant datetime holds.
+_MAX_MS = 253402300799999
+
+
+def _show(value: Any) -> str:
+    """A short description of a bad value, safe for any input (a huge int
+    has no repr beyond 4300 digits; a deep or long one is cut)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    try:
+        return reprlib.repr(value)
+    except Exception:  # noqa: BLE001 - any repr may fail; describe by type
+        return f"a {type(value).__name__}"
+
+
+def _int(value: Any, what: str, lo: int = 0, hi: int = _U64) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputError(f"{what} must be an integer, got {_show(value)}")
+    if not lo <= value <= hi:
+        raise InvalidInputError(f"{what} must be between {lo} and {hi}, got {_show(value)}")
+    return int(value)
+
+
+def _opt_int(value: Any, what: str, lo: int = 0, hi: int = _U64) -> Optional[int]:
+    return None if value is None else _int(value, what, lo, hi)
+
+
+def _str(value: Any, what: str, *, empty: bool = True) -> str:
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{what} must be a string, got {_show(value)}")
+    if not empty and not value:
+        raise InvalidInputError(f"{what} must not be empty")
+    return value
+
+
+def _opt_str(value: Any, what: str) -> Optional[str]:
+    return None if value is None else _str(value, what)
+
+
+def _bool(value: Any, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidInputError(f"{what} must be True or False, got {_show(value)}")
+    return value
+
+
+def _opt_bool(value: Any, what: str) -> Optional[bool]:
+    return None if value is None else _bool(value, what)
+
+
+def _seq(value: Any, what: str) -> tuple[Any, ...]:
+    """A list or tuple (None is empty)."""
+    if value is None:
+        return ()
+    if not isinstance(value, (list, tuple)):
+        raise InvalidInputError(f"{what} must be a list, got {_show(value)}")
+    return tuple(value)
+
+
+def _mapping(value: Any, what: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise InvalidInputError(f"{what} must be a JSON object (a dict), got {_show(value)}")
+    return value
+
+
+def _field(d: Mapping[str, Any], key: str, what: str) -> Any:
+    if key not in d:
+        raise InvalidInputError(f"{what} has no {key!r}")
+    return d[key]
+
+
+def _uuid(value: Any, what: str) -> str:
+    text = _str(value, what, empty=False)
+    try:
+        _uuidlib.UUID(text)
+    except ValueError:
+        raise InvalidInputError(f"{what} must be a UUID, got {_show(value)}") from None
+    return text
+
+
+def _loads(text: Any, what: str) -> Any:
+    """json.loads for untrusted text: malformed, too deep or not text is an
+    InvalidInputError."""
+    if isinstance(text, (bytes, bytearray)):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidInputError(f"{what} is not UTF-8 JSON ({exc})") from None
+    if not isinstance(text, str):
+        raise InvalidInputError(f"{what} must be a JSON string, got {_show(text)}")
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise InvalidInputError(f"{what} is nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, and numbers past int's digit limit
+        raise InvalidInputError(f"{what} is not valid JSON: {_show(str(exc))}") from None
 
 
 @dataclass(frozen=True)
@@ -158,17 +281,41 @@ class IndexSegment:
     format_version: int = SEGMENT_FORMAT_VERSION
 
     def __post_init__(self) -> None:
-        if not self.uuid:
-            raise InvalidInputError("IndexSegment needs a uuid")
-        if self.format_version != SEGMENT_FORMAT_VERSION:
+        u = _uuid(self.uuid, "IndexSegment uuid")
+        if _int(self.format_version, f"segment {u}: format_version") != SEGMENT_FORMAT_VERSION:
             raise InvalidInputError(
                 f"IndexSegment format_version {self.format_version} is not supported "
                 f"(this lance_segmerge reads version {SEGMENT_FORMAT_VERSION})"
             )
-        if list(self.fragment_ids) != sorted(set(self.fragment_ids)):
-            raise InvalidInputError(
-                f"segment {self.uuid}: fragment_ids must be sorted and unique"
-            )
+        what = f"segment {u}:"
+        set_ = object.__setattr__  # frozen: normalise sequences to tuples
+        _str(self.name, f"{what} name")
+        set_(self, "fields", tuple(_int(x, f"{what} field id", -(2**31), _I32) for x in _seq(self.fields, f"{what} fields")))
+        _int(self.dataset_version, f"{what} dataset_version")
+        frags = tuple(_int(x, f"{what} fragment id", 0, _U32) for x in _seq(self.fragment_ids, f"{what} fragment_ids"))
+        if any(a >= b for a, b in zip(frags, frags[1:])):
+            raise InvalidInputError(f"segment {u}: fragment_ids must be sorted and unique")
+        set_(self, "fragment_ids", frags)
+        _int(self.index_version, f"{what} index_version", -(2**31), _I32)
+        if self.created_at is not None and not isinstance(self.created_at, datetime):
+            raise InvalidInputError(f"{what} created_at must be a datetime or None, got {_show(self.created_at)}")
+        _opt_int(self.base_id, f"{what} base_id", 0, _U32)
+        files = _seq(self.files, f"{what} files")
+        if not all(isinstance(f, IndexFile) for f in files):
+            raise InvalidInputError(f"{what} files must be IndexFile objects")
+        set_(self, "files", files)
+        _str(self.index_details_type_url, f"{what} index_details_type_url")
+        for name in ("index_details", "metadata"):
+            if not isinstance(getattr(self, name), bytes):
+                raise InvalidInputError(f"{what} {name} must be bytes, got {_show(getattr(self, name))}")
+        for name in ("index_type", "distance_type", "file_version"):
+            _opt_str(getattr(self, name), f"{what} {name}")
+        for name in ("num_partitions", "num_rows", "num_bits", "num_sub_vectors", "dimension",
+                     "index_file_bytes", "auxiliary_file_bytes"):
+            _opt_int(getattr(self, name), f"{what} {name}")
+        set_(self, "partition_rows", tuple(_int(x, f"{what} partition_rows", 0, _U32) for x in _seq(self.partition_rows, f"{what} partition_rows")))
+        _opt_bool(self.pq_transposed, f"{what} pq_transposed")
+        _opt_bool(self.rq_packed, f"{what} rq_packed")
 
     # -- serialisation -----------------------------------------------------
 
@@ -214,41 +361,53 @@ class IndexSegment:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "IndexSegment":
-        """Inverse of :meth:`to_dict`; also reads the kernel's JSON."""
-        stats = d.get("stats") or {}
-        files = tuple(IndexFile(f["path"], int(f["size_bytes"])) for f in (d.get("files") or ()))
+        """Inverse of :meth:`to_dict`; also reads the kernel's JSON.
 
-        def opt_int(key: str) -> Optional[int]:
-            v = stats.get(key)
-            return None if v is None else int(v)
+        Raises
+        ------
+        InvalidInputError
+            ``d`` is not a segment: a missing or mistyped field, an
+            out-of-range number, invalid base64.
+        """
+        d = _mapping(d, "an IndexSegment")
+        u = _uuid(_field(d, "uuid", "an IndexSegment"), "IndexSegment uuid")
+        what = f"segment {u}"
+        stats = _mapping(d.get("stats") or {}, f"{what}: stats")
+        files = []
+        for f in _seq(d.get("files"), f"{what}: files"):
+            f = _mapping(f, f"{what}: file")
+            files.append(IndexFile(_field(f, "path", f"{what}: a file"), _field(f, "size_bytes", f"{what}: a file")))
+
+        def ints(v: Any, key: str) -> tuple[Any, ...]:
+            return _seq(v, f"{what}: {key}")
 
         return cls(
-            uuid=d["uuid"],
-            name=d["name"],
-            fields=tuple(int(x) for x in (d.get("fields") or ())),
-            dataset_version=int(d["dataset_version"]),
-            fragment_ids=tuple(int(x) for x in (d.get("fragment_ids") or ())),
-            index_version=int(d.get("index_version") or 0),
+            uuid=u,
+            name=_field(d, "name", what),
+            fields=ints(d.get("fields"), "fields"),
+            dataset_version=_field(d, "dataset_version", what),
+            fragment_ids=ints(d.get("fragment_ids"), "fragment_ids"),
+            index_version=d.get("index_version") or 0,
             created_at=_ms_to_datetime(d.get("created_at_ms")),
             base_id=d.get("base_id"),
-            files=files,
+            files=tuple(files),
             index_details_type_url=d.get("index_details_type_url") or "",
-            index_details=_unb64(d.get("index_details")),
-            metadata=_unb64(d.get("metadata")),
+            index_details=_unb64(d.get("index_details"), f"{what}: index_details"),
+            metadata=_unb64(d.get("metadata"), f"{what}: metadata"),
             index_type=stats.get("index_type"),
             distance_type=stats.get("distance_type"),
-            num_partitions=opt_int("num_partitions"),
-            partition_rows=tuple(int(x) for x in (stats.get("partition_rows") or ())),
-            num_rows=opt_int("num_rows"),
+            num_partitions=stats.get("num_partitions"),
+            partition_rows=ints(stats.get("partition_rows"), "partition_rows"),
+            num_rows=stats.get("num_rows"),
             pq_transposed=stats.get("pq_transposed"),
             rq_packed=stats.get("rq_packed"),
-            num_bits=opt_int("num_bits") or None,
-            num_sub_vectors=opt_int("num_sub_vectors") or None,
-            dimension=opt_int("dimension") or None,
+            num_bits=stats.get("num_bits") or None,
+            num_sub_vectors=stats.get("num_sub_vectors") or None,
+            dimension=stats.get("dimension") or None,
             file_version=stats.get("file_version"),
-            index_file_bytes=opt_int("index_file_bytes"),
-            auxiliary_file_bytes=opt_int("auxiliary_file_bytes"),
-            format_version=int(d.get("format_version", SEGMENT_FORMAT_VERSION)),
+            index_file_bytes=stats.get("index_file_bytes"),
+            auxiliary_file_bytes=stats.get("auxiliary_file_bytes"),
+            format_version=d.get("format_version", SEGMENT_FORMAT_VERSION),
         )
 
     def to_json(self) -> str:
@@ -257,8 +416,9 @@ class IndexSegment:
 
     @classmethod
     def from_json(cls, s: str) -> "IndexSegment":
-        """Inverse of :meth:`to_json`."""
-        return cls.from_dict(json.loads(s))
+        """Inverse of :meth:`to_json`; malformed input is an
+        :class:`InvalidInputError`."""
+        return cls.from_dict(_loads(s, "IndexSegment JSON"))
 
     # -- pylance interop ---------------------------------------------------
 
@@ -389,10 +549,17 @@ class MergeTask:
     format_version: int = PLAN_FORMAT_VERSION
 
     def __post_init__(self) -> None:
-        if self.format_version != PLAN_FORMAT_VERSION:
+        if _int(self.format_version, "MergeTask format_version") != PLAN_FORMAT_VERSION:
             raise InvalidInputError(f"MergeTask format_version {self.format_version} is not supported")
+        _int(self.task_id, "task_id")
+        segs = _seq(self.segments, f"task {self.task_id}: segments")
+        if not all(isinstance(x, IndexSegment) for x in segs):
+            raise InvalidInputError(f"task {self.task_id}: segments must be IndexSegment objects")
+        object.__setattr__(self, "segments", segs)
         if len(self.segments) < 2:
             raise InvalidInputError(f"task {self.task_id}: a merge task needs at least two segments")
+        _int(self.rows, f"task {self.task_id}: rows")
+        _int(self.bytes, f"task {self.task_id}: bytes")
 
     @property
     def segment_ids(self) -> tuple[str, ...]:
@@ -410,13 +577,27 @@ class MergeTask:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "MergeTask":
+        """Inverse of :meth:`to_dict`; malformed input is an
+        :class:`InvalidInputError`."""
+        d = _mapping(d, "a MergeTask")
+        tid = _int(_field(d, "task_id", "a MergeTask"), "task_id")
         return cls(
-            task_id=int(d["task_id"]),
-            segments=tuple(IndexSegment.from_dict(s) for s in d["segments"]),
-            rows=int(d.get("rows") or 0),
-            bytes=int(d.get("bytes") or 0),
-            format_version=int(d.get("format_version", PLAN_FORMAT_VERSION)),
+            task_id=tid,
+            segments=tuple(IndexSegment.from_dict(s) for s in _seq(_field(d, "segments", f"task {tid}"), f"task {tid}: segments")),
+            rows=d.get("rows") or 0,
+            bytes=d.get("bytes") or 0,
+            format_version=d.get("format_version", PLAN_FORMAT_VERSION),
         )
+
+    def to_json(self) -> str:
+        """Serialise to a JSON string (a task can travel on its own)."""
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, s: str) -> "MergeTask":
+        """Inverse of :meth:`to_json`; malformed input is an
+        :class:`InvalidInputError`."""
+        return cls.from_dict(_loads(s, "MergeTask JSON"))
 
 
 @dataclass(frozen=True)
@@ -460,11 +641,23 @@ class MergePlan:
     format_version: int = PLAN_FORMAT_VERSION
 
     def __post_init__(self) -> None:
-        if self.format_version != PLAN_FORMAT_VERSION:
+        if _int(self.format_version, "MergePlan format_version") != PLAN_FORMAT_VERSION:
             raise InvalidInputError(
                 f"MergePlan format_version {self.format_version} is not supported "
                 f"(this lance_segmerge reads version {PLAN_FORMAT_VERSION})"
             )
+        _str(self.plan_id, "plan_id")
+        _str(self.dataset_uri, "dataset_uri")
+        _int(self.read_version, "read_version")
+        _str(self.index_name, "index_name")
+        _str(self.column, "column")
+        _str(self.index_type, "index_type")
+        _bool(self.requantize_sq, "requantize_sq")
+        tasks = _seq(self.tasks, "tasks")
+        if not all(isinstance(t, MergeTask) for t in tasks):
+            raise InvalidInputError("a plan's tasks must be MergeTask objects")
+        object.__setattr__(self, "tasks", tasks)
+        object.__setattr__(self, "untouched", tuple(_str(u, "untouched segment") for u in _seq(self.untouched, "untouched")))
         seen: set[str] = set()
         for t in self.tasks:
             for u in t.segment_ids:
@@ -497,17 +690,20 @@ class MergePlan:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "MergePlan":
+        """Inverse of :meth:`to_dict`; malformed input is an
+        :class:`InvalidInputError`."""
+        d = _mapping(d, "a MergePlan")
         return cls(
-            plan_id=str(d["plan_id"]),
-            dataset_uri=str(d["dataset_uri"]),
-            read_version=int(d["read_version"]),
-            index_name=str(d["index_name"]),
-            column=str(d.get("column") or ""),
-            index_type=str(d.get("index_type") or ""),
-            tasks=tuple(MergeTask.from_dict(t) for t in (d.get("tasks") or ())),
-            untouched=tuple(d.get("untouched") or ()),
-            requantize_sq=bool(d.get("requantize_sq", False)),
-            format_version=int(d.get("format_version", PLAN_FORMAT_VERSION)),
+            plan_id=_field(d, "plan_id", "a MergePlan"),
+            dataset_uri=_field(d, "dataset_uri", "a MergePlan"),
+            read_version=_field(d, "read_version", "a MergePlan"),
+            index_name=_field(d, "index_name", "a MergePlan"),
+            column=d.get("column") or "",
+            index_type=d.get("index_type") or "",
+            tasks=tuple(MergeTask.from_dict(t) for t in _seq(d.get("tasks"), "tasks")),
+            untouched=_seq(d.get("untouched"), "untouched"),
+            requantize_sq=d.get("requantize_sq", False),
+            format_version=d.get("format_version", PLAN_FORMAT_VERSION),
         )
 
     def to_json(self) -> str:
@@ -515,4 +711,6 @@ class MergePlan:
 
     @classmethod
     def from_json(cls, s: str) -> "MergePlan":
-        return cls.from_dict(json.loads(s))
+        """Inverse of :meth:`to_json`; malformed input is an
+        :class:`InvalidInputError`."""
+        return cls.from_dict(_loads(s, "MergePlan JSON"))
