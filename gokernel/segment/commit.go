@@ -44,6 +44,9 @@ type CommitRequest struct {
 	Replaces []string `json:"replaces"`
 	// MaxRetries bounds the attempts after losing a race. Default 20.
 	MaxRetries int `json:"max_retries"`
+	// Parallelism bounds the new segments whose row ids are read at once
+	// to check their coverage (those no merge of ours verified). Default 4.
+	Parallelism int `json:"parallelism"`
 }
 
 // Commit publishes new index segments as one new dataset version, built on
@@ -62,6 +65,9 @@ func Commit(ctx context.Context, st storage.Store, base *table.Snapshot, req Com
 	if req.MaxRetries <= 0 {
 		req.MaxRetries = 20
 	}
+	if req.Parallelism <= 0 {
+		req.Parallelism = 4
+	}
 	fieldID, err := columnField(base, req.Column)
 	if err != nil {
 		return 0, err
@@ -76,6 +82,9 @@ func Commit(ctx context.Context, st storage.Store, base *table.Snapshot, req Com
 		models.close()
 	}()
 	if err := models.checkNew(); err != nil {
+		return 0, err
+	}
+	if err := checkNewCoverage(ctx, st, base, news, req.Parallelism); err != nil {
 		return 0, err
 	}
 	coverage := map[uint32]bool{}

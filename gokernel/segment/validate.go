@@ -28,6 +28,7 @@ type source struct {
 	uuid     string
 	frags    []uint32
 	fragSet  map[uint32]bool
+	rows     fragRows // rows a merge kept, per fragment
 	files    *ivf.Files
 	codebook *ivf.Tensor // PQ
 	rotation *ivf.Tensor // RQ with matrix rotation

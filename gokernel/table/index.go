@@ -14,6 +14,10 @@ import (
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 )
 
+// DataDir holds the data files of the fragments (DataFile.path is
+// relative to it). Part of the format.
+const DataDir = "data/"
+
 // IndicesDir holds one directory per index segment, named by its uuid. Part
 // of the format.
 const IndicesDir = "_indices/"
