@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
@@ -79,6 +80,10 @@ func Cleanup(uri, optionsJSON string, olderThanSeconds float64, dryRun bool) (ou
 	st, err := storage.Open(ctx, uri, opts)
 	if err != nil {
 		return "", tagged(err)
+	}
+	if math.IsNaN(olderThanSeconds) || olderThanSeconds < 0 || olderThanSeconds > float64(math.MaxInt64/int64(time.Second)) {
+		return "", tagged(fmt.Errorf("%w: older_than must be a finite, non-negative number of seconds (at most %d), got %g",
+			errkind.InvalidInput, math.MaxInt64/int64(time.Second), olderThanSeconds))
 	}
 	orphans, err := segment.Cleanup(ctx, st, time.Duration(olderThanSeconds*float64(time.Second)), dryRun, time.Now())
 	if err != nil {

@@ -72,6 +72,11 @@ func Commit(ctx context.Context, st storage.Store, base *table.Snapshot, req Com
 	if err != nil {
 		return 0, err
 	}
+	for _, u := range req.Replaces {
+		if id, err := uuid.Parse(u); err != nil || id.String() != strings.ToLower(u) {
+			return 0, fmt.Errorf("%w: replaces: %q is not a segment uuid", errkind.InvalidInput, u)
+		}
+	}
 	segs, news, err := prepareSegments(ctx, st, base, req, fieldID)
 	if err != nil {
 		return 0, err
@@ -109,7 +114,7 @@ func Commit(ctx context.Context, st storage.Store, base *table.Snapshot, req Com
 			}
 		}
 		checked = latest.Ref.Version
-		m, indices, txn, err := buildVersion(latest, base.Ref.Version, txnID, req, segs, coverage)
+		m, indices, txn, err := buildVersion(latest, base, txnID, req, segs, coverage)
 		if err != nil {
 			return 0, err
 		}
@@ -354,7 +359,15 @@ func checkConcurrent(ctx context.Context, st storage.Store, v uint64, req Commit
 // unchanged (unknown fields included) but for its version, timestamp,
 // writer and transaction, and its index section with the replaced segments
 // removed and the new ones appended.
-func buildVersion(latest *table.Snapshot, readVersion uint64, txnID string, req CommitRequest, segs []*pb.IndexMetadata, coverage map[uint32]bool) (*pb.Manifest, []*pb.IndexMetadata, *pb.Transaction, error) {
+func buildVersion(latest, base *table.Snapshot, txnID string, req CommitRequest, segs []*pb.IndexMetadata, coverage map[uint32]bool) (*pb.Manifest, []*pb.IndexMetadata, *pb.Transaction, error) {
+	readVersion := base.Ref.Version
+	// Segments of the index at the version the commit was planned against:
+	// one missing now was removed by a concurrent commit (a race); one that
+	// was never there is the caller's mistake.
+	atBase := map[string]*pb.IndexMetadata{}
+	for _, im := range base.Indices {
+		atBase[table.IndexUUID(im)] = im
+	}
 	prev := latest.Manifest
 	if unknown := prev.GetWriterFeatureFlags() &^ table.KnownWriterFlags; unknown != 0 {
 		return nil, nil, nil, fmt.Errorf("%w: version %d needs writer feature flags %#x that lance-segmerge does not know", errkind.Unsupported, latest.Ref.Version, unknown)
@@ -391,6 +404,19 @@ func buildVersion(latest *table.Snapshot, readVersion uint64, txnID string, req 
 		for _, u := range req.Replaces {
 			im, ok := present[u]
 			if !ok {
+				was := atBase[u]
+				switch {
+				case was == nil:
+					return nil, nil, nil, fmt.Errorf("%w: segment %s, which the commit replaces, is not a segment of version %d (the version it was planned against)", errkind.InvalidInput, u, readVersion)
+				case was.GetName() != req.IndexName:
+					return nil, nil, nil, fmt.Errorf("%w: segment %s, which the commit replaces, belongs to index %q, not %q", errkind.InvalidInput, u, was.GetName(), req.IndexName)
+				case len(effective(was)) == 0:
+					// A delete removed every fragment it covered, and Lance
+					// dropped it from the index with them: the new segments
+					// simply hold rows of fragments that are gone (queries
+					// skip them, as they skip deleted rows). Rebased.
+					continue
+				}
 				return nil, nil, nil, fmt.Errorf("%w: source segment %s of index %q is no longer in version %d (a concurrent commit replaced it); re-plan", errkind.Conflict, u, req.IndexName, latest.Ref.Version)
 			}
 			remove[u] = true
@@ -432,8 +458,10 @@ func buildVersion(latest *table.Snapshot, readVersion uint64, txnID string, req 
 			remove[u] = true // fully covered (or empty): replaced
 		case len(out) == 0 && len(eff) == 0:
 			// Empty and not named as a source: keep, as committed.
+		case req.Replaces != nil && atBase[u] != nil && atBase[u].GetName() == req.IndexName:
+			return nil, nil, nil, fmt.Errorf("%w: segment %s of index %q, which the commit does not replace, covers fragments %v of the new segments", errkind.InvalidInput, u, req.IndexName, in)
 		case req.Replaces != nil:
-			return nil, nil, nil, fmt.Errorf("%w: segment %s of index %q, not a source of this commit, covers fragments %v of the new segments (a concurrent commit?)", errkind.Conflict, u, req.IndexName, in)
+			return nil, nil, nil, fmt.Errorf("%w: segment %s of index %q, committed concurrently, covers fragments %v of the new segments; re-plan", errkind.Conflict, u, req.IndexName, in)
 		default:
 			return nil, nil, nil, fmt.Errorf("%w: the new segments cover fragments %v of segment %s but not its fragments %v; committing would orphan them", errkind.InvalidInput, in, u, out)
 		}

@@ -45,7 +45,9 @@ type fragRows map[uint32]uint64
 
 // rowIDFragment is the fragment of a row id (its upper 32 bits; Lance's
 // address-style row ids, without stable row ids).
-func rowIDFragment(ids []byte, i int) uint32 { return uint32(binary.LittleEndian.Uint64(ids[8*i:]) >> 32) }
+func rowIDFragment(ids []byte, i int) uint32 {
+	return uint32(binary.LittleEndian.Uint64(ids[8*i:]) >> 32)
+}
 
 // countRows adds a row id column's rows to counts, run by run.
 func countRows(ids *lancefile.Array, counts fragRows) {

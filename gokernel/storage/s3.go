@@ -289,7 +289,10 @@ func (o *s3Object) ReadAt(ctx context.Context, p []byte, off int64) error {
 	}
 	defer out.Body.Close()
 	if _, err := io.ReadFull(out.Body, p); err != nil {
-		return fmt.Errorf("storage: s3 read %s at %d: %w", o.name, off, err)
+		if ctx.Err() != nil {
+			return fmt.Errorf("storage: s3 read %s at %d: %w", o.name, off, ctx.Err())
+		}
+		return fmt.Errorf("%w: storage: s3 read %s at %d: %w", errkind.IO, o.name, off, err)
 	}
 	return nil
 }

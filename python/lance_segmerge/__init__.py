@@ -26,6 +26,7 @@ from .errors import (
     SegmergeError,
     StorageError,
     UnsupportedError,
+    WorkerError,
 )
 from .types import IndexFile, IndexSegment, MergePlan, MergeTask, OperationProgress
 
@@ -55,6 +56,7 @@ __all__ = [
     "UnsupportedError",
     "StorageError",
     "InternalError",
+    "WorkerError",
     "kernel_version",
 ]
 

@@ -18,7 +18,8 @@ from .api import (
     plan_segments,
     remove_uncommitted,
 )
-from .errors import InvalidInputError
+from ._validate import _int, _opt_pos_int, _progress, _show
+from .errors import InternalError, InvalidInputError, SegmergeError, WorkerError
 from .executors import Executor, resolve_executor
 from .types import IndexSegment, MergePlan, MergeTask
 
@@ -90,7 +91,7 @@ def _run_level(
     for t in tasks:
         out = str(uuid.uuid4())
         created.append(out)  # known before the worker starts: removable on failure
-        jobs.append({"dataset": ds, "task": t.to_dict(), "index_uuid": out, **options})
+        jobs.append({"dataset": ds, "task": t.to_dict(), "index_uuid": out, "level": level, **options})
     done = [0]
     nseg = sum(len(t.segments) for t in tasks)
     report(OptimizeProgress(level, 0, len(tasks), nseg))
@@ -99,7 +100,20 @@ def _run_level(
         done[0] += 1
         report(OptimizeProgress(level, done[0], len(tasks), nseg))
 
-    results = pool.map(_worker.merge_task, jobs, on_done)
+    try:
+        results = pool.map(_worker.merge_task, jobs, on_done)
+    except WorkerError as exc:
+        which = "; ".join(
+            f"task {tasks[i].task_id} of level {level} (output {jobs[i]['index_uuid']}, merging {len(tasks[i].segments)} segments: "
+            f"{', '.join(s.uuid for s in tasks[i].segments[:4])}{', …' if len(tasks[i].segments) > 4 else ''})"
+            for i in exc.items
+            if 0 <= i < len(tasks)
+        )
+        raise WorkerError(f"{exc}: {which}" if which else str(exc), exc.items) from exc
+    except SegmergeError:
+        raise
+    except Exception as exc:  # an executor's own failure (pickling, a lost cluster, ...)
+        raise InternalError(f"level {level}: the executor failed: {type(exc).__name__}: {exc}") from exc
     return [IndexSegment.from_dict(r) for r in results]
 
 
@@ -167,6 +181,10 @@ def run_plan(
         The new dataset version (the dataset's version when the plan has no
         tasks).
     """
+    if not isinstance(dataset, Dataset):
+        raise InvalidInputError(f"dataset must be a lance_segmerge.Dataset, got {_show(dataset)}")
+    if not isinstance(plan, MergePlan):
+        raise InvalidInputError(f"plan must be a MergePlan, got {_show(plan)}")
     if dataset.version != plan.read_version:
         raise InvalidInputError(
             f"the plan was made at version {plan.read_version}, the dataset is pinned to {dataset.version}"
@@ -177,13 +195,13 @@ def run_plan(
     # (segments of its index, fragment bitmaps the dataset can have) before
     # any worker starts.
     _ffi.call("CheckPlan", dataset.uri, _ffi.options_json(dataset.storage_options), dataset.version, plan.to_json())
-    if not isinstance(fan_in, int) or fan_in < 2:
-        raise InvalidInputError(f"fan_in must be an integer >= 2, got {fan_in!r}")
-    if not isinstance(target_segments, int) or target_segments < 1:
-        raise InvalidInputError(f"target_segments must be a positive integer, got {target_segments!r}")
+    _int(fan_in, "fan_in", 2, 2**31 - 1)
+    _int(target_segments, "target_segments", 1, 2**31 - 1)
+    _opt_pos_int(max_workers, "max_workers", 4096)
+    _progress(progress)
     options: dict[str, Any] = {"requantize_sq": plan.requantize_sq}
     if window_rows is not None:
-        options["window_rows"] = window_rows
+        options["window_rows"] = _int(window_rows, "window_rows", 1, 2**31 - 1)
     pool = resolve_executor(executor, max_workers)
     report = _Reporter(progress)
     created: list[str] = []
@@ -301,6 +319,11 @@ def optimize(
     int
         The new dataset version (unchanged when there was nothing to merge).
     """
+    _int(fan_in, "fan_in", 2, 2**31 - 1)
+    _int(target_segments, "target_segments", 1, 2**31 - 1)
+    _opt_pos_int(max_workers, "max_workers", 4096)
+    _opt_pos_int(window_rows, "window_rows", 2**31 - 1)
+    _progress(progress)
     if isinstance(dataset, Dataset):
         if storage_options is not None:
             raise InvalidInputError("storage_options go with a URI; this Dataset already carries its own")

@@ -11,12 +11,27 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import reprlib
-import uuid as _uuidlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Mapping, Optional, cast
 
+from ._validate import (
+    _U32,
+    _I32,
+    _MAX_MS,
+    _bool,
+    _field,
+    _int,
+    _loads,
+    _mapping,
+    _opt_bool,
+    _opt_int,
+    _opt_str,
+    _seq,
+    _show,
+    _str,
+    _uuid,
+)
 from .errors import InvalidInputError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -79,113 +94,6 @@ def _unb64(s: Any, what: str = "bytes") -> bytes:
         return base64.b64decode(s, validate=True)
     except (binascii.Error, ValueError) as exc:
         raise InvalidInputError(f"{what} is not valid base64 ({exc})") from None
-
-
-# -- untrusted values --------------------------------------------------------
-#
-# Segments, tasks and plans travel between machines as JSON and pickles, and
-# users build them by hand: every field is checked here, and every failure is
-# an InvalidInputError naming the field (never a KeyError, TypeError,
-# OverflowError or RecursionError).
-
-_U32 = 2**32 - 1
-_I32 = 2**31 - 1
-_U64 = 2**64 - 1
-#: Milliseconds since the epoch of 9999-12-31, the last instant datetime holds.
-_MAX_MS = 253402300799999
-
-
-def _show(value: Any) -> str:
-    """A short description of a bad value, safe for any input (a huge int
-    has no repr beyond 4300 digits; a deep or long one is cut)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
-        return f"an integer of {value.bit_length()} bits"
-    try:
-        return reprlib.repr(value)
-    except Exception:  # noqa: BLE001 - any repr may fail; describe by type
-        return f"a {type(value).__name__}"
-
-
-def _int(value: Any, what: str, lo: int = 0, hi: int = _U64) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidInputError(f"{what} must be an integer, got {_show(value)}")
-    if not lo <= value <= hi:
-        raise InvalidInputError(f"{what} must be between {lo} and {hi}, got {_show(value)}")
-    return int(value)
-
-
-def _opt_int(value: Any, what: str, lo: int = 0, hi: int = _U64) -> Optional[int]:
-    return None if value is None else _int(value, what, lo, hi)
-
-
-def _str(value: Any, what: str, *, empty: bool = True) -> str:
-    if not isinstance(value, str):
-        raise InvalidInputError(f"{what} must be a string, got {_show(value)}")
-    if not empty and not value:
-        raise InvalidInputError(f"{what} must not be empty")
-    return value
-
-
-def _opt_str(value: Any, what: str) -> Optional[str]:
-    return None if value is None else _str(value, what)
-
-
-def _bool(value: Any, what: str) -> bool:
-    if not isinstance(value, bool):
-        raise InvalidInputError(f"{what} must be True or False, got {_show(value)}")
-    return value
-
-
-def _opt_bool(value: Any, what: str) -> Optional[bool]:
-    return None if value is None else _bool(value, what)
-
-
-def _seq(value: Any, what: str) -> tuple[Any, ...]:
-    """A list or tuple (None is empty)."""
-    if value is None:
-        return ()
-    if not isinstance(value, (list, tuple)):
-        raise InvalidInputError(f"{what} must be a list, got {_show(value)}")
-    return tuple(value)
-
-
-def _mapping(value: Any, what: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise InvalidInputError(f"{what} must be a JSON object (a dict), got {_show(value)}")
-    return value
-
-
-def _field(d: Mapping[str, Any], key: str, what: str) -> Any:
-    if key not in d:
-        raise InvalidInputError(f"{what} has no {key!r}")
-    return d[key]
-
-
-def _uuid(value: Any, what: str) -> str:
-    text = _str(value, what, empty=False)
-    try:
-        _uuidlib.UUID(text)
-    except ValueError:
-        raise InvalidInputError(f"{what} must be a UUID, got {_show(value)}") from None
-    return text
-
-
-def _loads(text: Any, what: str) -> Any:
-    """json.loads for untrusted text: malformed, too deep or not text is an
-    InvalidInputError."""
-    if isinstance(text, (bytes, bytearray)):
-        try:
-            text = bytes(text).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise InvalidInputError(f"{what} is not UTF-8 JSON ({exc})") from None
-    if not isinstance(text, str):
-        raise InvalidInputError(f"{what} must be a JSON string, got {_show(text)}")
-    try:
-        return json.loads(text)
-    except RecursionError:
-        raise InvalidInputError(f"{what} is nested too deeply") from None
-    except ValueError as exc:  # JSONDecodeError, and numbers past int's digit limit
-        raise InvalidInputError(f"{what} is not valid JSON: {_show(str(exc))}") from None
 
 
 @dataclass(frozen=True)
@@ -464,22 +372,30 @@ class IndexSegment:
         """
         from . import _ffi
 
-        created = getattr(index, "created_at", None)
-        details = getattr(index, "index_details", None)
-        files = getattr(index, "files", None) or []
-        plain = {
-            "uuid": str(index.uuid),
-            "name": index.name,
-            "fields": [int(x) for x in index.fields],
-            "dataset_version": int(index.dataset_version),
-            "fragment_ids": sorted(int(x) for x in index.fragment_ids),
-            "index_version": int(index.index_version),
-            "created_at_ms": _datetime_to_ms(created),
-            "base_id": getattr(index, "base_id", None),
-            "files": [{"path": f.path, "size_bytes": int(f.size_bytes)} for f in files],
-            "index_details_type_url": details[0] if details else "",
-            "index_details": _b64(bytes(details[1])) if details else "",
-        }
+        try:
+            created = getattr(index, "created_at", None)
+            details = getattr(index, "index_details", None)
+            files = getattr(index, "files", None) or []
+            plain = {
+                "uuid": str(index.uuid),
+                "name": index.name,
+                "fields": [_int(x, "field id", -(2**31), _I32) for x in index.fields],
+                "dataset_version": _int(index.dataset_version, "dataset_version"),
+                "fragment_ids": sorted(_int(x, "fragment id", 0, _U32) for x in index.fragment_ids),
+                "index_version": _int(index.index_version, "index_version", -(2**31), _I32),
+                "created_at_ms": _datetime_to_ms(created),
+                "base_id": getattr(index, "base_id", None),
+                "files": [{"path": _str(f.path, "file path"), "size_bytes": _int(f.size_bytes, "file size")} for f in files],
+                "index_details_type_url": details[0] if details else "",
+                "index_details": _b64(bytes(details[1])) if details else "",
+            }
+            _uuid(plain["uuid"], "segment uuid")
+            _str(plain["name"], "segment name")
+            _str(plain["index_details_type_url"], "index details type url")
+        except InvalidInputError:
+            raise
+        except (AttributeError, TypeError, ValueError, OverflowError, IndexError) as exc:
+            raise InvalidInputError(f"not a lance.dataset.Index: {_show(index)} ({type(exc).__name__}: {exc})") from None
         uri = dataset.uri if dataset is not None else ""
         opts = _ffi.options_json(dataset.storage_options) if dataset is not None else ""
         out = _ffi.call_json("DescribeSegment", uri, opts, json.dumps(plain), dataset is not None)

@@ -29,6 +29,7 @@ var allowed = map[string][]string{
 	"gokernel/segment": {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table",
 		"gokernel/ivf", "gokernel/internal/pb", "gokernel/internal/bufpool", "gokernel/vecmath"},
 	"gokernel/internal/s3test":  {},
+	"gokernel/storage/faulty":   {"gokernel/errkind", "gokernel/storage"},
 	"gokernel/internal/bufpool": {},
 }
 
