@@ -37,7 +37,7 @@ func PlanIndex(uri, optionsJSON string, version int, planOptionsJSON string) (ou
 	if err != nil {
 		return "", tagged(err)
 	}
-	p.URI = uri
+	p.URI = storage.RedactURI(uri) // plans carry no credentials
 	b, err := json.Marshal(p)
 	return string(b), tagged(err)
 }
@@ -63,7 +63,7 @@ func PlanSegments(uri, optionsJSON string, version int, segmentsJSON, planOption
 	if err != nil {
 		return "", tagged(err)
 	}
-	p.URI = uri
+	p.URI = storage.RedactURI(uri) // plans carry no credentials
 	b, err := json.Marshal(p)
 	return string(b), tagged(err)
 }

@@ -108,7 +108,7 @@ func DatasetInfo(uri, optionsJSON string, version int) (out string, err error) {
 	}
 	m := snap.Manifest
 	info := datasetInfo{
-		URI:                uri,
+		URI:                storage.RedactURI(uri),
 		Version:            snap.Ref.Version,
 		LatestVersion:      refs[len(refs)-1].Version,
 		ManifestScheme:     snap.Ref.Scheme.String(),

@@ -32,7 +32,7 @@ type Local struct {
 
 // NewLocal returns the store rooted at the absolute directory root. uri is
 // what the user called it (for messages).
-func NewLocal(root, uri string) *Local { return &Local{root: root, uri: uri} }
+func NewLocal(root, uri string) *Local { return &Local{root: root, uri: RedactURI(uri)} }
 
 func (l *Local) URI() string { return l.uri }
 

@@ -96,7 +96,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([s.to_dict() for s in segs], indent=2))
         return 0
-    print(f"{ds.uri} version {ds.version} ({ds.manifest_scheme} names, storage {ds.data_storage_version})")
+    print(f"{ds.display_uri} version {ds.version} ({ds.manifest_scheme} names, storage {ds.data_storage_version})")
     rows = [("index", "uuid", "type", "fragments", "rows", "parts", "layout", "size", "ver")]
     for s in segs:
         flag = s.pq_transposed if s.pq_transposed is not None else s.rq_packed

@@ -183,3 +183,20 @@ def _name(value: Any, what: str) -> str:
         raise InvalidInputError(f"{what} holds a NUL character")
     return text
 
+
+
+def redact_uri(uri: str) -> str:
+    """A URI with its userinfo masked ("s3://KEY:SECRET@bucket/t.lance" is
+    "s3://***@bucket/t.lance"), for everything that prints, logs or
+    serialises a dataset URI; the kernel masks its messages the same way."""
+    if not isinstance(uri, str):
+        return _show(uri)
+    i = uri.find("://")
+    if i < 0:
+        return uri
+    rest = uri[i + 3 :]
+    end = min([j for j in (rest.find("/"), rest.find("?"), rest.find("#")) if j >= 0], default=len(rest))
+    at = rest.rfind("@", 0, end)
+    if at < 0:
+        return uri
+    return uri[: i + 3] + "***" + rest[at:]

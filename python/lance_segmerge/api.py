@@ -19,6 +19,7 @@ from ._validate import (
     _opt_pos_int,
     _progress,
     _seconds,
+    redact_uri,
     _show,
     _storage_options,
     _uuid,
@@ -79,12 +80,19 @@ class Dataset:
         )
         self._version: int = int(info["version"])
         self._info: dict[str, Any] = info
-        logger.debug("opened %s at version %d", uri, self._version)
+        logger.debug("opened %s at version %d", redact_uri(uri), self._version)
 
     @property
     def uri(self) -> str:
-        """The dataset root, as given."""
+        """The dataset root, as given (credentials in its userinfo
+        included: ``repr``, logs and plans show :attr:`display_uri`)."""
         return self._uri
+
+    @property
+    def display_uri(self) -> str:
+        """The dataset root with any userinfo masked
+        (``s3://***@bucket/t.lance``): what to print or log."""
+        return redact_uri(self._uri)
 
     @property
     def version(self) -> int:
@@ -229,7 +237,7 @@ class Dataset:
         return (Dataset, (self._uri, self._version, self._storage_options))
 
     def __repr__(self) -> str:
-        return f"Dataset(uri={self._uri!r}, version={self._version})"
+        return f"Dataset(uri={self.display_uri!r}, version={self._version})"
 
     def __eq__(self, other: object) -> bool:
         return (
@@ -625,7 +633,7 @@ def cleanup(
     seconds = _seconds(older_than, "older_than")
     _bool(dry_run, "dry_run")
     out = _ffi.call_json("Cleanup", ds.uri, _ffi.options_json(ds.storage_options), seconds, bool(dry_run))
-    logger.info("cleanup of %s: %d orphaned segment directories%s", ds.uri, len(out), " (dry run)" if dry_run else "")
+    logger.info("cleanup of %s: %d orphaned segment directories%s", ds.display_uri, len(out), " (dry run)" if dry_run else "")
     return list(out)
 
 

@@ -31,6 +31,7 @@ from ._validate import (
     _show,
     _str,
     _uuid,
+    redact_uri,
 )
 from .errors import InvalidInputError
 
@@ -563,7 +564,9 @@ class MergePlan:
                 f"(this lance_segmerge reads version {PLAN_FORMAT_VERSION})"
             )
         _str(self.plan_id, "plan_id")
-        _str(self.dataset_uri, "dataset_uri")
+        # Plans carry no credentials (they travel, and print): a URI's
+        # userinfo is masked; workers get the Dataset, with its options.
+        object.__setattr__(self, "dataset_uri", redact_uri(_str(self.dataset_uri, "dataset_uri")))
         _int(self.read_version, "read_version")
         _str(self.index_name, "index_name")
         _str(self.column, "column")
