@@ -35,6 +35,17 @@ import (
 // fragment still exists, its vector column has more non-null values than
 // its deletion file deletes.
 
+// With stable row ids (a reader feature flag), row ids do not name their
+// fragment: rows cannot be attributed to fragments without the fragments'
+// row id sequences, which this package does not read; the check is then
+// skipped (rowsNameFragments).
+
+// rowsNameFragments reports whether the row ids of snap's index segments
+// are row addresses (fragment id << 32 | offset).
+func rowsNameFragments(snap *table.Snapshot) bool {
+	return snap.Manifest.GetReaderFeatureFlags()&table.FlagStableRowIDs == 0
+}
+
 // VerifiedKey is the auxiliary.idx schema metadata key under which a merge
 // records the fragments whose rows it verified: a portable roaring bitmap,
 // base64 (Lance reads schema metadata as UTF-8). Lance ignores the key.
@@ -66,6 +77,9 @@ func countRows(ids *lancefile.Array, counts fragRows) {
 // claims (see above); rows are its counted rows. Refusals are
 // errkind.InvalidInput naming the segment and the fragment.
 func checkCoverage(ctx context.Context, st storage.Store, snap *table.Snapshot, segUUID string, fieldID int32, claimed []uint32, rows fragRows) error {
+	if !rowsNameFragments(snap) {
+		return nil
+	}
 	var frags map[uint64]*pb.DataFragment
 	for _, f := range claimed {
 		if rows[f] > 0 {
@@ -218,6 +232,9 @@ func countSourceRows(ctx context.Context, s *source) (fragRows, error) {
 // against their rows, reading the row ids of those our merge did not
 // verify, in parallel.
 func checkNewCoverage(ctx context.Context, st storage.Store, snap *table.Snapshot, news []*source, parallelism int) error {
+	if !rowsNameFragments(snap) {
+		return nil
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(max(1, parallelism))
 	for _, s := range news {

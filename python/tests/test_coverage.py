@@ -96,3 +96,19 @@ def test_fragments_of_null_vectors_stay_accepted(tmp_path):
     assert d.version == v and [s.fragment_ids for s in ls.open(uri).list_index_segments("vec_idx")] == [(0, 1, 2, 3, 4)]
     assert _self_found(d, x, range(3000, 3020)) >= 0.8
     assert _self_found(d, x, range(0, 20)) >= 0.8
+
+
+def test_stable_row_ids_commit_unchecked(tmp_path):
+    """With stable row ids, row ids do not name fragments: the commit does
+    not attribute rows to fragments (and still commits pylance's segments
+    as before)."""
+    x = lancegen.vectors(3000, seed=43)
+    uri = str(tmp_path / "stable")
+    d = lance.write_dataset(lancegen.table(x), uri, max_rows_per_file=1000, enable_stable_row_ids=True)
+    kw = lancegen.train_shared_model(d, "IVF_PQ")
+    segs = [d.create_index_uncommitted("vec", "IVF_PQ", name="vec_idx", fragment_ids=[f], **kw) for f in range(3)]
+    v = ls.commit_existing_index_segments(uri, "vec_idx", "vec", segs)
+    d = lance.dataset(uri)
+    assert d.version == v
+    d.validate()
+    assert _self_found(d, x, range(1000, 1010)) >= 0.8
