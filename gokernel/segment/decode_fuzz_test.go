@@ -14,7 +14,8 @@ import (
 
 // fuzzSnapshot is a dataset version of ten fragments (ids 0-9).
 func fuzzSnapshot() *table.Snapshot {
-	m := &pb.Manifest{Version: 3}
+	maxID := uint32(9)
+	m := &pb.Manifest{Version: 3, MaxFragmentId: &maxID}
 	for f := uint64(0); f < 10; f++ {
 		m.Fragments = append(m.Fragments, &pb.DataFragment{Id: f, PhysicalRows: 100})
 	}

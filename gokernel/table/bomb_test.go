@@ -66,20 +66,21 @@ func TestFragmentBitmapBombs(t *testing.T) {
 	}
 }
 
-// TestMaxFragmentID: the manifest's max_fragment_id, else its largest
-// fragment id; nothing when neither.
+// TestMaxFragmentID: the manifest's max_fragment_id (or a larger fragment
+// id); no bound without it.
 func TestMaxFragmentID(t *testing.T) {
 	snap := &Snapshot{Manifest: testManifest([]uint64{3, 9, 4})}
-	if id, ok := snap.MaxFragmentID(); !ok || id != 9 {
-		t.Fatalf("fragments 3, 9, 4: %d %v", id, ok)
+	if _, ok := snap.MaxFragmentID(); ok {
+		t.Fatal("no max_fragment_id: no bound (a deleted fragment may lie above the current ones)")
 	}
 	m := uint32(12)
 	snap.Manifest.MaxFragmentId = &m
 	if id, ok := snap.MaxFragmentID(); !ok || id != 12 {
 		t.Fatalf("max_fragment_id 12: %d %v", id, ok)
 	}
-	if _, ok := (&Snapshot{Manifest: testManifest(nil)}).MaxFragmentID(); ok {
-		t.Fatal("no fragments: no bound")
+	m = 5
+	if id, ok := snap.MaxFragmentID(); !ok || id != 9 {
+		t.Fatalf("max_fragment_id 5 below fragment 9: %d %v", id, ok)
 	}
 }
 

@@ -98,23 +98,24 @@ func DecodeFragmentBitmapUpTo(b []byte, maxID uint32) (ids []uint32, ok bool, er
 }
 
 // MaxFragmentID is the largest fragment id this version has assigned: the
-// manifest's max_fragment_id, or its largest fragment id. An index segment
-// can only cover fragments up to it. ok is false when the version records
-// neither (no fragment was ever written).
+// manifest's max_fragment_id (or a larger fragment id, should one exist).
+// An index segment can only cover fragments up to it. ok is false when the
+// manifest does not record it (Lance before about 0.31 did not always):
+// the largest current fragment is no bound, a segment may cover a deleted
+// fragment above it.
 func (s *Snapshot) MaxFragmentID() (id uint32, ok bool) {
 	m := s.Manifest
-	if m.MaxFragmentId != nil {
-		id, ok = m.GetMaxFragmentId(), true
+	if m.MaxFragmentId == nil {
+		return 0, false
 	}
+	id = m.GetMaxFragmentId()
 	for _, f := range m.GetFragments() {
 		if f.GetId() > math.MaxUint32 {
 			return math.MaxUint32, true
 		}
-		if !ok || uint32(f.GetId()) > id {
-			id, ok = uint32(f.GetId()), true
-		}
+		id = max(id, uint32(f.GetId()))
 	}
-	return id, ok
+	return id, true
 }
 
 // DecodeCoverage decodes the fragment bitmap of an index entry of this

@@ -102,3 +102,20 @@ def test_deletes_are_rebased(world, where):
     # The merged segment is what the index holds for fragments 0-2.
     (desc,) = d.describe_indices()
     assert any(s.uuid == m.uuid for s in desc.segments)
+
+
+def test_segment_covering_a_deleted_last_fragment(world):
+    """A segment may cover a fragment deleted since, above every current
+    fragment id: it stays within the dataset's max_fragment_id, so lists,
+    plans and merges still take it."""
+    uri, built, segs = world
+    m = ls.merge_existing_index_segments(uri, segs[4:])
+    ls.commit_existing_index_segments(uri, "vec_idx", "vec", [m], replaces=segs[4:])
+    lance.dataset(uri).delete("id >= 2500")  # fragment 5, the last, is gone
+    assert [f.fragment_id for f in lance.dataset(uri).get_fragments()] == [0, 1, 2, 3, 4]
+    assert (4, 5) in [s.fragment_ids for s in ls.open(uri).list_index_segments("vec_idx")]
+    v = ls.optimize(uri, "vec_idx", progress=False)
+    d = lance.dataset(uri)
+    assert d.version == v
+    d.validate()
+    assert d.count_rows() == 2500
