@@ -40,9 +40,11 @@ vet:
 
 # Go and Python tests run next to local object-store emulators on loopback
 # (moto for S3, fake-gcs-server for GCS, Azurite for Azure Blob), which
-# tools/with_emulators.py starts and stops.
+# tools/with_emulators.py starts and stops. The Go fault suites (disk full,
+# SIGKILL during merge and commit) run on their own, with their counts.
 test-go: vet venv emulators
-	$(PY) tools/with_emulators.py -- $(GO) test ./...
+	$(PY) tools/with_emulators.py -- $(GO) test -skip '^(TestFault|TestKillDuring)' ./...
+	GO=$(GO) sh tools/faults.sh
 	$(MAKE) fuzz FUZZTIME=$(CI_FUZZTIME)
 
 test-py: build emulators

@@ -1,6 +1,7 @@
 package pybind
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 
@@ -24,7 +25,7 @@ func CommitSegments(opID, uri, optionsJSON string, version int, segmentsJSON, re
 	if err := json.Unmarshal([]byte(requestJSON), &req); err != nil {
 		return 0, tagged(fmt.Errorf("%w: commit request: %w", errkind.InvalidInput, err))
 	}
-	if req.Segments, err = segment.ParseInfos([]byte(segmentsJSON)); err != nil {
+	if req.Segments, err = segment.ParseSegments([]byte(segmentsJSON), snap); err != nil {
 		return 0, tagged(err)
 	}
 	v, err := segment.Commit(ctx, st, snap, req, prog)
@@ -32,4 +33,21 @@ func CommitSegments(opID, uri, optionsJSON string, version int, segmentsJSON, re
 		return 0, tagged(err)
 	}
 	return int(v), nil
+}
+
+// CheckCoverage checks segments (a JSON list of segment infos) of the
+// dataset at uri, version (0 = latest), against their rows, as the commit
+// checks new segments, and commits nothing.
+func CheckCoverage(uri, optionsJSON string, version int, segmentsJSON string, parallelism int) (err error) {
+	defer recoverTo(&err)
+	ctx := context.Background()
+	st, snap, err := openSnapshot(ctx, uri, optionsJSON, version)
+	if err != nil {
+		return tagged(err)
+	}
+	metas, err := segment.ParseSegments([]byte(segmentsJSON), snap)
+	if err != nil {
+		return tagged(err)
+	}
+	return tagged(segment.CheckCoverage(ctx, st, snap, metas, parallelism))
 }

@@ -22,7 +22,7 @@ func MergeSegments(opID, uri, optionsJSON string, version int, segmentsJSON, mer
 	if err != nil {
 		return "", tagged(err)
 	}
-	metas, err := segment.ParseInfos([]byte(segmentsJSON))
+	metas, err := segment.ParseSegments([]byte(segmentsJSON), snap)
 	if err != nil {
 		return "", tagged(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
@@ -36,7 +37,7 @@ func PlanIndex(uri, optionsJSON string, version int, planOptionsJSON string) (ou
 	if err != nil {
 		return "", tagged(err)
 	}
-	p.URI = uri
+	p.URI = storage.RedactURI(uri) // plans carry no credentials
 	b, err := json.Marshal(p)
 	return string(b), tagged(err)
 }
@@ -54,7 +55,7 @@ func PlanSegments(uri, optionsJSON string, version int, segmentsJSON, planOption
 	if err != nil {
 		return "", tagged(err)
 	}
-	metas, err := segment.ParseInfos([]byte(segmentsJSON))
+	metas, err := segment.ParseSegments([]byte(segmentsJSON), snap)
 	if err != nil {
 		return "", tagged(err)
 	}
@@ -62,7 +63,7 @@ func PlanSegments(uri, optionsJSON string, version int, segmentsJSON, planOption
 	if err != nil {
 		return "", tagged(err)
 	}
-	p.URI = uri
+	p.URI = storage.RedactURI(uri) // plans carry no credentials
 	b, err := json.Marshal(p)
 	return string(b), tagged(err)
 }
@@ -106,6 +107,10 @@ func Cleanup(uri, optionsJSON string, olderThanSeconds float64, dryRun bool) (ou
 	if err != nil {
 		return "", tagged(err)
 	}
+	if math.IsNaN(olderThanSeconds) || olderThanSeconds < 0 || olderThanSeconds > float64(math.MaxInt64/int64(time.Second)) {
+		return "", tagged(fmt.Errorf("%w: older_than must be a finite, non-negative number of seconds (at most %d), got %g",
+			errkind.InvalidInput, math.MaxInt64/int64(time.Second), olderThanSeconds))
+	}
 	orphans, err := segment.Cleanup(ctx, st, time.Duration(olderThanSeconds*float64(time.Second)), dryRun, time.Now())
 	if err != nil {
 		return "", tagged(err)
@@ -136,4 +141,18 @@ func RemoveUncommitted(uri, optionsJSON, uuidsJSON string) (n int, err error) {
 	}
 	n, err = segment.RemoveUncommitted(ctx, st, uuids)
 	return n, tagged(err)
+}
+
+// CheckPlan checks a plan's JSON (MergePlan.to_json) against the dataset
+// version it is for (segment.DecodePlan), before any task runs: a
+// corrupted or crafted plan is refused with an "[invalid_input]" error.
+func CheckPlan(uri, optionsJSON string, version int, planJSON string) (err error) {
+	defer recoverTo(&err)
+	ctx := context.Background()
+	_, snap, err := openSnapshot(ctx, uri, optionsJSON, version)
+	if err != nil {
+		return tagged(err)
+	}
+	_, err = segment.DecodePlan([]byte(planJSON), snap)
+	return tagged(err)
 }

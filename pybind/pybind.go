@@ -114,7 +114,7 @@ func DatasetInfo(uri, optionsJSON string, version int) (out string, err error) {
 	}
 	m := snap.Manifest
 	info := datasetInfo{
-		URI:                uri,
+		URI:                storage.RedactURI(uri),
 		Version:            snap.Ref.Version,
 		LatestVersion:      refs[len(refs)-1].Version,
 		ManifestScheme:     snap.Ref.Scheme.String(),
@@ -163,11 +163,7 @@ func ListSegments(uri, optionsJSON string, version int, indexName string, skipSt
 func DescribeSegment(uri, optionsJSON, segmentJSON string, withStats bool) (out string, err error) {
 	defer recoverTo(&err)
 	ctx := context.Background()
-	var in segment.Info
-	if err := json.Unmarshal([]byte(segmentJSON), &in); err != nil {
-		return "", tagged(fmt.Errorf("%w: segment JSON: %w", errkind.InvalidInput, err))
-	}
-	im, err := in.ToMetadata()
+	im, err := segment.ParseSegment([]byte(segmentJSON), nil)
 	if err != nil {
 		return "", tagged(err)
 	}

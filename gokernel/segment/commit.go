@@ -15,8 +15,6 @@ import (
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
-	"github.com/lance-segmerge/lance-segmerge/gokernel/ivf"
-	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
 )
@@ -46,6 +44,9 @@ type CommitRequest struct {
 	Replaces []string `json:"replaces"`
 	// MaxRetries bounds the attempts after losing a race. Default 20.
 	MaxRetries int `json:"max_retries"`
+	// Parallelism bounds the new segments whose row ids are read at once
+	// to check their coverage (those no merge of ours verified). Default 4.
+	Parallelism int `json:"parallelism"`
 }
 
 // Commit publishes new index segments as one new dataset version, built on
@@ -64,12 +65,31 @@ func Commit(ctx context.Context, st storage.Store, base *table.Snapshot, req Com
 	if req.MaxRetries <= 0 {
 		req.MaxRetries = 20
 	}
+	if req.Parallelism <= 0 {
+		req.Parallelism = 4
+	}
 	fieldID, err := columnField(base, req.Column)
 	if err != nil {
 		return 0, err
 	}
-	segs, err := prepareSegments(ctx, st, base, req, fieldID)
+	for _, u := range req.Replaces {
+		if id, err := uuid.Parse(u); err != nil || id.String() != strings.ToLower(u) {
+			return 0, fmt.Errorf("%w: replaces: %q is not a segment uuid", errkind.InvalidInput, u)
+		}
+	}
+	segs, news, err := prepareSegments(ctx, st, base, req, fieldID)
 	if err != nil {
+		return 0, err
+	}
+	models := &modelChecker{st: st, snap: base, index: req.IndexName, news: news}
+	defer func() {
+		closeSources(news)
+		models.close()
+	}()
+	if err := models.checkNew(); err != nil {
+		return 0, err
+	}
+	if err := checkNewCoverage(ctx, st, base, news, req.Parallelism); err != nil {
 		return 0, err
 	}
 	coverage := map[uint32]bool{}
@@ -94,8 +114,15 @@ func Commit(ctx context.Context, st storage.Store, base *table.Snapshot, req Com
 			}
 		}
 		checked = latest.Ref.Version
-		m, indices, txn, err := buildVersion(latest, base.Ref.Version, txnID, req, segs, coverage)
+		m, indices, txn, err := buildVersion(latest, base, txnID, req, segs, coverage)
 		if err != nil {
+			return 0, err
+		}
+		removed := map[string]bool{}
+		for _, im := range txn.GetCreateIndex().GetRemovedIndices() {
+			removed[table.IndexUUID(im)] = true
+		}
+		if err := models.check(ctx, latest, removed); err != nil {
 			return 0, err
 		}
 		err = table.Publish(ctx, st, latest.Ref.Scheme, m, indices, txn)
@@ -136,28 +163,35 @@ func columnField(snap *table.Snapshot, column string) (int32, error) {
 }
 
 // prepareSegments validates the new segments against the base version and
-// their files, and returns the entries to commit: named after the index,
-// with the files as listed in storage and a fresh created_at.
-func prepareSegments(ctx context.Context, st storage.Store, base *table.Snapshot, req CommitRequest, fieldID int32) ([]*pb.IndexMetadata, error) {
+// their files, and returns the entries to commit (named after the index,
+// with the files as listed in storage and a fresh created_at) and the
+// vector ones opened (the caller closes them).
+func prepareSegments(ctx context.Context, st storage.Store, base *table.Snapshot, req CommitRequest, fieldID int32) (_ []*pb.IndexMetadata, news []*source, err error) {
+	defer func() {
+		if err != nil {
+			closeSources(news)
+			news = nil
+		}
+	}()
 	if req.IndexName == "" {
-		return nil, fmt.Errorf("%w: an index name is required", errkind.InvalidInput)
+		return nil, nil, fmt.Errorf("%w: an index name is required", errkind.InvalidInput)
 	}
 	if len(req.Segments) == 0 {
-		return nil, fmt.Errorf("%w: at least one index segment is required", errkind.InvalidInput)
+		return nil, nil, fmt.Errorf("%w: at least one index segment is required", errkind.InvalidInput)
 	}
 	named := make([]*pb.IndexMetadata, len(req.Segments))
 	for i, s := range req.Segments {
 		named[i] = proto.Clone(s).(*pb.IndexMetadata)
 		named[i].Name = req.IndexName
 		if len(s.GetFields()) != 1 || s.GetFields()[0] != fieldID {
-			return nil, fmt.Errorf("%w: segment %s indexes fields %v, column %q is field %d", errkind.InvalidInput, table.IndexUUID(s), s.GetFields(), req.Column, fieldID)
+			return nil, nil, fmt.Errorf("%w: segment %s indexes fields %v, column %q is field %d", errkind.InvalidInput, table.IndexUUID(s), s.GetFields(), req.Column, fieldID)
 		}
 		if s.GetIndexDetails().GetTypeUrl() == "" {
-			return nil, fmt.Errorf("%w: segment %s has no index details", errkind.InvalidInput, table.IndexUUID(s))
+			return nil, nil, fmt.Errorf("%w: segment %s has no index details", errkind.InvalidInput, table.IndexUUID(s))
 		}
 	}
 	if err := checkEntries(named, base); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	now := uint64(time.Now().UnixMilli())
 	for _, s := range named {
@@ -167,11 +201,11 @@ func prepareSegments(ctx context.Context, st storage.Store, base *table.Snapshot
 		// where it lives; new segments live under the dataset's root.
 		sst, err := indexStore(ctx, st, base, s)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		listed, err := sst.List(ctx, dir)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		sizes := map[string]int64{}
 		for _, e := range listed {
@@ -182,22 +216,22 @@ func prepareSegments(ctx context.Context, st storage.Store, base *table.Snapshot
 		for _, f := range s.GetFiles() {
 			got, ok := sizes[f.GetPath()]
 			if !ok {
-				return nil, fmt.Errorf("%w: segment %s: %s is missing", errkind.NotFound, u, f.GetPath())
+				return nil, nil, fmt.Errorf("%w: segment %s: %s is missing", errkind.NotFound, u, f.GetPath())
 			}
 			if uint64(got) != f.GetSizeBytes() {
-				return nil, fmt.Errorf("%w: segment %s: %s has %d bytes, the segment's metadata says %d", errkind.Corrupt, u, f.GetPath(), got, f.GetSizeBytes())
+				return nil, nil, fmt.Errorf("%w: segment %s: %s has %d bytes, the segment's metadata says %d", errkind.Corrupt, u, f.GetPath(), got, f.GetSizeBytes())
 			}
 		}
 		if IsVector(s) {
 			// The files must exist and decode: pylance accepts a commit of a
 			// segment without files, and then fails every query.
-			files, err := ivf.OpenFiles(ctx, sst, dir, lancefile.Options{})
+			src, err := openSource(ctx, st, base, s, false)
 			if err != nil {
-				return nil, fmt.Errorf("segment %s: %w", u, err)
+				return nil, nil, err
 			}
-			files.Close()
+			news = append(news, src)
 		} else if len(sizes) == 0 {
-			return nil, fmt.Errorf("%w: segment %s has no files under %s", errkind.NotFound, u, dir)
+			return nil, nil, fmt.Errorf("%w: segment %s has no files under %s", errkind.NotFound, u, dir)
 		}
 		names := make([]string, 0, len(sizes))
 		for n := range sizes {
@@ -210,7 +244,7 @@ func prepareSegments(ctx context.Context, st storage.Store, base *table.Snapshot
 			paths[i] = dir + n
 		}
 		if err := sst.Sync(ctx, paths); err != nil {
-			return nil, fmt.Errorf("segment %s: %w", u, err)
+			return nil, nil, fmt.Errorf("segment %s: %w", u, err)
 		}
 		s.Files = nil
 		for _, n := range names {
@@ -218,7 +252,7 @@ func prepareSegments(ctx context.Context, st storage.Store, base *table.Snapshot
 		}
 		s.CreatedAt = &now
 	}
-	return named, nil
+	return named, news, nil
 }
 
 // checkConcurrent checks the transaction of version v, committed after the
@@ -331,7 +365,15 @@ func checkConcurrent(ctx context.Context, st storage.Store, v uint64, req Commit
 // unchanged (unknown fields included) but for its version, timestamp,
 // writer and transaction, and its index section with the replaced segments
 // removed and the new ones appended.
-func buildVersion(latest *table.Snapshot, readVersion uint64, txnID string, req CommitRequest, segs []*pb.IndexMetadata, coverage map[uint32]bool) (*pb.Manifest, []*pb.IndexMetadata, *pb.Transaction, error) {
+func buildVersion(latest, base *table.Snapshot, txnID string, req CommitRequest, segs []*pb.IndexMetadata, coverage map[uint32]bool) (*pb.Manifest, []*pb.IndexMetadata, *pb.Transaction, error) {
+	readVersion := base.Ref.Version
+	// Segments of the index at the version the commit was planned against:
+	// one missing now was removed by a concurrent commit (a race); one that
+	// was never there is the caller's mistake.
+	atBase := map[string]*pb.IndexMetadata{}
+	for _, im := range base.Indices {
+		atBase[table.IndexUUID(im)] = im
+	}
 	prev := latest.Manifest
 	if unknown := prev.GetWriterFeatureFlags() &^ table.KnownWriterFlags; unknown != 0 {
 		return nil, nil, nil, fmt.Errorf("%w: version %d needs writer feature flags %#x that lance-segmerge does not know", errkind.Unsupported, latest.Ref.Version, unknown)
@@ -368,6 +410,19 @@ func buildVersion(latest *table.Snapshot, readVersion uint64, txnID string, req 
 		for _, u := range req.Replaces {
 			im, ok := present[u]
 			if !ok {
+				was := atBase[u]
+				switch {
+				case was == nil:
+					return nil, nil, nil, fmt.Errorf("%w: segment %s, which the commit replaces, is not a segment of version %d (the version it was planned against)", errkind.InvalidInput, u, readVersion)
+				case was.GetName() != req.IndexName:
+					return nil, nil, nil, fmt.Errorf("%w: segment %s, which the commit replaces, belongs to index %q, not %q", errkind.InvalidInput, u, was.GetName(), req.IndexName)
+				case len(effective(was)) == 0:
+					// A delete removed every fragment it covered, and Lance
+					// dropped it from the index with them: the new segments
+					// simply hold rows of fragments that are gone (queries
+					// skip them, as they skip deleted rows). Rebased.
+					continue
+				}
 				return nil, nil, nil, fmt.Errorf("%w: source segment %s of index %q is no longer in version %d (a concurrent commit replaced it); re-plan", errkind.Conflict, u, req.IndexName, latest.Ref.Version)
 			}
 			remove[u] = true
@@ -409,8 +464,10 @@ func buildVersion(latest *table.Snapshot, readVersion uint64, txnID string, req 
 			remove[u] = true // fully covered (or empty): replaced
 		case len(out) == 0 && len(eff) == 0:
 			// Empty and not named as a source: keep, as committed.
+		case req.Replaces != nil && atBase[u] != nil && atBase[u].GetName() == req.IndexName:
+			return nil, nil, nil, fmt.Errorf("%w: segment %s of index %q, which the commit does not replace, covers fragments %v of the new segments", errkind.InvalidInput, u, req.IndexName, in)
 		case req.Replaces != nil:
-			return nil, nil, nil, fmt.Errorf("%w: segment %s of index %q, not a source of this commit, covers fragments %v of the new segments (a concurrent commit?)", errkind.Conflict, u, req.IndexName, in)
+			return nil, nil, nil, fmt.Errorf("%w: segment %s of index %q, committed concurrently, covers fragments %v of the new segments; re-plan", errkind.Conflict, u, req.IndexName, in)
 		default:
 			return nil, nil, nil, fmt.Errorf("%w: the new segments cover fragments %v of segment %s but not its fragments %v; committing would orphan them", errkind.InvalidInput, in, u, out)
 		}

@@ -273,19 +273,59 @@ func (i *Info) ToMetadata() (*pb.IndexMetadata, error) {
 }
 
 // ParseInfos decodes a JSON list of Infos (as the binding passes segments)
-// into IndexMetadata, the original metadata bytes when present.
-func ParseInfos(b []byte) ([]*pb.IndexMetadata, error) {
+// into IndexMetadata, the original metadata bytes when present. See
+// ParseSegments, which also bounds them by a dataset.
+func ParseInfos(b []byte) ([]*pb.IndexMetadata, error) { return ParseSegments(b, nil) }
+
+// ParseSegments decodes a JSON list of Infos, the caller's segments for
+// the dataset version snap (nil: none), into IndexMetadata. They are
+// untrusted: each must have a 16-byte uuid and a fragment bitmap naming
+// only fragment ids snap has assigned (and no more than
+// table.MaxCoveredFragments), checked before the bitmap is materialised.
+// Every failure is errkind.InvalidInput and names the segment.
+func ParseSegments(b []byte, snap *table.Snapshot) ([]*pb.IndexMetadata, error) {
 	var infos []Info
 	if err := json.Unmarshal(b, &infos); err != nil {
 		return nil, fmt.Errorf("%w: segments JSON: %w", errkind.InvalidInput, err)
 	}
 	out := make([]*pb.IndexMetadata, 0, len(infos))
 	for i := range infos {
-		im, err := infos[i].ToMetadata()
+		im, err := infos[i].checked(snap)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w: segment %d (%s): %v", errkind.InvalidInput, i, infos[i].UUID, err)
 		}
 		out = append(out, im)
 	}
 	return out, nil
+}
+
+// ParseSegment is ParseSegments for one segment's JSON.
+func ParseSegment(b []byte, snap *table.Snapshot) (*pb.IndexMetadata, error) {
+	var info Info
+	if err := json.Unmarshal(b, &info); err != nil {
+		return nil, fmt.Errorf("%w: segment JSON: %w", errkind.InvalidInput, err)
+	}
+	im, err := info.checked(snap)
+	if err != nil {
+		return nil, fmt.Errorf("%w: segment %s: %v", errkind.InvalidInput, info.UUID, err)
+	}
+	return im, nil
+}
+
+// checked is ToMetadata, with the fragment bitmap checked (see
+// ParseSegments).
+func (i *Info) checked(snap *table.Snapshot) (*pb.IndexMetadata, error) {
+	im, err := i.ToMetadata()
+	if err != nil {
+		return nil, err
+	}
+	if snap != nil {
+		_, _, err = snap.DecodeCoverage(im)
+	} else {
+		_, _, err = table.DecodeFragmentBitmap(im.GetFragmentBitmap())
+	}
+	if err != nil {
+		return nil, err
+	}
+	return im, nil
 }

@@ -117,7 +117,7 @@ func Merge(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []
 	} else if len(existing) > 0 {
 		return nil, fmt.Errorf("%w: output segment %s already has files under %s", errkind.Conflict, id, dir)
 	}
-	out, err := (&merger{st: st, srcs: srcs, m: m, opts: opts, dir: dir}).run(ctx)
+	out, err := (&merger{st: st, snap: snap, srcs: srcs, m: m, opts: opts, dir: dir}).run(ctx)
 	if err != nil {
 		// Remove the partial output, even when ctx is cancelled.
 		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -136,6 +136,7 @@ type mergeOutput struct {
 
 type merger struct {
 	st   storage.Store
+	snap *table.Snapshot
 	srcs []*source
 	m    *model
 	opts MergeOptions
@@ -247,9 +248,26 @@ func (mg *merger) writeAux(ctx context.Context) (int64, error) {
 	}
 
 	lengths := make([]uint32, m.nparts)
+	var covered []uint32
+	for _, s := range mg.srcs {
+		s.rows = fragRows{}
+		covered = append(covered, s.frags...)
+	}
 	if err := mg.mergeWindows(ctx, w, lengths); err != nil {
 		return 0, err
 	}
+	// Every input holds rows of each fragment it claims (or the data shows
+	// it has none to hold): verified, and recorded for the commit.
+	for _, s := range mg.srcs {
+		if err := checkCoverage(ctx, mg.st, mg.snap, s.uuid, s.meta.GetFields()[0], s.frags, s.rows); err != nil {
+			return 0, err
+		}
+	}
+	verified, err := encodeVerified(covered)
+	if err != nil {
+		return 0, err
+	}
+	w.SetMetadata(VerifiedKey, verified)
 
 	ivfBytes, err := (&ivf.Model{Lengths: lengths, Centroids: m.centroids}).Encode()
 	if err != nil {
@@ -617,7 +635,8 @@ func (mg *merger) toRowMajor(s *source, a *lancefile.Array) *lancefile.Array {
 // nil when it owns all of them, as Lance's merger decides:
 //   - row addresses: the row's fragment (row id >> 32) is one the input
 //     covers (rows of fragments pruned by a commit after an update or
-//     compaction are dropped);
+//     compaction are dropped); the kept rows are added to s.rows, per
+//     fragment, for the coverage check;
 //   - stable row ids: the id is live (not deleted) in a fragment the input
 //     covers (rows updated into other fragments, or deleted, are dropped).
 func keptRows(ids *lancefile.Array, s *source) []int {
@@ -639,26 +658,30 @@ func keptRows(ids *lancefile.Array, s *source) []int {
 		}
 		return keep
 	}
-	frags := s.fragSet
+	frags, counts := s.fragSet, s.rows
+	var keep []int // nil while every row so far is kept
 	// Rows of one fragment come in runs: look each fragment up once per run.
-	last, lastOK := uint32(0), false
-	for i := 0; i < ids.Len; i++ {
-		f := uint32(binary.LittleEndian.Uint64(ids.Values[8*i:]) >> 32)
-		if lastOK && f == last {
-			continue
+	for i := 0; i < ids.Len; {
+		f := rowIDFragment(ids.Values, i)
+		j := i + 1
+		for j < ids.Len && rowIDFragment(ids.Values, j) == f {
+			j++
 		}
-		last, lastOK = f, frags[f]
-		if !lastOK {
-			keep := make([]int, 0, ids.Len)
-			for k := 0; k < ids.Len; k++ {
-				if frags[uint32(binary.LittleEndian.Uint64(ids.Values[8*k:])>>32)] {
-					keep = append(keep, k)
-				}
+		switch {
+		case frags[f]:
+			counts[f] += uint64(j - i)
+			for k := i; keep != nil && k < j; k++ {
+				keep = append(keep, k)
 			}
-			return keep
+		case keep == nil:
+			keep = make([]int, 0, ids.Len)
+			for k := 0; k < i; k++ {
+				keep = append(keep, k)
+			}
 		}
+		i = j
 	}
-	return nil
+	return keep
 }
 
 func takeRows(a *lancefile.Array, rows []int) *lancefile.Array {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
@@ -87,9 +88,9 @@ func PlanIndex(ctx context.Context, st storage.Store, snap *table.Snapshot, opts
 			continue
 		}
 		found = true
-		ids, ok, err := table.DecodeFragmentBitmap(im.GetFragmentBitmap())
+		ids, ok, err := snap.DecodeCoverage(im)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("segment %s of index %q: %w", table.IndexUUID(im), opts.IndexName, err)
 		}
 		if !ok {
 			return nil, fmt.Errorf("%w: segment %s of index %q has no fragment coverage; rebuild the index with pylance", errkind.InvalidInput, table.IndexUUID(im), opts.IndexName)
@@ -296,4 +297,69 @@ func planID(p *Plan) string {
 		h.Write([]byte{0})
 	}
 	return hex.EncodeToString(h.Sum(nil)[:12])
+}
+
+// DecodePlan decodes a plan's JSON (as PlanIndex wrote it, after a trip
+// through a user's hands or another machine) and checks it against snap,
+// the dataset version it claims to be for: its format version, its read
+// version, and every task: at least two segments, each of them a valid
+// segment of the plan's index (ParseSegments: fragment bitmaps bounded by
+// the dataset), no segment twice. Every failure is errkind.InvalidInput.
+func DecodePlan(b []byte, snap *table.Snapshot) (*Plan, error) {
+	var raw struct {
+		Plan
+		Tasks []struct {
+			ID       int             `json:"task_id"`
+			Segments json.RawMessage `json:"segments"`
+			Rows     uint64          `json:"rows"`
+			Bytes    uint64          `json:"bytes"`
+		} `json:"tasks"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, fmt.Errorf("%w: plan JSON: %w", errkind.InvalidInput, err)
+	}
+	p := raw.Plan
+	p.Tasks = nil
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: plan %s: %s", errkind.InvalidInput, p.PlanID, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case p.FormatVersion != PlanFormatVersion:
+		return nil, bad("format version %d, this lance-segmerge reads %d", p.FormatVersion, PlanFormatVersion)
+	case p.IndexName == "":
+		return nil, bad("no index name")
+	case p.ReadVersion != snap.Ref.Version:
+		return nil, bad("was made at version %d, not at version %d", p.ReadVersion, snap.Ref.Version)
+	}
+	seen := map[string]int{}
+	for _, t := range raw.Tasks {
+		metas, err := ParseSegments(t.Segments, snap)
+		if err != nil {
+			return nil, bad("task %d: %v", t.ID, err)
+		}
+		if len(metas) < 2 {
+			return nil, bad("task %d has %d segments; a task merges at least two", t.ID, len(metas))
+		}
+		task := Task{ID: t.ID, Rows: t.Rows, Bytes: t.Bytes}
+		for _, im := range metas {
+			u := table.IndexUUID(im)
+			if other, dup := seen[u]; dup {
+				return nil, bad("segment %s is in tasks %d and %d", u, other, t.ID)
+			}
+			seen[u] = t.ID
+			if im.GetName() != p.IndexName {
+				return nil, bad("task %d: segment %s belongs to index %q, the plan is for %q", t.ID, u, im.GetName(), p.IndexName)
+			}
+			info, err := Describe(im)
+			if err != nil {
+				return nil, bad("task %d: %v", t.ID, err)
+			}
+			task.Segments = append(task.Segments, info)
+		}
+		p.Tasks = append(p.Tasks, task)
+	}
+	if p.Tasks == nil {
+		p.Tasks = []Task{}
+	}
+	return &p, nil
 }

@@ -30,6 +30,7 @@ type source struct {
 	uuid    string
 	frags   []uint32
 	fragSet map[uint32]bool
+	rows    fragRows // rows a merge kept, per fragment
 	files   *ivf.Files
 	// owned holds the stable row ids the input still owns (datasets with
 	// stable row ids; nil otherwise).
@@ -92,7 +93,14 @@ func checkEntries(metas []*pb.IndexMetadata, snap *table.Snapshot) error {
 		if snap != nil && im.GetDatasetVersion() > snap.Ref.Version {
 			return fmt.Errorf("%w: segment %s was built at dataset version %d, after the version %d being worked on", errkind.InvalidInput, u, im.GetDatasetVersion(), snap.Ref.Version)
 		}
-		ids, ok, err := table.DecodeFragmentBitmap(im.GetFragmentBitmap())
+		var ids []uint32
+		var ok bool
+		var err error
+		if snap != nil {
+			ids, ok, err = snap.DecodeCoverage(im)
+		} else {
+			ids, ok, err = table.DecodeFragmentBitmap(im.GetFragmentBitmap())
+		}
 		if err != nil {
 			return fmt.Errorf("segment %s: %w", u, err)
 		}
@@ -133,19 +141,33 @@ func openSources(ctx context.Context, st storage.Store, snap *table.Snapshot, me
 		}
 	}()
 	for _, im := range metas {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		s := &source{meta: im, uuid: table.IndexUUID(im)}
-		s.frags, _, _ = table.DecodeFragmentBitmap(im.GetFragmentBitmap())
-		s.fragSet = make(map[uint32]bool, len(s.frags))
-		for _, f := range s.frags {
-			s.fragSet[f] = true
-		}
-		ist, err := indexStore(ctx, st, snap, im)
+		s, err := openSource(ctx, st, snap, im, true)
 		if err != nil {
 			return nil, err
 		}
+		srcs = append(srcs, s)
+	}
+	return srcs, nil
+}
+
+// openSource opens one segment's files and model buffers, where the
+// segment lives (st, or the base path it names in snap); with checkSizes,
+// the files' sizes must match the segment's file list.
+func openSource(ctx context.Context, st storage.Store, snap *table.Snapshot, im *pb.IndexMetadata, checkSizes bool) (_ *source, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s := &source{meta: im, uuid: table.IndexUUID(im)}
+	s.frags, _, _ = table.DecodeFragmentBitmap(im.GetFragmentBitmap())
+	s.fragSet = make(map[uint32]bool, len(s.frags))
+	for _, f := range s.frags {
+		s.fragSet[f] = true
+	}
+	ist, err := indexStore(ctx, st, snap, im)
+	if err != nil {
+		return nil, err
+	}
+	if checkSizes {
 		for _, f := range im.GetFiles() {
 			e, err := ist.Stat(ctx, table.IndexDir(im)+f.GetPath())
 			if err != nil {
@@ -156,15 +178,15 @@ func openSources(ctx context.Context, st storage.Store, snap *table.Snapshot, me
 					errkind.Corrupt, s.uuid, f.GetPath(), e.Size, f.GetSizeBytes())
 			}
 		}
-		if s.files, err = ivf.OpenFiles(ctx, ist, table.IndexDir(im), lancefile.Options{}); err != nil {
-			return nil, fmt.Errorf("segment %s: %w", s.uuid, err)
-		}
-		srcs = append(srcs, s)
-		if err := s.loadModelBuffers(ctx); err != nil {
-			return nil, err
-		}
 	}
-	return srcs, nil
+	if s.files, err = ivf.OpenFiles(ctx, ist, table.IndexDir(im), lancefile.Options{}); err != nil {
+		return nil, fmt.Errorf("segment %s: %w", s.uuid, err)
+	}
+	if err := s.loadModelBuffers(ctx); err != nil {
+		s.files.Close()
+		return nil, err
+	}
+	return s, nil
 }
 
 // loadModelBuffers reads the PQ codebook or RQ rotation of a source.
@@ -226,13 +248,13 @@ func sharedModel(srcs []*source, requantizeSQ bool) (*model, error) {
 	if m.typ.HNSW() {
 		return nil, fmt.Errorf("%w: segment %s is %s: merging HNSW segments needs a graph rebuild, which lance-segmerge does not do yet", errkind.Unsupported, srcs[0].uuid, m.typ)
 	}
+	if err := srcs[0].checkModel(); err != nil {
+		return nil, err
+	}
 	switch m.typ.Quantizer() {
 	case "pq":
 		m.codeColumn = "__pq_code"
 	case "sq":
-		if m.quant.SQBounds == nil {
-			return nil, fmt.Errorf("%w: segment %s: SQ metadata without bounds", errkind.Corrupt, srcs[0].uuid)
-		}
 		m.codeColumn = "__sq_code"
 		m.sqLo, m.sqHi = m.quant.SQBounds.Start, m.quant.SQBounds.End
 	case "rq":
@@ -241,89 +263,168 @@ func sharedModel(srcs []*source, requantizeSQ bool) (*model, error) {
 			return nil, fmt.Errorf("%w: segment %s stores RQ codes in the %q row layout", errkind.Unsupported, srcs[0].uuid, *q.RowLayout)
 		}
 	}
-	if m.centroids == nil {
-		return nil, fmt.Errorf("%w: segment %s has no IVF centroids", errkind.Corrupt, srcs[0].uuid)
-	}
-	if m.nparts != m.centroids.Rows() {
-		return nil, fmt.Errorf("%w: segment %s has %d partitions and %d centroids", errkind.Corrupt, srcs[0].uuid, m.nparts, m.centroids.Rows())
-	}
 	m0 := srcs[0].meta
 	for _, s := range srcs[1:] {
-		f := s.files
+		if err := s.checkModel(); err != nil {
+			return nil, err
+		}
 		fail := func(what string, a, b any) error {
 			return fmt.Errorf("%w: segment %s does not share the model of segment %s: %s %v, not %v", errkind.InvalidInput, s.uuid, srcs[0].uuid, what, b, a)
 		}
+		differs := func(mm *mismatch) error {
+			return fmt.Errorf("%w: segment %s does not share the model of segment %s: %s", errkind.InvalidInput, s.uuid, srcs[0].uuid, mm.versus("segment "+srcs[0].uuid))
+		}
+		mm := compareKind(srcs[0], s)
 		switch {
-		case f.Type != m.typ:
-			return nil, fail("index type", m.typ, f.Type)
-		case f.Distance != m.distance:
-			return nil, fail("distance type", m.distance, f.Distance)
-		case f.NumPartitions() != m.nparts:
-			return nil, fail("IVF partition count", m.nparts, f.NumPartitions())
+		case mm != nil:
+			return nil, differs(mm)
 		case !strings.EqualFold(s.meta.GetIndexDetails().GetTypeUrl(), m0.GetIndexDetails().GetTypeUrl()):
 			return nil, fail("index details type", m0.GetIndexDetails().GetTypeUrl(), s.meta.GetIndexDetails().GetTypeUrl())
 		case s.meta.GetIndexVersion() != m0.GetIndexVersion():
 			return nil, fail("index version", m0.GetIndexVersion(), s.meta.GetIndexVersion())
 		}
-		if err := sameTensor(m.centroids, f.Centroids()); err != nil {
-			return nil, fail("IVF centroids", "the same", err)
-		}
-		if err := sameSchema(m.fields, f.Aux.Fields()); err != nil {
+		if err := sameSchema(m.fields, s.files.Aux.Fields()); err != nil {
 			return nil, fail("auxiliary columns", "the same", err)
 		}
-		q0, q := m.quant, f.Quant
-		switch m.typ.Quantizer() {
-		case "flat":
-		case "sq":
-			switch {
-			case q.Dim != q0.Dim || q.NumBits != q0.NumBits:
-				return nil, fail("SQ dim/bits", fmt.Sprint(q0.Dim, "/", q0.NumBits), fmt.Sprint(q.Dim, "/", q.NumBits))
-			case q.SQBounds == nil || q0.SQBounds == nil:
-				return nil, fail("SQ bounds", "present", "missing")
-			case !closeEnough(q.SQBounds.Start, q0.SQBounds.Start) || !closeEnough(q.SQBounds.End, q0.SQBounds.End):
-				if !requantizeSQ {
-					return nil, fmt.Errorf("%w: segment %s has SQ bounds [%g, %g], segment %s [%g, %g]: each IVF_SQ segment trained its own quantizer; requantize_sq=False refuses them (by default they are re-quantized to the union of the bounds)",
-						errkind.InvalidInput, s.uuid, q.SQBounds.Start, q.SQBounds.End, srcs[0].uuid, q0.SQBounds.Start, q0.SQBounds.End)
-				}
-				m.requantize = true
-				m.sqLo, m.sqHi = math.Min(m.sqLo, q.SQBounds.Start), math.Max(m.sqHi, q.SQBounds.End)
+		mm = compareModel(srcs[0], s)
+		if mm != nil && mm.sqBounds {
+			q0, q := srcs[0].files.Quant, s.files.Quant
+			if !requantizeSQ {
+				return nil, fmt.Errorf("%w: segment %s has SQ bounds [%g, %g], segment %s [%g, %g]: each IVF_SQ segment trained its own quantizer; requantize_sq=False refuses them (by default they are re-quantized to the union of the bounds)",
+					errkind.InvalidInput, s.uuid, q.SQBounds.Start, q.SQBounds.End, srcs[0].uuid, q0.SQBounds.Start, q0.SQBounds.End)
 			}
-		case "pq":
-			switch {
-			case q.NBits != q0.NBits:
-				return nil, fail("PQ bits", q0.NBits, q.NBits)
-			case q.NumSubVectors != q0.NumSubVectors:
-				return nil, fail("PQ sub-vectors", q0.NumSubVectors, q.NumSubVectors)
-			case q.Dimension != q0.Dimension:
-				return nil, fail("PQ dimension", q0.Dimension, q.Dimension)
-			}
-			if err := sameTensor(m.codebook, s.codebook); err != nil {
-				return nil, fail("PQ codebook", "the same", err)
-			}
-		case "rq":
-			switch {
-			case q.NumBits != q0.NumBits:
-				return nil, fail("RQ bits", q0.NumBits, q.NumBits)
-			case q.CodeDim != q0.CodeDim:
-				return nil, fail("RQ code dimension", q0.CodeDim, q.CodeDim)
-			case q.RotationType != q0.RotationType:
-				return nil, fail("RQ rotation type", q0.RotationType, q.RotationType)
-			case q.QueryEstimator != q0.QueryEstimator:
-				return nil, fail("RQ query estimator", q0.QueryEstimator, q.QueryEstimator)
-			case !bytes.Equal(q.Raw["fast_rotation_signs"], q0.Raw["fast_rotation_signs"]):
-				return nil, fail("RQ rotation (fast_rotation_signs)", "the same", "different; pin one rotation with build_rq_model")
-			}
-			if (m.rotation == nil) != (s.rotation == nil) {
-				return nil, fail("RQ rotation matrix", m.rotation != nil, s.rotation != nil)
-			}
-			if m.rotation != nil {
-				if err := sameTensor(m.rotation, s.rotation); err != nil {
-					return nil, fail("RQ rotation matrix", "the same", err)
-				}
-			}
+			m.requantize = true
+			m.sqLo, m.sqHi = math.Min(m.sqLo, q.SQBounds.Start), math.Max(m.sqHi, q.SQBounds.End)
+			continue
+		}
+		if mm != nil {
+			return nil, differs(mm)
 		}
 	}
 	return m, nil
+}
+
+// checkModel checks what a source's own model needs to be usable: IVF
+// centroids, one per partition, and SQ bounds for IVF_SQ.
+func (s *source) checkModel() error {
+	f := s.files
+	c := f.Centroids()
+	switch {
+	case c == nil:
+		return fmt.Errorf("%w: segment %s has no IVF centroids", errkind.Corrupt, s.uuid)
+	case f.NumPartitions() != c.Rows():
+		return fmt.Errorf("%w: segment %s has %d partitions and %d centroids", errkind.Corrupt, s.uuid, f.NumPartitions(), c.Rows())
+	case f.Type.Quantizer() == "sq" && (f.Quant == nil || f.Quant.SQBounds == nil):
+		return fmt.Errorf("%w: segment %s: SQ metadata without bounds", errkind.Corrupt, s.uuid)
+	case f.Type.Quantizer() != "flat" && f.Quant == nil:
+		return fmt.Errorf("%w: segment %s has no quantizer metadata", errkind.Corrupt, s.uuid)
+	}
+	return nil
+}
+
+// mismatch is how a segment differs from a reference segment: what, and
+// the reference's (want) and the segment's (got) values.
+type mismatch struct {
+	what      string
+	want, got any
+	// sqBounds: the SQ bounds differ (and nothing compared before them).
+	sqBounds bool
+}
+
+// sameValue is the want of a mismatch between two tensors (got is how
+// they differ).
+const sameValue = "the same"
+
+// versus describes the mismatch against the reference segment named ref:
+// "distance type cosine, where <ref> has l2".
+func (m *mismatch) versus(ref string) string {
+	if m.want == sameValue {
+		return fmt.Sprintf("its %s differ from those of %s (%v)", m.what, ref, m.got)
+	}
+	return fmt.Sprintf("%s %v, where %s has %v", m.what, m.got, ref, m.want)
+}
+
+// dimension is the vector dimension of a segment (the centroids' width).
+func (s *source) dimension() int { return s.files.Centroids().Cols() }
+
+// compareKind compares what makes two segments the same kind of index:
+// index type, distance type, vector dimension, IVF partition count and the
+// quantizer's parameters (bits, sub-vectors, rotation kind). Both sources
+// passed checkModel.
+func compareKind(ref, s *source) *mismatch {
+	f0, f := ref.files, s.files
+	switch {
+	case f.Type != f0.Type:
+		return &mismatch{what: "index type", want: f0.Type, got: f.Type}
+	case f.Distance != f0.Distance:
+		return &mismatch{what: "distance type", want: f0.Distance, got: f.Distance}
+	case s.dimension() != ref.dimension():
+		return &mismatch{what: "vector dimension", want: ref.dimension(), got: s.dimension()}
+	case f.NumPartitions() != f0.NumPartitions():
+		return &mismatch{what: "IVF partition count", want: f0.NumPartitions(), got: f.NumPartitions()}
+	}
+	q0, q := f0.Quant, f.Quant
+	switch f0.Type.Quantizer() {
+	case "sq":
+		if q.Dim != q0.Dim || q.NumBits != q0.NumBits {
+			return &mismatch{what: "SQ dim/bits", want: fmt.Sprint(q0.Dim, "/", q0.NumBits), got: fmt.Sprint(q.Dim, "/", q.NumBits)}
+		}
+	case "pq":
+		switch {
+		case q.NBits != q0.NBits:
+			return &mismatch{what: "PQ bits", want: q0.NBits, got: q.NBits}
+		case q.NumSubVectors != q0.NumSubVectors:
+			return &mismatch{what: "PQ sub-vectors", want: q0.NumSubVectors, got: q.NumSubVectors}
+		case q.Dimension != q0.Dimension:
+			return &mismatch{what: "PQ dimension", want: q0.Dimension, got: q.Dimension}
+		}
+	case "rq":
+		switch {
+		case q.NumBits != q0.NumBits:
+			return &mismatch{what: "RQ bits", want: q0.NumBits, got: q.NumBits}
+		case q.CodeDim != q0.CodeDim:
+			return &mismatch{what: "RQ code dimension", want: q0.CodeDim, got: q.CodeDim}
+		case q.RotationType != q0.RotationType:
+			return &mismatch{what: "RQ rotation type", want: q0.RotationType, got: q.RotationType}
+		case q.QueryEstimator != q0.QueryEstimator:
+			return &mismatch{what: "RQ query estimator", want: q0.QueryEstimator, got: q.QueryEstimator}
+		}
+	}
+	return nil
+}
+
+// compareModel compares the trained model of two segments of one kind
+// (compareKind returned nil): IVF centroids, PQ codebook, SQ bounds, RQ
+// rotation.
+func compareModel(ref, s *source) *mismatch {
+	if err := sameTensor(ref.files.Centroids(), s.files.Centroids()); err != nil {
+		return &mismatch{what: "IVF centroids", want: sameValue, got: err}
+	}
+	q0, q := ref.files.Quant, s.files.Quant
+	switch ref.files.Type.Quantizer() {
+	case "sq":
+		if !closeEnough(q.SQBounds.Start, q0.SQBounds.Start) || !closeEnough(q.SQBounds.End, q0.SQBounds.End) {
+			return &mismatch{what: "SQ bounds", want: fmt.Sprintf("[%g, %g]", q0.SQBounds.Start, q0.SQBounds.End),
+				got: fmt.Sprintf("[%g, %g]", q.SQBounds.Start, q.SQBounds.End), sqBounds: true}
+		}
+	case "pq":
+		if err := sameTensor(ref.codebook, s.codebook); err != nil {
+			return &mismatch{what: "PQ codebook", want: sameValue, got: err}
+		}
+	case "rq":
+		if !bytes.Equal(q.Raw["fast_rotation_signs"], q0.Raw["fast_rotation_signs"]) {
+			return &mismatch{what: "RQ rotation (fast_rotation_signs)", want: sameValue, got: "pin one rotation with build_rq_model"}
+		}
+		if (ref.rotation == nil) != (s.rotation == nil) {
+			return &mismatch{what: "RQ rotation matrix", want: ref.rotation != nil, got: s.rotation != nil}
+		}
+		if ref.rotation != nil {
+			if err := sameTensor(ref.rotation, s.rotation); err != nil {
+				return &mismatch{what: "RQ rotation matrix", want: sameValue, got: err}
+			}
+		}
+	}
+	return nil
 }
 
 // sqNote describes a re-quantization: which inputs' bounds moved to which

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 
 	"github.com/google/uuid"
 
@@ -30,7 +32,7 @@ type Local struct {
 
 // NewLocal returns the store rooted at the absolute directory root. uri is
 // what the user called it (for messages).
-func NewLocal(root, uri string) *Local { return &Local{root: root, uri: uri} }
+func NewLocal(root, uri string) *Local { return &Local{root: root, uri: RedactURI(uri)} }
 
 func (l *Local) URI() string { return l.uri }
 
@@ -41,10 +43,16 @@ func (l *Local) path(name string) (string, error) {
 	return filepath.Join(l.root, filepath.FromSlash(name)), nil
 }
 
+// mapErr gives a filesystem error its kind. A path through a plain file
+// (ENOTDIR: a file given as the dataset directory) is not found. Anything
+// else the filesystem reports (ENOSPC, EIO, EACCES, EROFS, EFBIG, ...) is
+// errkind.IO: neither the caller's input nor corrupt data.
 func mapErr(op, name string, err error) error {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("%w: storage: %s %s", errkind.NotFound, op, name)
+	case errors.Is(err, syscall.ENOTDIR):
+		return fmt.Errorf("%w: storage: %s %s: a path component is a file, not a directory", errkind.NotFound, op, name)
 	case errors.Is(err, fs.ErrExist):
 		return fmt.Errorf("%w: storage: %s %s: already exists", errkind.Conflict, op, name)
 	default:
@@ -90,7 +98,10 @@ func (o *localObject) ReadAt(ctx context.Context, p []byte, off int64) error {
 		return err
 	}
 	if _, err := o.f.ReadAt(p, off); err != nil {
-		return fmt.Errorf("storage: read %s at %d: %w", o.name, off, err)
+		if errors.Is(err, io.EOF) {
+			return fmt.Errorf("%w: storage: read %s at %d: the file shrank below %d bytes while open", errkind.Corrupt, o.name, off, o.size)
+		}
+		return mapErr("read", fmt.Sprintf("%s at %d", o.name, off), err)
 	}
 	return nil
 }
@@ -127,7 +138,7 @@ type localWriter struct {
 func (w *localWriter) Write(p []byte) (int, error) {
 	n, err := w.f.Write(p)
 	if err != nil {
-		return n, fmt.Errorf("storage: write %s: %w", w.name, err)
+		return n, mapErr("write", w.name, err)
 	}
 	return n, nil
 }
@@ -139,7 +150,7 @@ func (w *localWriter) Finish() error {
 	w.done = true
 	if err := w.f.Close(); err != nil {
 		os.Remove(w.tmp)
-		return fmt.Errorf("storage: close %s: %w", w.name, err)
+		return mapErr("close", w.name, err)
 	}
 	if err := os.Rename(w.tmp, w.final); err != nil {
 		os.Remove(w.tmp)
@@ -169,7 +180,7 @@ func (l *Local) Sync(ctx context.Context, names []string) error {
 		err = f.Sync()
 		f.Close()
 		if err != nil {
-			return fmt.Errorf("storage: sync %s: %w", name, err)
+			return mapErr("sync", name, err)
 		}
 		dirs[filepath.Dir(p)] = true
 	}
@@ -212,14 +223,14 @@ func (l *Local) PutIfAbsent(ctx context.Context, name string, data []byte) error
 	defer os.Remove(tmp)
 	if _, err := f.Write(data); err != nil {
 		f.Close()
-		return fmt.Errorf("storage: write %s: %w", name, err)
+		return mapErr("write", name, err)
 	}
 	if err := f.Sync(); err != nil {
 		f.Close()
-		return fmt.Errorf("storage: sync %s: %w", name, err)
+		return mapErr("sync", name, err)
 	}
 	if err := f.Close(); err != nil {
-		return fmt.Errorf("storage: close %s: %w", name, err)
+		return mapErr("close", name, err)
 	}
 	if err := os.Link(tmp, p); err != nil {
 		return mapErr("publish", name, err)
@@ -230,11 +241,11 @@ func (l *Local) PutIfAbsent(ctx context.Context, name string, data []byte) error
 func syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
-		return fmt.Errorf("storage: open dir %s: %w", dir, err)
+		return mapErr("open directory", dir, err)
 	}
 	defer d.Close()
 	if err := d.Sync(); err != nil {
-		return fmt.Errorf("storage: sync dir %s: %w", dir, err)
+		return mapErr("sync directory", dir, err)
 	}
 	return nil
 }
@@ -289,7 +300,7 @@ func (l *Local) List(ctx context.Context, prefix string) ([]Entry, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("storage: list %s: %w", prefix, err)
+		return nil, mapErr("list", prefix, err)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil

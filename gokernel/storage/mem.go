@@ -42,7 +42,7 @@ func memStore(name string) *Mem {
 }
 
 // NewMem returns an empty, private in-memory store.
-func NewMem(uri string) *Mem { return &Mem{uri: uri, objs: map[string]memObj{}} }
+func NewMem(uri string) *Mem { return &Mem{uri: RedactURI(uri), objs: map[string]memObj{}} }
 
 func (m *Mem) URI() string { return m.uri }
 

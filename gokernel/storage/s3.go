@@ -208,7 +208,7 @@ func (c S3Config) withDefaults() S3Config {
 func NewS3(uri string, cfg S3Config) (*S3, error) {
 	u, err := url.Parse(uri)
 	if err != nil || u.Host == "" {
-		return nil, fmt.Errorf("%w: storage: bad S3 URI %q (want s3://bucket/path)", errkind.InvalidInput, uri)
+		return nil, fmt.Errorf("%w: storage: bad S3 URI %q (want s3://bucket/path)", errkind.InvalidInput, RedactURI(uri))
 	}
 	cfg = cfg.withDefaults()
 	prefix := strings.Trim(u.Path, "/")
@@ -241,7 +241,7 @@ func NewS3(uri string, cfg S3Config) (*S3, error) {
 	if cfg.Endpoint != "" {
 		opts.BaseEndpoint = aws.String(cfg.Endpoint)
 	}
-	return &S3{client: s3.New(opts), bucket: u.Host, prefix: prefix, uri: uri, cfg: cfg}, nil
+	return &S3{client: s3.New(opts), bucket: u.Host, prefix: prefix, uri: RedactURI(uri), cfg: cfg}, nil
 }
 
 func (s *S3) URI() string { return s.uri }
@@ -316,7 +316,10 @@ func (o *s3Object) ReadAt(ctx context.Context, p []byte, off int64) error {
 	}
 	defer out.Body.Close()
 	if _, err := io.ReadFull(out.Body, p); err != nil {
-		return fmt.Errorf("storage: s3 read %s at %d: %w", o.name, off, err)
+		if ctx.Err() != nil {
+			return fmt.Errorf("storage: s3 read %s at %d: %w", o.name, off, ctx.Err())
+		}
+		return fmt.Errorf("%w: storage: s3 read %s at %d: %w", errkind.IO, o.name, off, err)
 	}
 	return nil
 }

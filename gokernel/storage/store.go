@@ -52,7 +52,8 @@ type Store interface {
 	Stat(ctx context.Context, name string) (Entry, error)
 	// Delete removes an object. Deleting a missing object is not an error.
 	Delete(ctx context.Context, name string) error
-	// URI is the root of the store, as the user gave it.
+	// URI is the root of the store, as the user gave it, with any
+	// userinfo masked (RedactURI): for messages.
 	URI() string
 }
 
@@ -101,6 +102,7 @@ func Open(ctx context.Context, uri string, options map[string]string) (Store, er
 	if uri == "" {
 		return nil, fmt.Errorf("%w: storage: empty dataset URI", errkind.InvalidInput)
 	}
+	shown := RedactURI(uri) // what messages and Store.URI show
 	scheme, rest := "", uri
 	if i := strings.Index(uri, "://"); i > 0 {
 		scheme, rest = strings.ToLower(uri[:i]), uri[i+3:]
@@ -110,15 +112,15 @@ func Open(ctx context.Context, uri string, options map[string]string) (Store, er
 		if scheme == "file" {
 			u, err := url.Parse(uri)
 			if err != nil {
-				return nil, fmt.Errorf("%w: storage: bad URI %q: %w", errkind.InvalidInput, uri, err)
+				return nil, fmt.Errorf("%w: storage: bad URI %q", errkind.InvalidInput, shown)
 			}
 			rest = u.Path
 		}
 		abs, err := filepath.Abs(rest)
 		if err != nil {
-			return nil, fmt.Errorf("%w: storage: %q: %w", errkind.InvalidInput, uri, err)
+			return nil, fmt.Errorf("%w: storage: %q: %w", errkind.InvalidInput, shown, err)
 		}
-		return NewLocal(abs, uri), nil
+		return NewLocal(abs, shown), nil
 	case "memory":
 		return memStore(rest), nil
 	case "s3", "s3a":
@@ -151,8 +153,29 @@ func Open(ctx context.Context, uri string, options map[string]string) (Store, er
 			"lance.dataset(uri).commit_existing_index_segments(index, column, [seg.to_lance_index() for seg in merged])",
 			errkind.Unsupported, uri)
 	default:
-		return nil, fmt.Errorf("%w: storage: unknown URI scheme %q in %q", errkind.InvalidInput, scheme, uri)
+		return nil, fmt.Errorf("%w: storage: unknown URI scheme %q in %q", errkind.InvalidInput, scheme, shown)
 	}
+}
+
+// RedactURI masks the userinfo of a URI ("s3://KEY:SECRET@bucket/t.lance"
+// is "s3://***@bucket/t.lance"), for every message, log and plan that
+// names a dataset: a URI may carry credentials, which must not leak.
+// Anything without userinfo is returned unchanged.
+func RedactURI(uri string) string {
+	i := strings.Index(uri, "://")
+	if i < 0 {
+		return uri
+	}
+	rest := uri[i+3:]
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	at := strings.LastIndex(rest[:end], "@")
+	if at < 0 {
+		return uri
+	}
+	return uri[:i+3] + "***" + rest[at:]
 }
 
 // ReadAll reads a whole small object (a manifest, a transaction file). limit

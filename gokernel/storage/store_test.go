@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -202,5 +203,41 @@ func TestOpenURI(t *testing.T) {
 				t.Fatalf("Open(%q) = %v, want kind %v", tc.uri, err, tc.kind)
 			}
 		})
+	}
+}
+
+func TestRedactURI(t *testing.T) {
+	for in, want := range map[string]string{
+		"s3://KEY:SECRET@bucket/t.lance": "s3://***@bucket/t.lance",
+		"s3://KEY@bucket/t.lance?x=y":    "s3://***@bucket/t.lance?x=y",
+		"s3://K:S%2Fx@bucket":            "s3://***@bucket",
+		"s3://user:p@ss@bucket/p@th":     "s3://***@bucket/p@th",
+		"s3://bucket/p@th":               "s3://bucket/p@th",
+		"/data/t@v.lance":                "/data/t@v.lance",
+		"file://u:pw@/tmp/x":             "file://***@/tmp/x",
+		"memory://name":                  "memory://name",
+		"gs://a:b@c/d#frag@x":            "gs://***@c/d#frag@x",
+	} {
+		if got := RedactURI(in); got != want {
+			t.Errorf("RedactURI(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestS3URISecretNeverShown: credentials in an S3 URI's userinfo appear
+// neither in the store's URI nor in its errors.
+func TestS3URISecretNeverShown(t *testing.T) {
+	const secret = "s3cr3tPassw0rd"
+	st, err := Open(context.Background(), "s3://AKID:"+secret+"@bucket/t.lance", map[string]string{
+		"aws_endpoint": "http://127.0.0.1:9", "allow_http": "true", "max_retries": "0", "timeout": "2s", "aws_region": "us-east-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = st.List(context.Background(), "_versions/")
+	if err == nil || strings.Contains(err.Error(), secret) || strings.Contains(st.URI(), secret) || st.URI() != "s3://***@bucket/t.lance" {
+		t.Fatalf("URI %q, error %v", st.URI(), err)
+	}
+	if _, err := Open(context.Background(), "zz://AKID:"+secret+"@x/y", nil); err == nil || strings.Contains(err.Error(), secret) {
+		t.Fatalf("bad scheme: %v", err)
 	}
 }

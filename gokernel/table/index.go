@@ -3,6 +3,7 @@ package table
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/RoaringBitmap/roaring/v2"
@@ -12,6 +13,10 @@ import (
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 )
+
+// DataDir holds the data files of the fragments (DataFile.path is
+// relative to it). Part of the format.
+const DataDir = "data/"
 
 // IndicesDir holds one directory per index segment, named by its uuid. Part
 // of the format.
@@ -35,10 +40,27 @@ func IndexDir(im *pb.IndexMetadata) string { return IndicesDir + IndexUUID(im) +
 // bitmap take 512 MiB; real ones are tiny.
 const maxBitmapBytes = 1 << 29
 
+// MaxCoveredFragments bounds the fragment ids one bitmap may name (64 MiB
+// once materialised). A manifest of that many fragments would be far above
+// maxManifestBytes; a portable roaring bitmap, on the other hand, names
+// 2^32 ids in under 1 MB (one full run per container), so the count is
+// checked before anything is materialised.
+const MaxCoveredFragments = 1 << 24
+
 // DecodeFragmentBitmap decodes a portable 32-bit RoaringBitmap (with or
 // without run containers). ok is false when b is empty, which Lance reads as
-// "coverage unknown".
+// "coverage unknown". A bitmap naming more than MaxCoveredFragments ids is
+// refused before it is materialised; see DecodeFragmentBitmapUpTo for the
+// bound a dataset gives.
 func DecodeFragmentBitmap(b []byte) (ids []uint32, ok bool, err error) {
+	return DecodeFragmentBitmapUpTo(b, math.MaxUint32)
+}
+
+// DecodeFragmentBitmapUpTo is DecodeFragmentBitmap for a bitmap that may
+// only name fragment ids up to maxID (Snapshot.MaxFragmentID of the
+// dataset it belongs to): a larger id is refused, like an oversized count,
+// before anything is materialised. Every failure is errkind.Corrupt.
+func DecodeFragmentBitmapUpTo(b []byte, maxID uint32) (ids []uint32, ok bool, err error) {
 	if len(b) == 0 {
 		return nil, false, nil
 	}
@@ -63,7 +85,47 @@ func DecodeFragmentBitmap(b []byte) (ids []uint32, ok bool, err error) {
 	if err := bm.Validate(); err != nil {
 		return nil, false, fmt.Errorf("%w: fragment bitmap: %w", errkind.Corrupt, err)
 	}
+	if bm.IsEmpty() {
+		return []uint32{}, true, nil
+	}
+	if max := bm.Maximum(); max > maxID {
+		return nil, false, fmt.Errorf("%w: fragment bitmap names fragment %d; the dataset has assigned ids up to %d only", errkind.Corrupt, max, maxID)
+	}
+	if card := bm.GetCardinality(); card > MaxCoveredFragments {
+		return nil, false, fmt.Errorf("%w: fragment bitmap names %d fragments, more than the %d lance-segmerge accepts", errkind.Corrupt, card, MaxCoveredFragments)
+	}
 	return bm.ToArray(), true, nil
+}
+
+// MaxFragmentID is the largest fragment id this version has assigned: the
+// manifest's max_fragment_id (or a larger fragment id, should one exist).
+// An index segment can only cover fragments up to it. ok is false when the
+// manifest does not record it (Lance before about 0.31 did not always):
+// the largest current fragment is no bound, a segment may cover a deleted
+// fragment above it.
+func (s *Snapshot) MaxFragmentID() (id uint32, ok bool) {
+	m := s.Manifest
+	if m.MaxFragmentId == nil {
+		return 0, false
+	}
+	id = m.GetMaxFragmentId()
+	for _, f := range m.GetFragments() {
+		if f.GetId() > math.MaxUint32 {
+			return math.MaxUint32, true
+		}
+		id = max(id, uint32(f.GetId()))
+	}
+	return id, true
+}
+
+// DecodeCoverage decodes the fragment bitmap of an index entry of this
+// dataset, bounded by MaxFragmentID.
+func (s *Snapshot) DecodeCoverage(im *pb.IndexMetadata) (ids []uint32, ok bool, err error) {
+	max, known := s.MaxFragmentID()
+	if !known {
+		max = math.MaxUint32
+	}
+	return DecodeFragmentBitmapUpTo(im.GetFragmentBitmap(), max)
 }
 
 // EncodeFragmentBitmap encodes ids as a portable RoaringBitmap without run

@@ -336,9 +336,6 @@ func (s *Snapshot) LiveRowIDs(ctx context.Context, st storage.Store, fragIDs []u
 // fragment's data file. Part of the format.
 const RowIDFieldID = -3
 
-// DataDir holds the data files of fragments. Part of the format.
-const DataDir = "data/"
-
 // spilledRowIDs reads a row id sequence that pylance spilled into a UInt64
 // column of one of the fragment's data files (the file listing field id
 // RowIDFieldID; its column index names the top-level column).

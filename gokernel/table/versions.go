@@ -2,6 +2,7 @@ package table
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -77,6 +78,9 @@ type VersionRef struct {
 // errkind.Corrupt when both naming schemes are present, which Lance refuses.
 func ListVersions(ctx context.Context, st storage.Store) ([]VersionRef, error) {
 	entries, err := st.List(ctx, VersionsDir)
+	if errors.Is(err, errkind.NotFound) {
+		return nil, fmt.Errorf("%w: table: %s is not a Lance dataset (%v)", errkind.NotFound, st.URI(), err)
+	}
 	if err != nil {
 		return nil, err
 	}

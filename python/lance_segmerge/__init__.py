@@ -28,6 +28,7 @@ from .errors import (
     SegmergeError,
     StorageError,
     UnsupportedError,
+    WorkerError,
 )
 from .plot import plot_merge_tree, plot_partition_sizes, plot_segment_sizes
 from .tree import MergeTree, OptimizeReport, TreeTask, merge_tree
@@ -74,6 +75,7 @@ __all__ = [
     "UnsupportedError",
     "StorageError",
     "InternalError",
+    "WorkerError",
     "kernel_version",
 ]
 

@@ -12,12 +12,15 @@ import json
 import logging
 import re
 import sys
-from typing import Any, Callable, Optional, Sequence
+import traceback
+from typing import Any, Callable, NoReturn, Optional, Sequence
 
 from . import errors
 from .api import Dataset, cleanup, plan_index_segment_merge
 from .distributed import optimize_with_report
 
+#: Exit codes: 0 success, 1 internal error (a bug), 2 bad command line
+#: (argparse), then one per error class. Documented in the README.
 EXIT_CODES: dict[type[errors.SegmergeError], int] = {
     errors.InvalidInputError: 3,
     errors.NotFoundError: 4,
@@ -25,9 +28,27 @@ EXIT_CODES: dict[type[errors.SegmergeError], int] = {
     errors.ConflictError: 6,
     errors.UnsupportedError: 7,
     errors.StorageError: 8,
+    errors.WorkerError: 9,
     errors.CancelledError: 130,
     errors.InternalError: 1,
 }
+EXIT_USAGE = 2
+
+
+def exit_code(exc: BaseException) -> int:
+    """The exit code of an exception (by class, so that subclasses, such as
+    Ray's wrappers of a worker's error, map as their base)."""
+    for cls, code in EXIT_CODES.items():
+        if isinstance(exc, cls):
+            return code
+    return 1
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with usage errors on one line (exit code 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _duration(text: str) -> float:
@@ -97,7 +118,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([s.to_dict() for s in segs], indent=2))
         return 0
-    print(f"{ds.uri} version {ds.version} ({ds.manifest_scheme} names, storage {ds.data_storage_version})")
+    print(f"{ds.display_uri} version {ds.version} ({ds.manifest_scheme} names, storage {ds.data_storage_version})")
     rows = [("index", "uuid", "type", "fragments", "rows", "parts", "layout", "size", "ver")]
     for s in segs:
         flag = s.pq_transposed if s.pq_transposed is not None else s.rq_packed
@@ -200,10 +221,13 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="lance-segmerge", description="Plan, merge and commit Lance vector index segments.")
+    p = _Parser(prog="lance-segmerge", description="Plan, merge and commit Lance vector index segments.",
+                epilog="exit codes: 0 ok, 1 internal error, 2 bad command line, 3 invalid input, 4 not found, "
+                       "5 corrupt data, 6 conflict (re-plan and retry), 7 unsupported, 8 storage error, "
+                       "9 a worker died, 130 cancelled")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
-    sub = p.add_subparsers(dest="command", required=True)
-    store = argparse.ArgumentParser(add_help=False)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    store = _Parser(add_help=False)
     store.add_argument(
         "-o",
         "--storage-option",
@@ -278,8 +302,19 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _one_line(exc: BaseException) -> str:
+    """An error message on one line (kernel messages may carry a stack)."""
+    text = " ".join(str(exc).split("\n")[0].split()) or type(exc).__name__
+    return text if len(text) <= 2000 else text[:2000] + "…"
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run the CLI. Every failure prints one line on stderr (the traceback
+    too with -vv) and returns its exit code (EXIT_CODES)."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help, or a usage error (already printed)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     logging.basicConfig(
         level=[logging.WARNING, logging.INFO, logging.DEBUG][min(args.verbose, 2)],
         format="%(levelname)s %(name)s: %(message)s",
@@ -289,9 +324,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print("cancelled", file=sys.stderr)
         return 130
-    except errors.SegmergeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_CODES.get(type(exc), 1)
+    except Exception as exc:  # noqa: BLE001 - the CLI's one place for every failure
+        if args.verbose >= 2:
+            traceback.print_exc()
+        kind = "error" if isinstance(exc, errors.SegmergeError) and not isinstance(exc, errors.InternalError) else "internal error"
+        if not isinstance(exc, errors.SegmergeError):
+            exc = errors.InternalError(f"{type(exc).__name__}: {exc}")
+        print(f"{kind}: {_one_line(exc)}", file=sys.stderr)
+        return exit_code(exc)
 
 
 if __name__ == "__main__":  # pragma: no cover

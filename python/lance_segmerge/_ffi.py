@@ -14,7 +14,7 @@ import uuid
 from types import ModuleType
 from typing import Any, Callable, Mapping, Optional
 
-from .errors import InternalError, translate
+from .errors import InternalError, InvalidInputError, translate
 
 _lock = threading.Lock()
 _native: Optional[ModuleType] = None
@@ -51,13 +51,32 @@ def options_json(storage_options: Optional[Mapping[str, str]]) -> str:
     return json.dumps({str(k): str(v) for k, v in storage_options.items()})
 
 
+def _check_args(name: str, args: tuple[Any, ...]) -> None:
+    """What gopy would mangle or refuse with a bare TypeError: a NUL
+    character (a C string ends there: "a\0b" would open "a"), a string
+    that is not valid Unicode, an int out of Go's range."""
+    for a in args:
+        if isinstance(a, str):
+            if "\x00" in a:
+                raise InvalidInputError(f"{name}: a string argument holds a NUL character")
+            try:
+                a.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise InvalidInputError(f"{name}: a string argument is not valid Unicode ({exc.reason})") from None
+        elif isinstance(a, int) and not isinstance(a, bool) and not -(2**63) <= a < 2**63:
+            raise InvalidInputError(f"{name}: an integer argument is out of range ({a.bit_length()} bits)")
+
+
 def call(name: str, *args: Any) -> Any:
     """Call an exported kernel function, translating its errors."""
     fn = getattr(native(), name)
+    _check_args(name, args)
     try:
         return fn(*args)
     except RuntimeError as exc:
         raise translate(exc) from exc
+    except (TypeError, OverflowError, ValueError) as exc:  # gopy's own argument conversion
+        raise InvalidInputError(f"{name}: {exc}") from exc
 
 
 def call_json(name: str, *args: Any) -> Any:

@@ -4,7 +4,25 @@ imported lazily, inside the worker."""
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import Any, Callable, Optional
+
+# Set in pool workers by init_reporting: where they report the item they
+# start, so that the driver can name the task of a worker that dies.
+_started: Optional[Any] = None
+
+
+def init_reporting(started: Any) -> None:
+    """Process pool initializer: remember the driver's queue."""
+    global _started
+    _started = started
+
+
+def run_reporting(fn: Callable[[Any], Any], i: int, item: Any) -> Any:
+    """Report (pid, i) to the driver, then run fn(item)."""
+    if _started is not None:
+        _started.put((os.getpid(), i))
+    return fn(item)
 
 
 def merge_task(job: dict[str, Any]) -> dict[str, Any]:
@@ -15,6 +33,7 @@ def merge_task(job: dict[str, Any]) -> dict[str, Any]:
     from .types import MergeTask
 
     task = job["task"] if isinstance(job["task"], MergeTask) else MergeTask.from_dict(job["task"])
+    _failpoint("before", job, task)
     seg = merge_existing_index_segments(
         job["dataset"],
         task,
@@ -23,7 +42,20 @@ def merge_task(job: dict[str, Any]) -> dict[str, Any]:
         window_rows=job.get("window_rows"),
         parallelism=job.get("parallelism"),
     )
+    _failpoint("after", job, task)
     return seg.to_dict()
+
+
+def _failpoint(where: str, job: dict[str, Any], task: Any) -> None:
+    """A test hook (the fault suite's worker kill): with
+    LANCE_SEGMERGE_FAILPOINT=kill-worker:<level>:<task_id>:<before|after>,
+    the worker running that task SIGKILLs itself at that point, as the OOM
+    killer would."""
+    spec = os.environ.get("LANCE_SEGMERGE_FAILPOINT", "")
+    if spec and spec == f"kill-worker:{job.get('level')}:{task.task_id}:{where}":
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def ping(_: Any = None) -> str:

@@ -7,11 +7,25 @@ import json
 import logging
 import os
 import sys
+import uuid
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence, Union, overload
 
 from . import _ffi
 from ._progress import ProgressArg, Reporter
+from ._validate import (
+    _I64,
+    _bool,
+    _int,
+    _name,
+    _opt_pos_int,
+    _progress,
+    _seconds,
+    redact_uri,
+    _show,
+    _storage_options,
+    _uuid,
+)
 from .errors import InvalidInputError
 from .types import IndexSegment, MergePlan, SegmentList
 
@@ -60,22 +74,31 @@ class Dataset:
         storage_options: Optional[Mapping[str, str]] = None,
     ) -> None:
         if not isinstance(uri, str) or not uri:
-            raise InvalidInputError(f"dataset uri must be a non-empty string, got {uri!r}")
-        if version is not None and (not isinstance(version, int) or version <= 0):
-            raise InvalidInputError(f"version must be a positive integer, got {version!r}")
+            raise InvalidInputError(f"dataset uri must be a non-empty string, got {_show(uri)}")
+        _name(uri, "dataset uri")
+        if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version <= 0):
+            raise InvalidInputError(f"version must be a positive integer, got {_show(version)}")
+        _opt_pos_int(version, "version", _I64)
         self._uri = uri
-        self._storage_options = dict(storage_options or {})
+        self._storage_options = _storage_options(storage_options)
         info = _ffi.call_json(
             "DatasetInfo", uri, _ffi.options_json(self._storage_options), version or 0
         )
         self._version: int = int(info["version"])
         self._info: dict[str, Any] = info
-        logger.debug("opened %s at version %d", uri, self._version)
+        logger.debug("opened %s at version %d", redact_uri(uri), self._version)
 
     @property
     def uri(self) -> str:
-        """The dataset root, as given."""
+        """The dataset root, as given (credentials in its userinfo
+        included: ``repr``, logs and plans show :attr:`display_uri`)."""
         return self._uri
+
+    @property
+    def display_uri(self) -> str:
+        """The dataset root with any userinfo masked
+        (``s3://***@bucket/t.lance``): what to print or log."""
+        return redact_uri(self._uri)
 
     @property
     def version(self) -> int:
@@ -135,7 +158,7 @@ class Dataset:
             ("written by", f"{self._info.get('writer_library') or '?'} {self._info.get('writer_version') or ''}".strip()),
         )
         spec = TableSpec(
-            f"Lance dataset {self._uri}",
+            f"Lance dataset {self.display_uri}",
             (Column("index", "text"), Column("segments", "int", total=True)),
             tuple((name, counts.get(name, 0)) for name in self.index_names),
             summary,
@@ -175,8 +198,9 @@ class Dataset:
         CorruptError
             The manifest or a segment file is damaged.
         """
-        if index_name is not None and (not isinstance(index_name, str) or not index_name):
-            raise InvalidInputError(f"index_name must be a non-empty string, got {index_name!r}")
+        if index_name is not None:
+            _name(index_name, "index_name")
+        _bool(with_stats, "with_stats")
         out = _ffi.call_json(
             "ListSegments",
             self._uri,
@@ -257,7 +281,7 @@ class Dataset:
         return (Dataset, (self._uri, self._version, self._storage_options))
 
     def __repr__(self) -> str:
-        return f"Dataset(uri={self._uri!r}, version={self._version})"
+        return f"Dataset(uri={self.display_uri!r}, version={self._version})"
 
     def __eq__(self, other: object) -> bool:
         return (
@@ -424,7 +448,21 @@ def _to_segments(items: Any, dataset: Optional[Dataset] = None) -> list[IndexSeg
         elif all(hasattr(item, a) for a in ("uuid", "fragment_ids", "index_version", "dataset_version")):
             out.append(IndexSegment.from_lance_index(item))
         else:
-            raise InvalidInputError(f"not an index segment: {item!r}")
+            raise InvalidInputError(f"not an index segment: {_show(item)}")
+    return out
+
+
+def _replaces(replaces: Any) -> list[str]:
+    """The uuids of the segments a commit replaces: uuid strings, or
+    objects with a ``uuid`` (IndexSegment, pylance's Index)."""
+    if isinstance(replaces, (str, bytes)) or not isinstance(replaces, Iterable):
+        raise InvalidInputError(f"replaces must be a list of segments or uuids, got {_show(replaces)}")
+    out = []
+    for r in replaces:
+        u = r if isinstance(r, str) else getattr(r, "uuid", None)
+        if u is None:
+            raise InvalidInputError(f"replaces holds {_show(r)}, not a segment or a uuid")
+        out.append(str(uuid.UUID(_uuid(str(u) if not isinstance(u, str) else u, "a segment uuid in replaces"))))
     return out
 
 
@@ -513,14 +551,15 @@ def merge_existing_index_segments(
     """
     ds = as_dataset(dataset)
     segs = _to_segments(segments_or_task, ds)
-    opts: dict[str, Any] = {"strict_sq": not requantize_sq}
+    opts: dict[str, Any] = {"strict_sq": not _bool(requantize_sq, "requantize_sq")}
     if index_uuid is not None:
-        opts["index_uuid"] = str(index_uuid)
+        opts["index_uuid"] = _uuid(index_uuid, "index_uuid")
     for key, val in (("window_rows", window_rows), ("parallelism", parallelism)):
         if val is not None:
-            if not isinstance(val, int) or val <= 0:
-                raise InvalidInputError(f"{key} must be a positive integer, got {val!r}")
-            opts[key] = val
+            if isinstance(val, bool) or not isinstance(val, int) or val <= 0:
+                raise InvalidInputError(f"{key} must be a positive integer, got {_show(val)}")
+            opts[key] = _int(val, key, 1, 2**31 - 1)
+    _progress(progress)
     reporter = Reporter(progress, "merge")
     try:
         out = _ffi.run_operation(
@@ -628,16 +667,13 @@ def commit_existing_index_segments(
         A concurrent commit invalidated this one; re-plan and retry.
     """
     ds = as_dataset(dataset)
-    if not isinstance(index_name, str) or not index_name:
-        raise InvalidInputError(f"index_name must be a non-empty string, got {index_name!r}")
-    if not isinstance(column, str) or not column:
-        raise InvalidInputError(f"column must be a non-empty string, got {column!r}")
-    if not isinstance(max_retries, int) or max_retries < 0:
-        raise InvalidInputError(f"max_retries must be a non-negative integer, got {max_retries!r}")
+    _name(index_name, "index_name")
+    _name(column, "column")
+    _int(max_retries, "max_retries", 0, 10_000)
     segs = _to_segments(segments, ds)
     request: dict[str, Any] = {"index_name": index_name, "column": column, "max_retries": max_retries}
     if replaces is not None:
-        request["replaces"] = [r if isinstance(r, str) else str(r.uuid) for r in replaces]
+        request["replaces"] = _replaces(replaces)
     version = _ffi.run_operation(
         "CommitSegments",
         (ds.uri, _ffi.options_json(ds.storage_options), ds.version, _segments_json(segs), json.dumps(request)),
@@ -653,14 +689,12 @@ def _plan_options(
     target_rows_per_task: Optional[int],
     requantize_sq: bool,
 ) -> str:
-    if not isinstance(index_name, str) or not index_name:
-        raise InvalidInputError(f"index_name must be a non-empty string, got {index_name!r}")
-    if not isinstance(segments_per_task, int) or segments_per_task < 2:
-        raise InvalidInputError(f"segments_per_task must be an integer >= 2, got {segments_per_task!r}")
-    if max_segments_to_merge is not None and (not isinstance(max_segments_to_merge, int) or max_segments_to_merge < 2):
-        raise InvalidInputError(f"max_segments_to_merge must be an integer >= 2, got {max_segments_to_merge!r}")
-    if target_rows_per_task is not None and (not isinstance(target_rows_per_task, int) or target_rows_per_task <= 0):
-        raise InvalidInputError(f"target_rows_per_task must be a positive integer, got {target_rows_per_task!r}")
+    _name(index_name, "index_name")
+    _int(segments_per_task, "segments_per_task", 2, 2**31 - 1)
+    if max_segments_to_merge is not None:
+        _int(max_segments_to_merge, "max_segments_to_merge", 2, 2**31 - 1)
+    _opt_pos_int(target_rows_per_task, "target_rows_per_task")
+    _bool(requantize_sq, "requantize_sq")
     return json.dumps(
         {
             "index_name": index_name,
@@ -788,11 +822,10 @@ def cleanup(
         ``removed``.
     """
     ds = as_dataset(dataset)
-    seconds = older_than.total_seconds() if hasattr(older_than, "total_seconds") else float(older_than)
-    if seconds < 0:
-        raise InvalidInputError(f"older_than must not be negative, got {older_than!r}")
+    seconds = _seconds(older_than, "older_than")
+    _bool(dry_run, "dry_run")
     out = _ffi.call_json("Cleanup", ds.uri, _ffi.options_json(ds.storage_options), seconds, bool(dry_run))
-    logger.info("cleanup of %s: %d orphaned segment directories%s", ds.uri, len(out), " (dry run)" if dry_run else "")
+    logger.info("cleanup of %s: %d orphaned segment directories%s", ds.display_uri, len(out), " (dry run)" if dry_run else "")
     return list(out)
 
 

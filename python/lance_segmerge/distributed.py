@@ -11,7 +11,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union, overload
 
-from . import _progress, _worker
+from . import _ffi, _progress, _worker
 from .api import (
     Dataset,
     DatasetLike,
@@ -22,7 +22,9 @@ from .api import (
     plan_segments,
     remove_uncommitted,
 )
-from .errors import InvalidInputError
+from ._validate import _int, _opt_pos_int, _show
+from ._validate import _progress as _check_progress
+from .errors import InternalError, InvalidInputError, SegmergeError, WorkerError
 from .executors import Executor, resolve_executor
 from .tree import OptimizeReport, TreeTask, segment_load, tree_record
 from .types import IndexSegment, MergePlan, MergeTask
@@ -100,7 +102,7 @@ def _run_level(
     for t in tasks:
         out = str(uuid.uuid4())
         created.append(out)  # known before the worker starts: removable on failure
-        jobs.append({"dataset": ds, "task": t.to_dict(), "index_uuid": out, **options})
+        jobs.append({"dataset": ds, "task": t.to_dict(), "index_uuid": out, "level": level, **options})
     done = [0]
     nseg = sum(len(t.segments) for t in tasks)
     report(OptimizeProgress(level, 0, len(tasks), nseg))
@@ -112,7 +114,20 @@ def _run_level(
         done[0] += 1
         report(OptimizeProgress(level, done[0], len(tasks), nseg))
 
-    results = pool.map(_worker.merge_task, jobs, on_done)
+    try:
+        results = pool.map(_worker.merge_task, jobs, on_done)
+    except WorkerError as exc:
+        which = "; ".join(
+            f"task {tasks[i].task_id} of level {level} (output {jobs[i]['index_uuid']}, merging {len(tasks[i].segments)} segments: "
+            f"{', '.join(s.uuid for s in tasks[i].segments[:4])}{', …' if len(tasks[i].segments) > 4 else ''})"
+            for i in exc.items
+            if 0 <= i < len(tasks)
+        )
+        raise WorkerError(f"{exc}: {which}" if which else str(exc), exc.items) from exc
+    except SegmergeError:
+        raise
+    except Exception as exc:  # an executor's own failure (pickling, a lost cluster, ...)
+        raise InternalError(f"level {level}: the executor failed: {type(exc).__name__}: {exc}") from exc
     outputs = [IndexSegment.from_dict(r) for r in results]
     if records is not None:
         for i, (t, seg) in enumerate(zip(tasks, outputs)):
@@ -151,10 +166,8 @@ def _defer_large(
 
 
 def _check_tree_args(fan_in: Any, target_segments: Any) -> None:
-    if not isinstance(fan_in, int) or fan_in < 2:
-        raise InvalidInputError(f"fan_in must be an integer >= 2, got {fan_in!r}")
-    if not isinstance(target_segments, int) or target_segments < 1:
-        raise InvalidInputError(f"target_segments must be a positive integer, got {target_segments!r}")
+    _int(fan_in, "fan_in", 2, 2**31 - 1)
+    _int(target_segments, "target_segments", 1, 2**31 - 1)
 
 
 def _tree_walk(
@@ -304,6 +317,8 @@ def run_plan(
         ``lance.LanceDataset`` for one, else a :class:`Dataset`); at the
         plan's version when the plan has no tasks.
     """
+    if not isinstance(plan, MergePlan):
+        raise InvalidInputError(f"plan must be a MergePlan, got {_show(plan)}")
     given = dataset
     # A URI opens at the plan's version; a handle must be pinned to it.
     dataset = as_dataset(given, version=plan.read_version if isinstance(given, (str, os.PathLike)) else None)
@@ -315,10 +330,16 @@ def run_plan(
         if on_report is not None:
             on_report(_make_report(dataset, plan, executor, dataset.version, fan_in, target_segments, [], [], [], 0.0, 0.0))
         return _at_version(given, dataset, dataset.version)
+    # A plan may have travelled: the kernel checks it against the dataset
+    # (segments of its index, fragment bitmaps the dataset can have) before
+    # any worker starts.
+    _ffi.call("CheckPlan", dataset.uri, _ffi.options_json(dataset.storage_options), dataset.version, plan.to_json())
     _check_tree_args(fan_in, target_segments)
+    _opt_pos_int(max_workers, "max_workers", 4096)
+    _check_progress(progress)
     options: dict[str, Any] = {"requantize_sq": plan.requantize_sq}
     if window_rows is not None:
-        options["window_rows"] = window_rows
+        options["window_rows"] = _int(window_rows, "window_rows", 1, 2**31 - 1)
     pool = resolve_executor(executor, max_workers)
     report = _Reporter(progress)
     created: list[str] = []
@@ -496,6 +517,10 @@ def optimize(
     >>> ds = lance_segmerge.optimize(ds, "vec_idx", executor="processes")  # doctest: +SKIP
     >>> ds.version  # doctest: +SKIP
     """
+    _check_tree_args(fan_in, target_segments)
+    _opt_pos_int(max_workers, "max_workers", 4096)
+    _opt_pos_int(window_rows, "window_rows", 2**31 - 1)
+    _check_progress(progress)
     ds = as_dataset(dataset, storage_options)
     plan = plan_index_segment_merge(
         ds,

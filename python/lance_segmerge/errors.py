@@ -21,6 +21,7 @@ __all__ = [
     "UnsupportedError",
     "StorageError",
     "InternalError",
+    "WorkerError",
 ]
 
 
@@ -80,6 +81,19 @@ class InternalError(SegmergeError):
     tag = "internal"
 
 
+class WorkerError(SegmergeError):
+    """A worker died while running a task (killed, out of memory, crashed),
+    or its executor lost it. The message names the task; ``items`` holds
+    the positions of the tasks concerned in the executor's batch. Nothing
+    was committed: rerunning is safe."""
+
+    tag = "worker"
+
+    def __init__(self, message: str, items: tuple[int, ...] = ()) -> None:
+        super().__init__(message)
+        self.items = tuple(items)
+
+
 _BY_TAG: dict[str, type[SegmergeError]] = {
     cls.tag: cls
     for cls in (
@@ -91,6 +105,7 @@ _BY_TAG: dict[str, type[SegmergeError]] = {
         UnsupportedError,
         StorageError,
         InternalError,
+        WorkerError,
     )
 }
 

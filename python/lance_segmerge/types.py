@@ -10,12 +10,31 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import binascii
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, SupportsIndex, Union, cast, overload
 
 from ._display import Column, TableSpec, Tabular, human_bytes, kv_html, options, plural
+from ._validate import (
+    _U32,
+    _I32,
+    _MAX_MS,
+    _bool,
+    _field,
+    _int,
+    _loads,
+    _mapping,
+    _opt_bool,
+    _opt_int,
+    _opt_str,
+    _seq,
+    _show,
+    _str,
+    _uuid,
+    redact_uri,
+)
 from .errors import InvalidInputError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -44,11 +63,15 @@ class IndexFile:
     path: str
     size_bytes: int
 
+    def __post_init__(self) -> None:
+        _str(self.path, "IndexFile path", empty=False)
+        _int(self.size_bytes, f"size_bytes of {self.path}")
 
-def _ms_to_datetime(ms: Optional[int]) -> Optional[datetime]:
+
+def _ms_to_datetime(ms: Any) -> Optional[datetime]:
     if ms is None:
         return None
-    return datetime.fromtimestamp(ms / 1000.0, tz=timezone.utc)
+    return datetime.fromtimestamp(_int(ms, "created_at_ms", 0, _MAX_MS) / 1000.0, tz=timezone.utc)
 
 
 def _datetime_to_ms(dt: Optional[datetime]) -> Optional[int]:
@@ -63,8 +86,17 @@ def _b64(b: bytes) -> str:
     return base64.b64encode(b).decode("ascii")
 
 
-def _unb64(s: Optional[str]) -> bytes:
-    return base64.b64decode(s) if s else b""
+def _unb64(s: Any, what: str = "bytes") -> bytes:
+    """Decode strict base64 (None or "" is empty); anything else is an
+    InvalidInputError."""
+    if s is None or s == "":
+        return b""
+    if not isinstance(s, str):
+        raise InvalidInputError(f"{what} must be a base64 string, got {_show(s)}")
+    try:
+        return base64.b64decode(s, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidInputError(f"{what} is not valid base64 ({exc})") from None
 
 
 @dataclass(frozen=True)
@@ -160,17 +192,41 @@ class IndexSegment:
     format_version: int = SEGMENT_FORMAT_VERSION
 
     def __post_init__(self) -> None:
-        if not self.uuid:
-            raise InvalidInputError("IndexSegment needs a uuid")
-        if self.format_version != SEGMENT_FORMAT_VERSION:
+        u = _uuid(self.uuid, "IndexSegment uuid")
+        if _int(self.format_version, f"segment {u}: format_version") != SEGMENT_FORMAT_VERSION:
             raise InvalidInputError(
                 f"IndexSegment format_version {self.format_version} is not supported "
                 f"(this lance_segmerge reads version {SEGMENT_FORMAT_VERSION})"
             )
-        if list(self.fragment_ids) != sorted(set(self.fragment_ids)):
-            raise InvalidInputError(
-                f"segment {self.uuid}: fragment_ids must be sorted and unique"
-            )
+        what = f"segment {u}:"
+        set_ = object.__setattr__  # frozen: normalise sequences to tuples
+        _str(self.name, f"{what} name")
+        set_(self, "fields", tuple(_int(x, f"{what} field id", -(2**31), _I32) for x in _seq(self.fields, f"{what} fields")))
+        _int(self.dataset_version, f"{what} dataset_version")
+        frags = tuple(_int(x, f"{what} fragment id", 0, _U32) for x in _seq(self.fragment_ids, f"{what} fragment_ids"))
+        if any(a >= b for a, b in zip(frags, frags[1:])):
+            raise InvalidInputError(f"segment {u}: fragment_ids must be sorted and unique")
+        set_(self, "fragment_ids", frags)
+        _int(self.index_version, f"{what} index_version", -(2**31), _I32)
+        if self.created_at is not None and not isinstance(self.created_at, datetime):
+            raise InvalidInputError(f"{what} created_at must be a datetime or None, got {_show(self.created_at)}")
+        _opt_int(self.base_id, f"{what} base_id", 0, _U32)
+        files = _seq(self.files, f"{what} files")
+        if not all(isinstance(f, IndexFile) for f in files):
+            raise InvalidInputError(f"{what} files must be IndexFile objects")
+        set_(self, "files", files)
+        _str(self.index_details_type_url, f"{what} index_details_type_url")
+        for name in ("index_details", "metadata"):
+            if not isinstance(getattr(self, name), bytes):
+                raise InvalidInputError(f"{what} {name} must be bytes, got {_show(getattr(self, name))}")
+        for name in ("index_type", "distance_type", "file_version"):
+            _opt_str(getattr(self, name), f"{what} {name}")
+        for name in ("num_partitions", "num_rows", "num_bits", "num_sub_vectors", "dimension",
+                     "index_file_bytes", "auxiliary_file_bytes"):
+            _opt_int(getattr(self, name), f"{what} {name}")
+        set_(self, "partition_rows", tuple(_int(x, f"{what} partition_rows", 0, _U32) for x in _seq(self.partition_rows, f"{what} partition_rows")))
+        _opt_bool(self.pq_transposed, f"{what} pq_transposed")
+        _opt_bool(self.rq_packed, f"{what} rq_packed")
 
     # -- serialisation -----------------------------------------------------
 
@@ -216,41 +272,53 @@ class IndexSegment:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "IndexSegment":
-        """Inverse of :meth:`to_dict`; also reads the kernel's JSON."""
-        stats = d.get("stats") or {}
-        files = tuple(IndexFile(f["path"], int(f["size_bytes"])) for f in (d.get("files") or ()))
+        """Inverse of :meth:`to_dict`; also reads the kernel's JSON.
 
-        def opt_int(key: str) -> Optional[int]:
-            v = stats.get(key)
-            return None if v is None else int(v)
+        Raises
+        ------
+        InvalidInputError
+            ``d`` is not a segment: a missing or mistyped field, an
+            out-of-range number, invalid base64.
+        """
+        d = _mapping(d, "an IndexSegment")
+        u = _uuid(_field(d, "uuid", "an IndexSegment"), "IndexSegment uuid")
+        what = f"segment {u}"
+        stats = _mapping(d.get("stats") or {}, f"{what}: stats")
+        files = []
+        for f in _seq(d.get("files"), f"{what}: files"):
+            f = _mapping(f, f"{what}: file")
+            files.append(IndexFile(_field(f, "path", f"{what}: a file"), _field(f, "size_bytes", f"{what}: a file")))
+
+        def ints(v: Any, key: str) -> tuple[Any, ...]:
+            return _seq(v, f"{what}: {key}")
 
         return cls(
-            uuid=d["uuid"],
-            name=d["name"],
-            fields=tuple(int(x) for x in (d.get("fields") or ())),
-            dataset_version=int(d["dataset_version"]),
-            fragment_ids=tuple(int(x) for x in (d.get("fragment_ids") or ())),
-            index_version=int(d.get("index_version") or 0),
+            uuid=u,
+            name=_field(d, "name", what),
+            fields=ints(d.get("fields"), "fields"),
+            dataset_version=_field(d, "dataset_version", what),
+            fragment_ids=ints(d.get("fragment_ids"), "fragment_ids"),
+            index_version=d.get("index_version") or 0,
             created_at=_ms_to_datetime(d.get("created_at_ms")),
             base_id=d.get("base_id"),
-            files=files,
+            files=tuple(files),
             index_details_type_url=d.get("index_details_type_url") or "",
-            index_details=_unb64(d.get("index_details")),
-            metadata=_unb64(d.get("metadata")),
+            index_details=_unb64(d.get("index_details"), f"{what}: index_details"),
+            metadata=_unb64(d.get("metadata"), f"{what}: metadata"),
             index_type=stats.get("index_type"),
             distance_type=stats.get("distance_type"),
-            num_partitions=opt_int("num_partitions"),
-            partition_rows=tuple(int(x) for x in (stats.get("partition_rows") or ())),
-            num_rows=opt_int("num_rows"),
+            num_partitions=stats.get("num_partitions"),
+            partition_rows=ints(stats.get("partition_rows"), "partition_rows"),
+            num_rows=stats.get("num_rows"),
             pq_transposed=stats.get("pq_transposed"),
             rq_packed=stats.get("rq_packed"),
-            num_bits=opt_int("num_bits") or None,
-            num_sub_vectors=opt_int("num_sub_vectors") or None,
-            dimension=opt_int("dimension") or None,
+            num_bits=stats.get("num_bits") or None,
+            num_sub_vectors=stats.get("num_sub_vectors") or None,
+            dimension=stats.get("dimension") or None,
             file_version=stats.get("file_version"),
-            index_file_bytes=opt_int("index_file_bytes"),
-            auxiliary_file_bytes=opt_int("auxiliary_file_bytes"),
-            format_version=int(d.get("format_version", SEGMENT_FORMAT_VERSION)),
+            index_file_bytes=stats.get("index_file_bytes"),
+            auxiliary_file_bytes=stats.get("auxiliary_file_bytes"),
+            format_version=d.get("format_version", SEGMENT_FORMAT_VERSION),
         )
 
     def to_json(self) -> str:
@@ -259,8 +327,9 @@ class IndexSegment:
 
     @classmethod
     def from_json(cls, s: str) -> "IndexSegment":
-        """Inverse of :meth:`to_json`."""
-        return cls.from_dict(json.loads(s))
+        """Inverse of :meth:`to_json`; malformed input is an
+        :class:`InvalidInputError`."""
+        return cls.from_dict(_loads(s, "IndexSegment JSON"))
 
     # -- display -------------------------------------------------------------
 
@@ -343,22 +412,30 @@ class IndexSegment:
         if dataset is not None:
             dataset = as_dataset(dataset)
 
-        created = getattr(index, "created_at", None)
-        details = getattr(index, "index_details", None)
-        files = getattr(index, "files", None) or []
-        plain = {
-            "uuid": str(index.uuid),
-            "name": index.name,
-            "fields": [int(x) for x in index.fields],
-            "dataset_version": int(index.dataset_version),
-            "fragment_ids": sorted(int(x) for x in index.fragment_ids),
-            "index_version": int(index.index_version),
-            "created_at_ms": _datetime_to_ms(created),
-            "base_id": getattr(index, "base_id", None),
-            "files": [{"path": f.path, "size_bytes": int(f.size_bytes)} for f in files],
-            "index_details_type_url": details[0] if details else "",
-            "index_details": _b64(bytes(details[1])) if details else "",
-        }
+        try:
+            created = getattr(index, "created_at", None)
+            details = getattr(index, "index_details", None)
+            files = getattr(index, "files", None) or []
+            plain = {
+                "uuid": str(index.uuid),
+                "name": index.name,
+                "fields": [_int(x, "field id", -(2**31), _I32) for x in index.fields],
+                "dataset_version": _int(index.dataset_version, "dataset_version"),
+                "fragment_ids": sorted(_int(x, "fragment id", 0, _U32) for x in index.fragment_ids),
+                "index_version": _int(index.index_version, "index_version", -(2**31), _I32),
+                "created_at_ms": _datetime_to_ms(created),
+                "base_id": getattr(index, "base_id", None),
+                "files": [{"path": _str(f.path, "file path"), "size_bytes": _int(f.size_bytes, "file size")} for f in files],
+                "index_details_type_url": details[0] if details else "",
+                "index_details": _b64(bytes(details[1])) if details else "",
+            }
+            _uuid(plain["uuid"], "segment uuid")
+            _str(plain["name"], "segment name")
+            _str(plain["index_details_type_url"], "index details type url")
+        except InvalidInputError:
+            raise
+        except (AttributeError, TypeError, ValueError, OverflowError, IndexError) as exc:
+            raise InvalidInputError(f"not a lance.dataset.Index: {_show(index)} ({type(exc).__name__}: {exc})") from None
         uri = dataset.uri if dataset is not None else ""
         opts = _ffi.options_json(dataset.storage_options) if dataset is not None else ""
         out = _ffi.call_json("DescribeSegment", uri, opts, json.dumps(plain), dataset is not None)
@@ -555,10 +632,17 @@ class MergeTask(Tabular):
     format_version: int = PLAN_FORMAT_VERSION
 
     def __post_init__(self) -> None:
-        if self.format_version != PLAN_FORMAT_VERSION:
+        if _int(self.format_version, "MergeTask format_version") != PLAN_FORMAT_VERSION:
             raise InvalidInputError(f"MergeTask format_version {self.format_version} is not supported")
+        _int(self.task_id, "task_id")
+        segs = _seq(self.segments, f"task {self.task_id}: segments")
+        if not all(isinstance(x, IndexSegment) for x in segs):
+            raise InvalidInputError(f"task {self.task_id}: segments must be IndexSegment objects")
+        object.__setattr__(self, "segments", segs)
         if len(self.segments) < 2:
             raise InvalidInputError(f"task {self.task_id}: a merge task needs at least two segments")
+        _int(self.rows, f"task {self.task_id}: rows")
+        _int(self.bytes, f"task {self.task_id}: bytes")
 
     @property
     def segment_ids(self) -> tuple[str, ...]:
@@ -582,13 +666,27 @@ class MergeTask(Tabular):
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "MergeTask":
+        """Inverse of :meth:`to_dict`; malformed input is an
+        :class:`InvalidInputError`."""
+        d = _mapping(d, "a MergeTask")
+        tid = _int(_field(d, "task_id", "a MergeTask"), "task_id")
         return cls(
-            task_id=int(d["task_id"]),
-            segments=tuple(IndexSegment.from_dict(s) for s in d["segments"]),
-            rows=int(d.get("rows") or 0),
-            bytes=int(d.get("bytes") or 0),
-            format_version=int(d.get("format_version", PLAN_FORMAT_VERSION)),
+            task_id=tid,
+            segments=tuple(IndexSegment.from_dict(s) for s in _seq(_field(d, "segments", f"task {tid}"), f"task {tid}: segments")),
+            rows=d.get("rows") or 0,
+            bytes=d.get("bytes") or 0,
+            format_version=d.get("format_version", PLAN_FORMAT_VERSION),
         )
+
+    def to_json(self) -> str:
+        """Serialise to a JSON string (a task can travel on its own)."""
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, s: str) -> "MergeTask":
+        """Inverse of :meth:`to_json`; malformed input is an
+        :class:`InvalidInputError`."""
+        return cls.from_dict(_loads(s, "MergeTask JSON"))
 
 
 @dataclass(frozen=True)
@@ -633,11 +731,25 @@ class MergePlan(Tabular):
     format_version: int = PLAN_FORMAT_VERSION
 
     def __post_init__(self) -> None:
-        if self.format_version != PLAN_FORMAT_VERSION:
+        if _int(self.format_version, "MergePlan format_version") != PLAN_FORMAT_VERSION:
             raise InvalidInputError(
                 f"MergePlan format_version {self.format_version} is not supported "
                 f"(this lance_segmerge reads version {PLAN_FORMAT_VERSION})"
             )
+        _str(self.plan_id, "plan_id")
+        # Plans carry no credentials (they travel, and print): a URI's
+        # userinfo is masked; workers get the Dataset, with its options.
+        object.__setattr__(self, "dataset_uri", redact_uri(_str(self.dataset_uri, "dataset_uri")))
+        _int(self.read_version, "read_version")
+        _str(self.index_name, "index_name")
+        _str(self.column, "column")
+        _str(self.index_type, "index_type")
+        _bool(self.requantize_sq, "requantize_sq")
+        tasks = _seq(self.tasks, "tasks")
+        if not all(isinstance(t, MergeTask) for t in tasks):
+            raise InvalidInputError("a plan's tasks must be MergeTask objects")
+        object.__setattr__(self, "tasks", tasks)
+        object.__setattr__(self, "untouched", tuple(_str(u, "untouched segment") for u in _seq(self.untouched, "untouched")))
         seen: set[str] = set()
         for t in self.tasks:
             for u in t.segment_ids:
@@ -718,17 +830,20 @@ class MergePlan(Tabular):
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "MergePlan":
+        """Inverse of :meth:`to_dict`; malformed input is an
+        :class:`InvalidInputError`."""
+        d = _mapping(d, "a MergePlan")
         return cls(
-            plan_id=str(d["plan_id"]),
-            dataset_uri=str(d["dataset_uri"]),
-            read_version=int(d["read_version"]),
-            index_name=str(d["index_name"]),
-            column=str(d.get("column") or ""),
-            index_type=str(d.get("index_type") or ""),
-            tasks=tuple(MergeTask.from_dict(t) for t in (d.get("tasks") or ())),
-            untouched=tuple(d.get("untouched") or ()),
-            requantize_sq=bool(d.get("requantize_sq", False)),
-            format_version=int(d.get("format_version", PLAN_FORMAT_VERSION)),
+            plan_id=_field(d, "plan_id", "a MergePlan"),
+            dataset_uri=_field(d, "dataset_uri", "a MergePlan"),
+            read_version=_field(d, "read_version", "a MergePlan"),
+            index_name=_field(d, "index_name", "a MergePlan"),
+            column=d.get("column") or "",
+            index_type=d.get("index_type") or "",
+            tasks=tuple(MergeTask.from_dict(t) for t in _seq(d.get("tasks"), "tasks")),
+            untouched=_seq(d.get("untouched"), "untouched"),
+            requantize_sq=d.get("requantize_sq", False),
+            format_version=d.get("format_version", PLAN_FORMAT_VERSION),
         )
 
     def to_json(self) -> str:
@@ -736,4 +851,6 @@ class MergePlan(Tabular):
 
     @classmethod
     def from_json(cls, s: str) -> "MergePlan":
-        return cls.from_dict(json.loads(s))
+        """Inverse of :meth:`to_json`; malformed input is an
+        :class:`InvalidInputError`."""
+        return cls.from_dict(_loads(s, "MergePlan JSON"))

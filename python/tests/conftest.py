@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import shutil
 import sys
@@ -64,3 +65,17 @@ def copy_dataset(tmp_path: Path) -> Callable[[str], str]:
 def _quiet_lance() -> Iterator[None]:
     os.environ.setdefault("LANCE_LOG", "error")
     yield
+
+
+# -- the reliability suites' counts ---------------------------------------------
+
+#: Cases and trials the reliability suites ran and passed (bad-input cases,
+#: fault trials), printed at the end of the session.
+RELIABILITY: "collections.Counter[str]" = collections.Counter()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
+    if RELIABILITY:
+        terminalreporter.write_sep("-", "reliability suites")
+        for name, n in sorted(RELIABILITY.items()):
+            terminalreporter.write_line(f"{name}: {n}")

@@ -201,3 +201,44 @@ def set_manifest_varint_field(path: str, field: int, value: int) -> None:
     with open(path, "wb") as f:
         f.write(new)
 
+
+# -- hostile inputs, for the hardening tests ------------------------------------
+
+
+def roaring_bomb(n_ids: int) -> bytes:
+    """A valid portable roaring bitmap (run containers, cookie 12347) of the
+    ids [0, n_ids), n_ids a multiple of 65536: one full run per container,
+    so 2^32 ids take under 1 MB and naive decoding materialises 16 GiB."""
+    size = n_ids >> 16
+    assert size << 16 == n_ids and 1 <= size <= 65536
+    head = struct.pack("<HH", 12347, size - 1) + b"\xff" * ((size + 7) // 8)
+    head += b"".join(struct.pack("<HH", k, 0xFFFF) for k in range(size))
+    if size >= 4:  # NO_OFFSET_THRESHOLD
+        start = len(head) + 4 * size
+        head += b"".join(struct.pack("<I", start + 6 * k) for k in range(size))
+    return head + struct.pack("<HHH", 1, 0, 0xFFFF) * size
+
+
+def with_fragment_bitmap(metadata: bytes, bitmap: bytes) -> bytes:
+    """An IndexMetadata protobuf with its fragment_bitmap (field 5)
+    replaced."""
+    out = bytearray()
+    i = 0
+    while i < len(metadata):
+        start = i
+        key, i = _read_varint(metadata, i)
+        wt = key & 7
+        if wt == 0:
+            _, i = _read_varint(metadata, i)
+        elif wt == 1:
+            i += 8
+        elif wt == 2:
+            ln, i = _read_varint(metadata, i)
+            i += ln
+        elif wt == 5:
+            i += 4
+        else:
+            raise ValueError(f"wire type {wt}")
+        if key >> 3 != 5:
+            out += metadata[start:i]
+    return bytes(out + _varint(5 << 3 | 2) + _varint(len(bitmap)) + bitmap)

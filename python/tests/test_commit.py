@@ -114,7 +114,7 @@ def _new_version_written(uri: str, before_versions: int, before_txns: int) -> bo
         ("missing-files", ls.NotFoundError, "auxiliary.idx"),
         ("truncated", ls.CorruptError, "auxiliary.idx"),
         ("orphan", ls.InvalidInputError, "orphan"),
-        ("replaces-unknown", ls.ConflictError, "no longer in version"),
+        ("replaces-unknown", ls.InvalidInputError, "is not a segment of version"),
         ("drops-coverage", ls.InvalidInputError, "do not cover fragments"),
     ],
 )

@@ -38,6 +38,7 @@ var allowed = map[string][]string{
 	"gokernel/internal/s3test":    {},
 	"gokernel/internal/cloudtest": {},
 	"gokernel/internal/bufpool":   {},
+	"gokernel/storage/faulty":     {"gokernel/errkind", "gokernel/storage"},
 }
 
 func repoRoot(t *testing.T) string {

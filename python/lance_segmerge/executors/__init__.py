@@ -17,9 +17,11 @@ import concurrent.futures as cf
 import logging
 import multiprocessing
 import os
+import signal
 from typing import Any, Callable, Optional, Protocol, Sequence, Union
 
-from ..errors import InvalidInputError
+from .._validate import _show
+from ..errors import InvalidInputError, WorkerError
 
 logger = logging.getLogger(__name__)
 
@@ -39,28 +41,75 @@ class Executor(Protocol):
 
 
 class FuturesExecutor:
-    """Adapts a :class:`concurrent.futures.Executor`."""
+    """Adapts a :class:`concurrent.futures.Executor`.
 
-    def __init__(self, pool: cf.Executor, owned: bool = False) -> None:
+    A worker process that dies (SIGKILL, the OOM killer, a crash) breaks a
+    process pool: the failure becomes a :class:`WorkerError` naming the
+    item that worker was running (for pools this module creates, whose
+    workers report the item they start) or the items left unfinished, and
+    the pool's other workers are stopped.
+    """
+
+    def __init__(self, pool: cf.Executor, owned: bool = False, started: Any = None) -> None:
         self._pool = pool
         self._owned = owned
         self._futures: list[cf.Future[Any]] = []
+        # A queue the pool's workers put (pid, item) on as they start an
+        # item (see _worker.run_reporting), or None.
+        self._started = started
 
     def map(
         self, fn: Callable[[Any], Any], items: Sequence[Any], on_done: Optional[Callable[[int], None]] = None
     ) -> list[Any]:
-        futures = [self._pool.submit(fn, item) for item in items]
+        from .. import _worker
+
+        if self._started is not None:
+            futures = [self._pool.submit(_worker.run_reporting, fn, i, item) for i, item in enumerate(items)]
+        else:
+            futures = [self._pool.submit(fn, item) for item in items]
         self._futures = futures
         index = {f: i for i, f in enumerate(futures)}
+        procs = dict(getattr(self._pool, "_processes", None) or {})
         try:
             for f in cf.as_completed(futures):
-                f.result()  # raise the first failure
+                try:
+                    f.result()  # raise the first failure
+                except cf.BrokenExecutor as exc:
+                    procs.update(getattr(self._pool, "_processes", None) or {})
+                    raise self._lost(futures, index, procs, exc) from exc
                 if on_done is not None:
                     on_done(index[f])
         except BaseException:
             self.cancel()
             raise
         return [f.result() for f in futures]
+
+    def _lost(self, futures: list[cf.Future[Any]], index: dict[cf.Future[Any], int], procs: dict[int, Any],
+              exc: BaseException) -> WorkerError:
+        """The WorkerError for a broken pool: which worker died, how, and
+        what it was running."""
+        running: dict[int, int] = {}  # pid -> item it started last
+        while self._started is not None:
+            try:
+                if self._started.empty():
+                    break
+                pid, item = self._started.get()
+            except (OSError, EOFError, ValueError):
+                break
+            running[pid] = item
+        done = {index[f] for f in futures if f.done() and not f.cancelled() and f.exception() is None}
+        dead = []
+        for pid, p in procs.items():
+            p.join(1)
+            code = getattr(p, "exitcode", None)
+            if code not in (None, 0, -signal.SIGTERM):  # the pool terminates the others itself
+                dead.append((pid, code))
+        hows = ", ".join(f"process {pid} {_how(code)}" for pid, code in dead) or "a worker process died"
+        items = tuple(sorted({running[pid] for pid, _ in dead if pid in running} - done))
+        if items:
+            return WorkerError(f"{hows} while running item {', '.join(map(str, items))} of the batch", items)
+        left = tuple(i for i in range(len(futures)) if i not in done)
+        return WorkerError(f"{hows}; items {', '.join(map(str, left))} of the batch did not finish ({exc})", left)
 
     def cancel(self) -> None:
         for f in self._futures:
@@ -72,7 +121,7 @@ class FuturesExecutor:
         elif isinstance(self._pool, cf.ProcessPoolExecutor):
             # Running merges stop when their process dies; the driver
             # removes their partial outputs.
-            for p in list(getattr(self._pool, "_processes", {}).values()):
+            for p in list((getattr(self._pool, "_processes", None) or {}).values()):
                 p.kill()
 
     def close(self) -> None:
@@ -80,7 +129,21 @@ class FuturesExecutor:
             self._pool.shutdown(wait=True, cancel_futures=True)
 
 
+def _how(code: Optional[int]) -> str:
+    """How a process ended, from its exit code."""
+    if code is None:
+        return "is gone"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with status {code}"
+
+
 def _workers(max_workers: Optional[int]) -> int:
+    if max_workers is not None and (isinstance(max_workers, bool) or not isinstance(max_workers, int) or not 1 <= max_workers <= 4096):
+        raise InvalidInputError(f"max_workers must be a positive integer (at most 4096), got {_show(max_workers)}")
     return max_workers or max(1, min(8, os.cpu_count() or 1))
 
 
@@ -92,8 +155,12 @@ def resolve_executor(executor: Union[str, cf.Executor, Executor], max_workers: O
     if executor == "local":
         return FuturesExecutor(cf.ThreadPoolExecutor(_workers(max_workers), thread_name_prefix="segmerge"), owned=True)
     if executor == "processes":
+        from .. import _worker
+
         ctx = multiprocessing.get_context("spawn")
-        return FuturesExecutor(cf.ProcessPoolExecutor(_workers(max_workers), mp_context=ctx), owned=True)
+        started = ctx.SimpleQueue()
+        pool = cf.ProcessPoolExecutor(_workers(max_workers), mp_context=ctx, initializer=_worker.init_reporting, initargs=(started,))
+        return FuturesExecutor(pool, owned=True, started=started)
     if executor == "ray":
         from .ray import RayExecutor
 
@@ -105,5 +172,5 @@ def resolve_executor(executor: Union[str, cf.Executor, Executor], max_workers: O
     if not isinstance(executor, str) and hasattr(executor, "map") and hasattr(executor, "cancel"):
         return executor
     raise InvalidInputError(
-        f"executor must be 'local', 'processes', 'ray', 'dask' or a concurrent.futures.Executor, got {executor!r}"
+        f"executor must be 'local', 'processes', 'ray', 'dask' or a concurrent.futures.Executor, got {_show(executor)}"
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Optional, Sequence
 
-from ..errors import UnsupportedError
+from ..errors import UnsupportedError, WorkerError
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +44,11 @@ class DaskExecutor:
         index = {f.key: i for i, f in enumerate(futures)}
         try:
             for f in distributed.as_completed(futures):
-                f.result()
+                try:
+                    f.result()
+                except distributed.KilledWorker as exc:
+                    i = index[f.key]
+                    raise WorkerError(f"the Dask worker running item {i} of the batch died: {exc}", (i,)) from exc
                 if on_done is not None:
                     on_done(index[f.key])
         except BaseException:

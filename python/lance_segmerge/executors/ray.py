@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Optional, Sequence
 
-from ..errors import UnsupportedError
+from ..errors import UnsupportedError, WorkerError
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +43,11 @@ class RayExecutor:
             while pending:
                 done, pending = ray.wait(pending, num_returns=1)
                 for r in done:
-                    ray.get(r)  # raise the first failure
+                    try:
+                        ray.get(r)  # raise the first failure
+                    except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError,
+                            ray.exceptions.OutOfMemoryError) as exc:
+                        raise WorkerError(f"the Ray worker running item {index[r]} of the batch died: {exc}", (index[r],)) from exc
                     if on_done is not None:
                         on_done(index[r])
         except BaseException:
