@@ -136,7 +136,7 @@ CASES: list[Case] = [
                     ("storage_options", ({"k": "v"}, "x"))) for v in vs],
     ("optimize progress=5", lambda e: ls.optimize(e.ds, "vec_idx", progress=5), E_IN),
     ("optimize uri + storage_options='x'", lambda e: ls.optimize(e.uri, "vec_idx", storage_options="x", progress=False), E_IN),
-    ("run_plan dataset=str", lambda e: ls.run_plan(e.uri, e.plan), E_IN),
+    ("run_plan dataset=int", lambda e: ls.run_plan(42, e.plan), E_IN),
     ("run_plan plan=dict", lambda e: ls.run_plan(e.ds, e.plan.to_dict()), E_IN),
     ("run_plan plan=None", lambda e: ls.run_plan(e.ds, None), E_IN),
     ("run_plan other version", lambda e: ls.run_plan(e.ds.checkout(e.ds.version - 1), e.plan), E_IN),

@@ -101,7 +101,7 @@ def test_segment_of_the_same_model_accepted(committed):
     uri, x, segs = committed
     theirs = uri + "-pylance"
     shutil.copytree(uri, theirs)
-    v = ls.commit_existing_index_segments(uri, "vec_idx", "vec", [segs["same"]])
+    v = ls.commit_existing_index_segments(uri, "vec_idx", "vec", [segs["same"]]).version
     lance.dataset(theirs).commit_existing_index_segments("vec_idx", "vec", [segs["same"]])
     d = lance.dataset(uri)
     assert d.version == v
@@ -119,7 +119,7 @@ def test_replacing_every_segment_may_change_the_kind(committed):
     with pytest.raises(ls.InvalidInputError, match="distance type"):
         ls.commit_existing_index_segments(uri, "vec_idx", "vec", cos[1:], replaces=base[1:])
     # Replacing every segment of the index, the commit may change its metric.
-    v = ls.commit_existing_index_segments(uri, "vec_idx", "vec", cos, replaces=base)
+    v = ls.commit_existing_index_segments(uri, "vec_idx", "vec", cos, replaces=base).version
     d = lance.dataset(uri)
     assert d.version == v
     (desc,) = d.describe_indices()
@@ -164,7 +164,7 @@ def test_sq_bounds(tmp_path):
     ls.commit_existing_index_segments(built.uri, "vec_idx", "vec", segs[:5])
     ls.commit_existing_index_segments(built.uri, "vec_idx", "vec", segs[5:])  # its own bounds: accepted
     m = ls.merge_existing_index_segments(built.uri, segs[:2], requantize_sq=True)
-    v = ls.commit_existing_index_segments(built.uri, "vec_idx", "vec", [m], replaces=segs[:2])
+    v = ls.commit_existing_index_segments(built.uri, "vec_idx", "vec", [m], replaces=segs[:2]).version
     d = lance.dataset(built.uri)
     assert d.version == v
     assert lancegen.recall(d, built.vectors, lancegen.vectors(10, seed=5), nprobes=4) >= 0.5

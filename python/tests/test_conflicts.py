@@ -73,7 +73,7 @@ def test_real_races_are_conflicts(world):
     # Re-planned at the new version, the same intent goes through.
     again = ls.open(uri)
     m = again.merge_existing_index_segments([segs[0], m12])
-    v = again.commit_existing_index_segments("vec_idx", "vec", [m], replaces=[segs[0], m12])
+    v = again.commit_existing_index_segments("vec_idx", "vec", [m], replaces=[segs[0], m12]).version
     assert lance.dataset(uri).version == v
 
 
@@ -89,7 +89,7 @@ def test_deletes_are_rebased(world, where):
     pred = {"whole-fragment": "id >= 500 and id < 1000", "some-rows": "id >= 500 and id < 700",
             "two-whole-fragments": "id < 1000"}[where]
     lance.dataset(uri).delete(pred)
-    v = planned.commit_existing_index_segments("vec_idx", "vec", [m], replaces=segs[:3])
+    v = planned.commit_existing_index_segments("vec_idx", "vec", [m], replaces=segs[:3]).version
     d = lance.dataset(uri)
     assert d.version == v
     d.validate()
@@ -114,7 +114,7 @@ def test_segment_covering_a_deleted_last_fragment(world):
     lance.dataset(uri).delete("id >= 2500")  # fragment 5, the last, is gone
     assert [f.fragment_id for f in lance.dataset(uri).get_fragments()] == [0, 1, 2, 3, 4]
     assert (4, 5) in [s.fragment_ids for s in ls.open(uri).list_index_segments("vec_idx")]
-    v = ls.optimize(uri, "vec_idx", progress=False)
+    v = ls.optimize(uri, "vec_idx", progress=False).version
     d = lance.dataset(uri)
     assert d.version == v
     d.validate()

@@ -68,7 +68,7 @@ def test_tampered_merge_output_is_rechecked(delta_datasets, tmp_path):
     bad = _tampered(m, [2, 3, 4])
     with pytest.raises(ls.InvalidInputError, match=f"segment {m.uuid} claims fragment 4"):
         ls.commit_existing_index_segments(uri, "vec_idx", "vec", [bad], replaces=[by_frag[(2,)], by_frag[(3,)], by_frag[(4,)]])
-    v = ls.commit_existing_index_segments(uri, "vec_idx", "vec", [m], replaces=[by_frag[(2,)], by_frag[(3,)]])
+    v = ls.commit_existing_index_segments(uri, "vec_idx", "vec", [m], replaces=[by_frag[(2,)], by_frag[(3,)]]).version
     assert lance.dataset(uri).version == v
 
 
@@ -91,7 +91,7 @@ def test_fragments_of_null_vectors_stay_accepted(tmp_path):
     d.optimize.optimize_indices(num_indices_to_merge=0)
     segs = ls.open(uri).list_index_segments("vec_idx")
     assert [(s.fragment_ids, s.num_rows) for s in segs] == [((0, 1, 2), 2000), ((3,), 100), ((4,), 0)]
-    v = ls.optimize(uri, "vec_idx", progress=False)
+    v = ls.optimize(uri, "vec_idx", progress=False).version
     d = lance.dataset(uri)
     assert d.version == v and [s.fragment_ids for s in ls.open(uri).list_index_segments("vec_idx")] == [(0, 1, 2, 3, 4)]
     assert _self_found(d, x, range(3000, 3020)) >= 0.8
@@ -107,7 +107,7 @@ def test_stable_row_ids_commit_unchecked(tmp_path):
     d = lance.write_dataset(lancegen.table(x), uri, max_rows_per_file=1000, enable_stable_row_ids=True)
     kw = lancegen.train_shared_model(d, "IVF_PQ")
     segs = [d.create_index_uncommitted("vec", "IVF_PQ", name="vec_idx", fragment_ids=[f], **kw) for f in range(3)]
-    v = ls.commit_existing_index_segments(uri, "vec_idx", "vec", segs)
+    v = ls.commit_existing_index_segments(uri, "vec_idx", "vec", segs).version
     d = lance.dataset(uri)
     assert d.version == v
     d.validate()

@@ -37,7 +37,7 @@ def test_userinfo_masked_everywhere(delta_datasets, tmp_path, caplog, capsys):
         with pytest.raises(ls.SegmergeError) as ei:
             call()
         seen.append(str(ei.value))
-    v = ls.optimize(uri, "vec_idx", progress=False)
+    v = ls.optimize(uri, "vec_idx", progress=False).version
     ls.cleanup(uri, 0, dry_run=True)
     assert _cli.main(["ls", uri]) == 0
     assert _cli.main(["-vv", "plan", uri, "--index", "nope"]) == 4
