@@ -283,11 +283,26 @@ def test_sigkill_at_random_points(tmp_path):
         shutil.copytree(base, uri)
         p = subprocess.Popen([sys.executable, "-c", _KILL_LOOP, uri], env=PYENV, stdout=subprocess.PIPE, text=True)
         assert p.stdout is not None and p.stdout.readline().strip() == "ready"
-        time.sleep(rng.uniform(0, span))
+        last = ""
+        if trial % 2:
+            # Every other trial aims at a commit: a few milliseconds after
+            # one of the first commits starts (a commit is far shorter than
+            # a merge, so random times can miss every commit on a loaded
+            # machine).
+            want, seen = rng.randint(1, 5), 0
+            while seen < want:
+                line = p.stdout.readline().strip()
+                if not line:
+                    break
+                last = line
+                seen += line == "c"
+            time.sleep(rng.uniform(0, 0.005))
+        else:
+            time.sleep(rng.uniform(0, span))
         p.send_signal(signal.SIGKILL)
         out = p.stdout.read().split()
         p.wait()
-        last = out[-1] if out else ""
+        last = out[-1] if out else last
         stages["merge" if last == "m" else "commit" if last == "c" else "other"] += 1
         # Whatever the moment: pylance opens and validates the latest
         # version, every fragment is covered exactly once, every version
