@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/RoaringBitmap/roaring/v2"
+
 	"github.com/google/uuid"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
@@ -68,7 +70,10 @@ func (o MergeOptions) withDefaults() MergeOptions {
 // fragments an input no longer covers are dropped (as Lance does: a row is
 // kept when its fragment is in the input's bitmap), and the query layout is
 // applied once to each merged partition, so merged segments can be merged
-// again to any depth. A single input is returned unchanged.
+// again to any depth. Rows deleted at snap (deletion files) and rows of
+// fragments snap no longer has are dropped too, so a merge reclaims what a
+// segment's StaleRows counts. A single input is rewritten when it has such
+// rows, else returned unchanged.
 //
 // snap is the dataset version the merge works against. On any error,
 // cancellation included, the partial output is removed.
@@ -91,7 +96,11 @@ func Merge(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []
 	if err != nil {
 		return nil, err
 	}
-	if len(srcs) == 1 {
+	stale, err := liveFilter(ctx, st, snap, srcs)
+	if err != nil {
+		return nil, err
+	}
+	if len(srcs) == 1 && !stale {
 		prog.SetStage("done")
 		return metas[0], nil
 	}
@@ -440,7 +449,7 @@ func (mg *merger) mergeWindow(ctx context.Context, w *lancefile.Writer, win wind
 				cols[c] = a.Slice(lo, lo+n)
 			}
 			laid := codeCol >= 0 && mg.inQueryLayout(s)
-			if keep := keptRows(cols[rowidCol], s.fragSet); keep != nil {
+			if keep := keptRows(cols[rowidCol], s); keep != nil {
 				// Rows are dropped: undo the layout first, then take rows.
 				if codeCol >= 0 {
 					cols[codeCol] = mg.toRowMajor(s, cols[codeCol])
@@ -603,30 +612,80 @@ func (mg *merger) toRowMajor(s *source, a *lancefile.Array) *lancefile.Array {
 	return a
 }
 
-// keptRows returns the rows (of a row id column) whose fragment (row id >>
-// 32) the input covers, or nil when all are. Rows of fragments the input
-// no longer covers (pruned by a commit after an update or compaction) are
-// dropped, as Lance's merger drops them.
-func keptRows(ids *lancefile.Array, frags map[uint32]bool) []int {
-	// Rows of one fragment come in runs: look each fragment up once per run.
+// keptRows returns the rows (of a row id column) that stay in the merge,
+// or nil when all do. A row stays when its fragment (row id >> 32) is one
+// the input covers and the dataset still has (fragments a commit pruned
+// from the input's coverage after an update or compaction are dropped, as
+// Lance's merger drops them; so are fragments since removed from the
+// dataset) and its offset (row id & 0xffffffff) is not deleted.
+func keptRows(ids *lancefile.Array, s *source) []int {
+	rowid := func(i int) uint64 { return binary.LittleEndian.Uint64(ids.Values[8*i:]) }
+	keepRow := func(id uint64) bool {
+		f := uint32(id >> 32)
+		if !s.fragSet[f] {
+			return false
+		}
+		d := s.deleted[f]
+		return d == nil || !d.Contains(uint32(id))
+	}
+	// Rows of one fragment come in runs: look each fragment up once per
+	// run; only fragments with deletions need a look at every row.
 	last, lastOK := uint32(0), false
 	for i := 0; i < ids.Len; i++ {
-		f := uint32(binary.LittleEndian.Uint64(ids.Values[8*i:]) >> 32)
-		if lastOK && f == last {
+		id := rowid(i)
+		f := uint32(id >> 32)
+		if !lastOK || f != last {
+			last, lastOK = f, true
+			if s.fragSet[f] && s.deleted[f] == nil {
+				continue
+			}
+		} else if s.deleted[f] == nil {
 			continue
 		}
-		last, lastOK = f, frags[f]
-		if !lastOK {
-			keep := make([]int, 0, ids.Len)
-			for k := 0; k < ids.Len; k++ {
-				if frags[uint32(binary.LittleEndian.Uint64(ids.Values[8*k:])>>32)] {
-					keep = append(keep, k)
-				}
-			}
-			return keep
+		if keepRow(id) {
+			continue
 		}
+		keep := make([]int, 0, ids.Len)
+		for k := 0; k < ids.Len; k++ {
+			if keepRow(rowid(k)) {
+				keep = append(keep, k)
+			}
+		}
+		return keep
 	}
 	return nil
+}
+
+// liveFilter restricts every source's fragments to those snap still has
+// and loads the deletion files of the rest, so that keptRows drops stale
+// rows. It reports whether any source covers a removed fragment or one
+// with deletions.
+func liveFilter(ctx context.Context, st storage.Store, snap *table.Snapshot, srcs []*source) (bool, error) {
+	byID := make(map[uint64]*pb.DataFragment, len(snap.Manifest.GetFragments()))
+	for _, f := range snap.Manifest.GetFragments() {
+		byID[f.GetId()] = f
+	}
+	stale := false
+	for _, s := range srcs {
+		s.deleted = map[uint32]*roaring.Bitmap{}
+		for _, id := range s.frags {
+			f := byID[uint64(id)]
+			if f == nil {
+				delete(s.fragSet, id)
+				stale = true
+				continue
+			}
+			d, err := table.ReadDeletions(ctx, st, f)
+			if err != nil {
+				return false, fmt.Errorf("segment %s: %w", s.uuid, err)
+			}
+			if d != nil && !d.IsEmpty() {
+				s.deleted[id] = d
+				stale = true
+			}
+		}
+	}
+	return stale, nil
 }
 
 func takeRows(a *lancefile.Array, rows []int) *lancefile.Array {

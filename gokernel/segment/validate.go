@@ -9,6 +9,8 @@ import (
 	"math"
 	"strings"
 
+	"github.com/RoaringBitmap/roaring/v2"
+
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/ivf"
@@ -24,10 +26,13 @@ const centroidTolerance = 1e-5
 
 // source is one opened input segment.
 type source struct {
-	meta     *pb.IndexMetadata
-	uuid     string
-	frags    []uint32
-	fragSet  map[uint32]bool
+	meta    *pb.IndexMetadata
+	uuid    string
+	frags   []uint32
+	fragSet map[uint32]bool
+	// deleted holds, per covered fragment with a deletion file, the row
+	// offsets deleted at the merge's version (set by liveFilter).
+	deleted  map[uint32]*roaring.Bitmap
 	files    *ivf.Files
 	codebook *ivf.Tensor // PQ
 	rotation *ivf.Tensor // RQ with matrix rotation
