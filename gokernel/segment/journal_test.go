@@ -2,9 +2,9 @@ package segment
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
-	"errors"
 	"strings"
 	"testing"
 	"time"
