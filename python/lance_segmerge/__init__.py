@@ -15,7 +15,7 @@ from .api import (
     open,
     plan_index_segment_merge,
 )
-from .distributed import OptimizeProgress, optimize, run_plan
+from .distributed import OptimizeProgress, choose_executor, optimize, run_plan
 from .errors import (
     CancelledError,
     ConflictError,
@@ -27,6 +27,7 @@ from .errors import (
     StorageError,
     UnsupportedError,
 )
+from .maintain import MaintainReport, maintain
 from .types import IndexFile, IndexSegment, MergePlan, MergeTask, OperationProgress
 
 __version__ = "0.1.0"
@@ -40,6 +41,9 @@ __all__ = [
     "optimize",
     "run_plan",
     "cleanup",
+    "maintain",
+    "MaintainReport",
+    "choose_executor",
     "IndexSegment",
     "MergePlan",
     "MergeTask",

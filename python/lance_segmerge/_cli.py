@@ -1,7 +1,8 @@
 """Command line: ``python -m lance_segmerge`` / ``lance-segmerge``.
 
-A thin argparse layer over the public API: ``ls``, ``plan``, ``optimize``
-and ``cleanup`` (a dry run unless ``--delete``). Every error class has its
+A thin argparse layer over the public API: ``ls``, ``plan``, ``optimize``,
+``maintain`` (one pass, or ``--watch``) and ``cleanup`` (a dry run unless
+``--delete``). Every error class has its
 own exit code; Ctrl-C cancels the running operation and cleans up.
 """
 
@@ -17,6 +18,7 @@ from typing import Any, Optional, Sequence
 from . import errors
 from .api import Dataset, cleanup, plan_index_segment_merge
 from .distributed import optimize
+from .maintain import MaintainReport, maintain
 
 EXIT_CODES: dict[type[errors.SegmergeError], int] = {
     errors.InvalidInputError: 3,
@@ -118,9 +120,41 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         target_segments=args.target_segments,
         max_segments_to_merge=args.max_segments,
         progress=not args.no_progress,
+        resume=args.resume,
     )
     after = len(_open(args).list_index_segments(args.index, with_stats=False))
     print(f"{args.index}: {before} segments -> {after}, version {ds.version} -> {version}")
+    return 0
+
+
+def cmd_maintain(args: argparse.Namespace) -> int:
+    if args.verbose == 0:  # a person follows what each pass does
+        logging.getLogger("lance_segmerge").setLevel(logging.INFO)
+
+    def show(r: MaintainReport) -> None:
+        what = f"version {r.read_version} -> {r.version}" if r.committed else f"version {r.version}, nothing to merge"
+        print(
+            f"{r.index_name}: {what}; segments {r.segments_before} -> {r.segments_after}; "
+            f"{r.tasks} tasks ({r.tasks_reused} reused), {r.rows_written} rows, {_human(r.bytes_written)} written "
+            f"in {r.seconds:.1f}s [{r.executor}]",
+            flush=True,
+        )
+
+    maintain(
+        _open(args),
+        args.index,
+        policy=args.policy,
+        segments_per_tier=args.segments_per_tier,
+        max_segment_rows=args.max_segment_rows,
+        floor_rows=args.floor_rows,
+        deletes_pct_allowed=args.deletes_pct_allowed,
+        executor=args.executor,
+        max_workers=args.workers,
+        fan_in=args.fan_in,
+        resume=not args.no_resume,
+        watch=args.watch,
+        on_pass=show,
+    )
     return 0
 
 
@@ -129,9 +163,12 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     if not orphans:
         print("no orphaned segment directories")
         return 0
-    rows = [("uuid", "files", "size", "modified", "removed")]
+    rows = [("uuid", "files", "size", "modified", "removed", "why")]
     for o in orphans:
-        rows.append((o["uuid"], str(o["files"]), _human(o["bytes"]), str(o["modified"]), "yes" if o["removed"] else "no"))
+        rows.append(
+            (o["uuid"], str(o["files"]), _human(o["bytes"]), str(o["modified"]), "yes" if o["removed"] else "no",
+             o.get("reason") or "unreferenced")
+        )
     print(_table(rows))
     if not args.delete:
         print(f"{len(orphans)} orphaned segment directories (dry run; pass --delete to remove them)")
@@ -173,13 +210,29 @@ def build_parser() -> argparse.ArgumentParser:
     op = sub.add_parser("optimize", parents=[store], help="merge an index's segments and commit")
     op.add_argument("uri")
     op.add_argument("--index", required=True)
-    op.add_argument("--executor", default="local", choices=["local", "processes", "ray", "dask"])
+    op.add_argument("--executor", default="auto", choices=["auto", "local", "processes", "ray", "dask"])
     op.add_argument("--workers", type=int, help="pool size")
     op.add_argument("--fan-in", type=int, default=32)
     op.add_argument("--target-segments", type=int, default=1, help="stop at this many segments (default 1)")
     op.add_argument("--max-segments", type=int, help="merge only the newest N segments")
     op.add_argument("--no-progress", action="store_true")
+    op.add_argument("--resume", action="store_true", help="keep a run journal; resume an interrupted run")
     op.set_defaults(fn=cmd_optimize)
+
+    mt = sub.add_parser("maintain", parents=[store], help="merge what the policy says is worth merging now; --watch to keep at it")
+    mt.add_argument("uri")
+    mt.add_argument("--index", required=True)
+    mt.add_argument("--watch", type=_duration, help="check for new versions this often and pass again (e.g. 60, 5m)")
+    mt.add_argument("--policy", default="tiered", choices=["tiered", "all"])
+    mt.add_argument("--segments-per-tier", type=int)
+    mt.add_argument("--max-segment-rows", type=int)
+    mt.add_argument("--floor-rows", type=int)
+    mt.add_argument("--deletes-pct-allowed", type=float)
+    mt.add_argument("--executor", default="auto", choices=["auto", "local", "processes", "ray", "dask"])
+    mt.add_argument("--workers", type=int, help="pool size")
+    mt.add_argument("--fan-in", type=int, default=32)
+    mt.add_argument("--no-resume", action="store_true", help="keep no run journal")
+    mt.set_defaults(fn=cmd_maintain)
 
     cl = sub.add_parser("cleanup", parents=[store], help="find (and with --delete remove) segment directories no version references")
     cl.add_argument("uri")

@@ -18,13 +18,15 @@ from .api import (
     plan_segments,
     remove_uncommitted,
 )
-from .errors import InvalidInputError
+from .errors import InvalidInputError, SegmergeError
+from ._costmodel import choose_executor
+from ._journal import RunJournal, read_journal
 from .executors import Executor, resolve_executor
 from .types import IndexSegment, MergePlan, MergeTask
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["optimize", "OptimizeProgress", "run_plan"]
+__all__ = ["optimize", "OptimizeProgress", "run_plan", "RunResult", "choose_executor"]
 
 
 @dataclass(frozen=True)
@@ -85,22 +87,69 @@ def _run_level(
     report: _Reporter,
     created: list[str],
     options: dict[str, Any],
+    journal: Optional[RunJournal] = None,
+    stats: Optional["RunResult"] = None,
 ) -> list[IndexSegment]:
+    results: list[Optional[IndexSegment]] = [None] * len(tasks)
     jobs = []
-    for t in tasks:
+    todo: list[int] = []
+    for i, t in enumerate(tasks):
+        if journal is not None:
+            seg = journal.reuse(level, t)
+            if seg is not None:
+                results[i] = seg
+                created.append(seg.uuid)  # an intermediate output: removed after the commit
+                continue
         out = str(uuid.uuid4())
         created.append(out)  # known before the worker starts: removable on failure
+        if journal is not None:
+            journal.planned(level, t, out)
         jobs.append({"dataset": ds, "task": t.to_dict(), "index_uuid": out, **options})
-    done = [0]
+        todo.append(i)
+    if journal is not None:
+        journal.flush()
+    done = [len(tasks) - len(todo)]
     nseg = sum(len(t.segments) for t in tasks)
-    report(OptimizeProgress(level, 0, len(tasks), nseg))
+    report(OptimizeProgress(level, done[0], len(tasks), nseg))
 
-    def on_done(_: int) -> None:
+    def on_done(k: int) -> None:
         done[0] += 1
+        if journal is not None:
+            journal.done(level, tasks[todo[k]], jobs[k]["index_uuid"])
         report(OptimizeProgress(level, done[0], len(tasks), nseg))
 
-    results = pool.map(_worker.merge_task, jobs, on_done)
-    return [IndexSegment.from_dict(r) for r in results]
+    if jobs:
+        for k, r in enumerate(pool.map(_worker.merge_task, jobs, on_done)):
+            results[todo[k]] = IndexSegment.from_dict(r)
+    if stats is not None:
+        stats.tasks_run += len(jobs)
+        stats.tasks_reused += len(tasks) - len(jobs)
+        for k, i in enumerate(todo):
+            seg = results[i]
+            assert seg is not None
+            stats.rows_written += seg.num_rows or 0
+            stats.bytes_written += seg.size_bytes
+            stats.rows_read += tasks[i].rows
+            stats.bytes_read += tasks[i].bytes
+    return [r for r in results if r is not None]
+
+
+@dataclass
+class RunResult:
+    """What one execution of a plan did (the driver's own counters)."""
+
+    version: int
+    committed: bool = False
+    levels: int = 0
+    tasks_run: int = 0
+    tasks_reused: int = 0
+    rows_read: int = 0
+    bytes_read: int = 0
+    rows_written: int = 0
+    bytes_written: int = 0
+    segments_after: int = 0
+    seconds: float = 0.0
+    executor: str = ""
 
 
 def _defer_large(
@@ -143,6 +192,7 @@ def run_plan(
     target_segments: int = 1,
     progress: ProgressArg = None,
     window_rows: Optional[int] = None,
+    resume: bool = False,
 ) -> int:
     """Execute a plan as a tree and commit once.
 
@@ -160,6 +210,18 @@ def run_plan(
     With ``target_segments = 1`` the last level is one task that rewrites
     every row on one worker; ``target_segments = N`` keeps every level
     parallel over N workers and leaves N segments over disjoint fragments.
+    A tiered plan (``plan.policy == "tiered"``) is run with
+    ``target_segments = len(plan.tasks)``: each of its tasks is one merge.
+
+    With ``resume=True`` the run keeps a journal in the dataset's index
+    directory (see :mod:`lance_segmerge._journal`): a run of the same plan
+    with the same parameters after a crash of the driver or a worker reuses
+    every finished output that still verifies, and on failure the finished
+    outputs are kept for the next run instead of removed.
+
+    ``executor="auto"`` runs in process or on a process pool, whichever the
+    measured cost model predicts is faster for this plan (see
+    :func:`choose_executor`).
 
     Returns
     -------
@@ -167,23 +229,59 @@ def run_plan(
         The new dataset version (the dataset's version when the plan has no
         tasks).
     """
+    return _run_plan(
+        dataset,
+        plan,
+        executor=executor,
+        max_workers=max_workers,
+        fan_in=fan_in,
+        target_segments=target_segments,
+        progress=progress,
+        window_rows=window_rows,
+        resume=resume,
+    ).version
+
+
+def _run_plan(
+    dataset: Dataset,
+    plan: MergePlan,
+    *,
+    executor: Union[str, cf.Executor, Executor] = "local",
+    max_workers: Optional[int] = None,
+    fan_in: int = 32,
+    target_segments: int = 1,
+    progress: ProgressArg = None,
+    window_rows: Optional[int] = None,
+    resume: bool = False,
+) -> RunResult:
     if dataset.version != plan.read_version:
         raise InvalidInputError(
             f"the plan was made at version {plan.read_version}, the dataset is pinned to {dataset.version}"
         )
+    result = RunResult(version=dataset.version)
     if not plan.tasks:
-        return dataset.version
+        return result
     if not isinstance(fan_in, int) or fan_in < 2:
         raise InvalidInputError(f"fan_in must be an integer >= 2, got {fan_in!r}")
     if not isinstance(target_segments, int) or target_segments < 1:
         raise InvalidInputError(f"target_segments must be a positive integer, got {target_segments!r}")
+    if plan.policy == "tiered":
+        target_segments = max(target_segments, len(plan.tasks))
     options: dict[str, Any] = {"requantize_sq": plan.requantize_sq}
     if window_rows is not None:
         options["window_rows"] = window_rows
+    if isinstance(executor, str) and executor == "auto":
+        executor = choose_executor(plan, max_workers)
+    result.executor = executor if isinstance(executor, str) else type(executor).__name__
+    journal: Optional[RunJournal] = None
+    if resume:
+        params = {"fan_in": fan_in, "target_segments": target_segments, "requantize_sq": plan.requantize_sq}
+        journal = RunJournal.start(dataset, plan, params)
     pool = resolve_executor(executor, max_workers)
     report = _Reporter(progress)
     created: list[str] = []
     committed = False
+    final: list[IndexSegment] = []
     t0 = time.perf_counter()
     try:
         tasks = plan.tasks
@@ -200,7 +298,7 @@ def run_plan(
                         logger.debug("level %d: %d large segments wait for a later level", level, len(carried))
                     else:
                         carried = []
-            outputs = carried + _run_level(dataset, tasks, pool, level, report, created, options)
+            outputs = carried + _run_level(dataset, tasks, pool, level, report, created, options, journal, result)
             if len(outputs) <= target_segments:
                 break
             # As many tasks as the target asks for (or fan_in forces), each
@@ -209,17 +307,31 @@ def run_plan(
             per_task = max(2, -(-len(outputs) // n_tasks))
             tasks = plan_segments(dataset, outputs, per_task, requantize_sq=plan.requantize_sq).tasks
             level += 1
-        final = outputs
-        version = commit_existing_index_segments(dataset, plan.index_name, plan.column, final, replaces=plan.sources)
-        committed = True
+        result.levels = level
+        # A single-segment task whose input had nothing to drop comes back
+        # unchanged: it neither replaces nor is replaced.
+        unchanged = {s.uuid for s in outputs} & set(plan.sources)
+        final = [s for s in outputs if s.uuid not in unchanged]
+        replaces = [u for u in plan.sources if u not in unchanged]
+        if final:
+            version = commit_existing_index_segments(dataset, plan.index_name, plan.column, final, replaces=replaces)
+            committed = True
+            result.version = version
+        result.committed = committed
+        result.segments_after = len(final)
+        result.seconds = time.perf_counter() - t0
+        if journal is not None:
+            journal.finish()
         logger.info(
-            "optimize %s: %d segments -> %d in %d levels, version %d, %.1fs",
+            "optimize %s: %d segments -> %d in %d levels, version %d, %.1fs (%d tasks run, %d reused from the journal)",
             plan.index_name,
             plan.num_segments,
             len(final),
             level,
-            version,
-            time.perf_counter() - t0,
+            result.version,
+            result.seconds,
+            result.tasks_run,
+            result.tasks_reused,
         )
     except BaseException:
         pool.cancel()
@@ -227,19 +339,46 @@ def run_plan(
     finally:
         report.close()
         pool.close()
-        leftovers = [u for u in created if not (committed and u in {f.uuid for f in final})]
+        keep = {f.uuid for f in final} if committed else set()
+        if journal is not None and not committed:
+            # Keep what the journal records for the next run; outputs that
+            # do not verify then are removed by it (or by cleanup).
+            keep = set(created)
+        leftovers = [u for u in created if u not in keep]
         try:
             remove_uncommitted(dataset, leftovers)
         except Exception as exc:  # the cleanup verb can finish the job
             logger.warning("could not remove %d uncommitted segments: %s", len(leftovers), exc)
-    return version
+    return result
+
+
+def _resume_point(ds: Dataset, index_name: str, make_plan: Callable[[Dataset], MergePlan]) -> tuple[Dataset, MergePlan]:
+    """Plan at the latest version, unless the index's journal is of a run
+    planned at an earlier version that the same parameters plan the same
+    way there: then resume that run (its commit rebases over what was
+    committed since, or raises ConflictError if its sources were
+    replaced)."""
+    old, _ = read_journal(ds, index_name)
+    if old is not None:
+        v = int(old.get("read_version") or 0)
+        if 0 < v < ds.version:
+            try:
+                pinned = ds.checkout(v)
+                plan = make_plan(pinned)
+            except SegmergeError as exc:
+                logger.info("cannot resume the run planned at version %d: %s", v, exc)
+            else:
+                if plan.plan_id == old.get("plan_id"):
+                    logger.info("resuming the run planned at version %d (latest is %d)", v, ds.version)
+                    return pinned, plan
+    return ds, make_plan(ds)
 
 
 def optimize(
     dataset: Union[Dataset, str],
     index_name: str,
     *,
-    executor: Union[str, cf.Executor, Executor] = "local",
+    executor: Union[str, cf.Executor, Executor] = "auto",
     max_workers: Optional[int] = None,
     fan_in: int = 32,
     target_segments: int = 1,
@@ -249,6 +388,7 @@ def optimize(
     progress: ProgressArg = True,
     window_rows: Optional[int] = None,
     storage_options: Optional[Mapping[str, str]] = None,
+    resume: bool = False,
 ) -> int:
     """Merge the segments of a vector index into one, distributed, and
     commit once.
@@ -264,10 +404,13 @@ def optimize(
         The dataset (a URI opens its latest version).
     index_name : str
         The logical index.
-    executor : {"local", "processes", "ray", "dask"} or concurrent.futures.Executor
+    executor : {"auto", "local", "processes", "ray", "dask"} or concurrent.futures.Executor
         Where merges run. ``"local"`` uses threads (the kernel releases the
         GIL), ``"processes"`` a spawn-started process pool; Ray and Dask are
         optional extras and use a running cluster or start a local one.
+        ``"auto"`` (the default) runs locally unless the measured cost
+        model predicts that a process pool pays for its start-up (see
+        :func:`choose_executor`).
     max_workers : int, optional
         Size of pools this call creates.
     fan_in : int, default 32
@@ -291,6 +434,12 @@ def optimize(
         Options for the store when ``dataset`` is a URI (the keys pylance
         accepts, e.g. ``aws_endpoint``, ``aws_region``); a :class:`Dataset`
         carries its own.
+    resume : bool, default False
+        Keep a run journal (see :func:`run_plan`): after a crash, the next
+        ``optimize(..., resume=True)`` with the same parameters reuses the
+        finished merges that still verify. When the journal's run was
+        planned at an earlier version and plans the same there, that run is
+        resumed and its commit rebases over the versions since.
 
     Returns
     -------
@@ -303,14 +452,18 @@ def optimize(
         ds = dataset
     else:
         ds = Dataset(str(dataset), storage_options=storage_options)
-    plan = plan_index_segment_merge(
-        ds,
-        index_name,
-        segments_per_task=fan_in,
-        max_segments_to_merge=max_segments_to_merge,
-        target_rows_per_task=target_rows_per_task,
-        requantize_sq=requantize_sq,
-    )
+
+    def make_plan(d: Dataset) -> MergePlan:
+        return plan_index_segment_merge(
+            d,
+            index_name,
+            segments_per_task=fan_in,
+            max_segments_to_merge=max_segments_to_merge,
+            target_rows_per_task=target_rows_per_task,
+            requantize_sq=requantize_sq,
+        )
+
+    ds, plan = _resume_point(ds, index_name, make_plan) if resume else (ds, make_plan(ds))
     return run_plan(
         ds,
         plan,
@@ -320,4 +473,5 @@ def optimize(
         target_segments=target_segments,
         progress=progress,
         window_rows=window_rows,
+        resume=resume,
     )

@@ -128,6 +128,12 @@ class IndexSegment:
         Sizes of ``index.idx`` and ``auxiliary.idx``.
     format_version : int
         Serialisation version of this class.
+    stale_rows : int, optional
+        Rows a merge of this segment would drop: deleted (deletion files)
+        or of fragments the dataset no longer has. Estimated from the
+        manifest (the segment's rows minus the live rows of the fragments
+        it covers; low by the count of null vectors, which are not
+        indexed).
     """
 
     uuid: str
@@ -156,6 +162,7 @@ class IndexSegment:
     index_file_bytes: Optional[int] = None
     auxiliary_file_bytes: Optional[int] = None
     format_version: int = SEGMENT_FORMAT_VERSION
+    stale_rows: Optional[int] = None
 
     def __post_init__(self) -> None:
         if not self.uuid:
@@ -209,6 +216,7 @@ class IndexSegment:
                 "file_version": self.file_version,
                 "index_file_bytes": self.index_file_bytes,
                 "auxiliary_file_bytes": self.auxiliary_file_bytes,
+                "stale_rows": self.stale_rows,
             },
         }
 
@@ -249,6 +257,7 @@ class IndexSegment:
             index_file_bytes=opt_int("index_file_bytes"),
             auxiliary_file_bytes=opt_int("auxiliary_file_bytes"),
             format_version=int(d.get("format_version", SEGMENT_FORMAT_VERSION)),
+            stale_rows=opt_int("stale_rows"),
         )
 
     def to_json(self) -> str:
@@ -380,6 +389,10 @@ class MergeTask:
         Rows of the inputs.
     bytes : int
         Bytes of the inputs' files.
+    reason : str
+        Why the plan's policy chose this task (``policy="tiered"``). A
+        task of a single segment rewrites it to drop its deleted or stale
+        rows; it has a reason starting with ``"reclaim"``.
     """
 
     task_id: int
@@ -387,12 +400,15 @@ class MergeTask:
     rows: int = 0
     bytes: int = 0
     format_version: int = PLAN_FORMAT_VERSION
+    reason: str = ""
 
     def __post_init__(self) -> None:
         if self.format_version != PLAN_FORMAT_VERSION:
             raise InvalidInputError(f"MergeTask format_version {self.format_version} is not supported")
-        if len(self.segments) < 2:
-            raise InvalidInputError(f"task {self.task_id}: a merge task needs at least two segments")
+        if len(self.segments) < 2 and not (len(self.segments) == 1 and self.reason.startswith("reclaim")):
+            raise InvalidInputError(
+                f"task {self.task_id}: a merge task needs at least two segments (one only to reclaim stale rows)"
+            )
 
     @property
     def segment_ids(self) -> tuple[str, ...]:
@@ -406,6 +422,7 @@ class MergeTask:
             "segments": [s.to_dict() for s in self.segments],
             "rows": self.rows,
             "bytes": self.bytes,
+            "reason": self.reason,
         }
 
     @classmethod
@@ -416,6 +433,7 @@ class MergeTask:
             rows=int(d.get("rows") or 0),
             bytes=int(d.get("bytes") or 0),
             format_version=int(d.get("format_version", PLAN_FORMAT_VERSION)),
+            reason=str(d.get("reason") or ""),
         )
 
 
@@ -446,6 +464,11 @@ class MergePlan:
         ``max_segments_to_merge``, or covering no live fragment).
     requantize_sq : bool
         Workers merge IVF_SQ inputs with different bounds by re-quantizing.
+    policy : str
+        The policy that chose the tasks: ``"all"`` or ``"tiered"``.
+    summary : str
+        The policy's decision as a whole (``"tiered"``): segments, allowed
+        count, merges chosen.
     """
 
     plan_id: str
@@ -458,6 +481,8 @@ class MergePlan:
     untouched: tuple[str, ...] = ()
     requantize_sq: bool = False
     format_version: int = PLAN_FORMAT_VERSION
+    policy: str = "all"
+    summary: str = ""
 
     def __post_init__(self) -> None:
         if self.format_version != PLAN_FORMAT_VERSION:
@@ -493,6 +518,8 @@ class MergePlan:
             "tasks": [t.to_dict() for t in self.tasks],
             "untouched": list(self.untouched),
             "requantize_sq": self.requantize_sq,
+            "policy": self.policy,
+            "summary": self.summary,
         }
 
     @classmethod
@@ -508,6 +535,8 @@ class MergePlan:
             untouched=tuple(d.get("untouched") or ()),
             requantize_sq=bool(d.get("requantize_sq", False)),
             format_version=int(d.get("format_version", PLAN_FORMAT_VERSION)),
+            policy=str(d.get("policy") or "all"),
+            summary=str(d.get("summary") or ""),
         )
 
     def to_json(self) -> str:
