@@ -18,7 +18,7 @@ from .api import (
     plan_segments,
     remove_uncommitted,
 )
-from .errors import InvalidInputError, SegmergeError
+from .errors import ConflictError, InvalidInputError, SegmergeError
 from ._costmodel import choose_executor
 from ._journal import RunJournal, read_journal
 from .executors import Executor, resolve_executor
@@ -333,6 +333,12 @@ def _run_plan(
             result.tasks_run,
             result.tasks_reused,
         )
+    except ConflictError:
+        pool.cancel()
+        if journal is not None:  # this plan can never commit: nothing to resume
+            journal.finish()
+            journal = None
+        raise
     except BaseException:
         pool.cancel()
         raise

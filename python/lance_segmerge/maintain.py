@@ -46,8 +46,9 @@ class MaintainReport:
     segments_before, segments_after : int
         Segments of the index at ``read_version`` and at ``version``.
     tasks, tasks_reused : int
-        Merge tasks of the plan; of those, outputs reused from a run
-        journal (an earlier, interrupted pass).
+        Merge tasks of the pass, every level of its tree; of those, the
+        ones whose outputs were reused from a run journal (an earlier,
+        interrupted pass).
     segments_merged : int
         Segments the plan replaced.
     rows_read, bytes_read : int
@@ -146,7 +147,7 @@ def _one_pass(
             policy=plan.policy,
             segments_before=before,
             segments_after=after,
-            tasks=len(plan.tasks),
+            tasks=res.tasks_run + res.tasks_reused,
             tasks_reused=res.tasks_reused,
             segments_merged=plan.num_segments,
             rows_read=res.rows_read,
