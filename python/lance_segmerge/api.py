@@ -665,6 +665,13 @@ def cleanup(
     dataset references it and its newest file is older than ``older_than``,
     a grace period for merges still running and commits about to land.
 
+    Run journals (``_indices/_segmerge/``, see ``optimize(resume=True)``)
+    are read too: the outputs of a journal that can still resume (younger
+    than ``older_than``, every source of its plan still committed) are
+    kept whatever their age; a stale journal (older, superseded by another
+    commit, or corrupt) is removed with its unreferenced outputs, whatever
+    their age.
+
     Parameters
     ----------
     dataset : Dataset or str
@@ -678,7 +685,8 @@ def cleanup(
     -------
     list of dict
         One entry per orphan: ``uuid``, ``files``, ``bytes``, ``modified``,
-        ``removed``.
+        ``removed``; stale journals have ``journal`` true and their path as
+        ``uuid``; ``reason`` says why a journal or its output goes.
     """
     ds = dataset if isinstance(dataset, Dataset) else Dataset(str(dataset))
     seconds = older_than.total_seconds() if hasattr(older_than, "total_seconds") else float(older_than)

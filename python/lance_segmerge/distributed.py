@@ -352,6 +352,12 @@ def _run_plan(
             keep = set(created)
         leftovers = [u for u in created if u not in keep]
         try:
+            if leftovers and not committed:
+                # An output reused from a journal may have been committed
+                # by the run that wrote it (killed before it could forget
+                # its journal); it is not ours to remove.
+                live = {s.uuid for s in dataset.checkout().list_index_segments(plan.index_name, with_stats=False)}
+                leftovers = [u for u in leftovers if u not in live]
             remove_uncommitted(dataset, leftovers)
         except Exception as exc:  # the cleanup verb can finish the job
             logger.warning("could not remove %d uncommitted segments: %s", len(leftovers), exc)
