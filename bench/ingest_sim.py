@@ -114,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nprobes", type=int, default=8)
     ap.add_argument("--executor", default="auto", help="maintain's executor (default auto)")
     ap.add_argument("--segments-per-tier", type=int, help="maintain's tiered policy (default: the policy's)")
+    ap.add_argument("--floor-rows", type=int, help="maintain's tiered policy (default: the policy's)")
     ap.add_argument("--out", default=str(HERE / "results"))
     ap.add_argument("--work", help="scratch directory (kept when given)")
     args = ap.parse_args(argv)
@@ -137,13 +138,16 @@ def main(argv: list[str] | None = None) -> int:
     params = bm.index_params(args.type, bm.Preset(rows=total, fragments=1, group=1, base_rows=p.base_rows, deltas=0,
                                                   delta_rows=0, dim=p.dim, partitions=p.partitions, repeats=1,
                                                   types=[args.type]))
+    # One base index (one trained model) for all: only the merges differ.
     for c in CONTENDERS:
         shutil.rmtree(uris[c], ignore_errors=True)
-        ds = lance.write_dataset(bm.table(x[: p.base_rows], 0), uris[c])
-        ds.create_index("vec", args.type, name="vec_idx", **params)
+    ds = lance.write_dataset(bm.table(x[: p.base_rows], 0), uris["maintain"])
+    ds.create_index("vec", args.type, name="vec_idx", **params)
+    for c in CONTENDERS[1:]:
+        shutil.copytree(uris["maintain"], uris[c])
     stats = {c: {"merge_seconds": 0.0, "bytes_rewritten": 0, "bytes_ingested": 0, "merges": 0} for c in CONTENDERS}
     points: list[dict[str, Any]] = []
-    tier = {"segments_per_tier": args.segments_per_tier} if args.segments_per_tier else {}
+    tier = {k: v for k, v in (("segments_per_tier", args.segments_per_tier), ("floor_rows", args.floor_rows)) if v}
     t_start = time.perf_counter()
     for i in range(1, p.appends + 1):
         lo = p.base_rows + (i - 1) * p.rows_per_append

@@ -4,14 +4,26 @@
 to run on one executor: ``a`` is the fixed cost (for a process pool:
 spawning the workers and importing the kernel in each), ``b`` the cost per
 input segment (opening its files, validating its model), ``c`` the cost per
-input row (reading and writing codes). The coefficients below were fitted
-by ``bench/executor_auto.py`` on the machine this was built on (2 cores):
-the medians of several runs per point, every run in a fresh process. Re-fit
-them on your own hardware with
+input row (reading and writing codes).
+
+The coefficients are medians measured on the 2-core VM this was built on:
+``bench/results/cost-IVF_RQ-20261130-013445.md`` (``bench/cost_model.py``:
+sweeps up to 4M rows and 200 deltas, medians of 5 runs, each in a fresh
+process) gives in process ``a = 0.13 s, b = 2.9 ms, c = 0.155 µs`` and for
+2 spawned processes ``a = 0.39 s, b = 2.1 ms, c = 0.211 µs``;
+``bench/results/auto-quick-20261130-163135.md`` (``bench/executor_auto.py
+--preset quick``, medians of 3 while other jobs shared the machine) agrees
+on the start-up (0.25 s against 0.86 s, the pool 3-4x slower at 50k-400k
+rows). The pool's per-row cost is higher too (two Go runtimes on two cores
+against goroutines in one); only its per-segment cost is lower, so with
+these constants ``"auto"`` stays in process unless a plan has more than
+about ``1300 + 0.4 * rows / 1000`` segments (the pool then wins by the
+margin), far beyond the 200 deltas measured: treat that end as
+extrapolation. Re-measure on your hardware with
 
     python bench/executor_auto.py            # prints the fit and the threshold
 
-and pass an explicit ``executor=`` where the default does not suit you.
+and paste the constants it prints, or pass an explicit ``executor=``.
 
 ``"auto"`` picks the pool only when its predicted time is below
 ``1 - MARGIN`` of the in-process one, so that noise in the fit never sends

@@ -144,6 +144,28 @@ def test_journal_of_another_run_is_a_fresh_start(deltas, copy, monkeypatch, capl
     assert ls.cleanup(copy, 0, dry_run=True) == []
 
 
+@pytest.mark.parametrize("edit", ["version", "dataset"])
+def test_journal_of_another_version_or_dataset_is_a_fresh_start(deltas, copy, monkeypatch, caplog, tmp_path, edit):
+    _failed_run(copy, monkeypatch)
+    (path,) = glob.glob(os.path.join(copy, "_indices", "_segmerge", "*.json"))
+    uri = copy
+    if edit == "version":  # a version at which the same parameters plan otherwise
+        with open(path) as f:
+            j = json.load(f)
+        j["read_version"] -= 1
+        with open(path, "w") as f:
+            json.dump(j, f)
+    else:  # the dataset was copied with its journal: the journal names the original
+        uri = str(tmp_path / "other")
+        shutil.copytree(copy, uri)
+    with caplog.at_level(logging.INFO, logger="lance_segmerge"):
+        rep = ls.maintain(uri, "vec_idx", **RUN)
+    why = [r.message for r in caplog.records if "fresh start" in r.message]
+    assert len(why) == 1 and "the journal is for plan" in why[0], why
+    assert rep.tasks_reused == 0 and rep.committed
+    assert len(lance.dataset(uri).describe_indices()[0].segments) == 1
+
+
 def test_resume_at_the_journals_version(deltas, copy, monkeypatch, caplog):
     """An append lands after the crash: the rerun resumes the run planned
     at the journal's version, and its commit rebases over the append."""
