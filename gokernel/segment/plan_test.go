@@ -135,3 +135,65 @@ func TestTiered(t *testing.T) {
 		return out.String()
 	})
 }
+
+// TestTieredIngestion replays an ingesting table through the tiered
+// policy alone: a base segment, then 300 appends of one delta each, a pass
+// every 10 appends whose merges replace their inputs. The policy must keep
+// the segment count bounded (a tier's worth per size level) and rewrite
+// each row only a few times (write amplification in rows), whatever the
+// settings; fewer segments cost more rewriting.
+func TestTieredIngestion(t *testing.T) {
+	for _, tc := range []struct {
+		tier             int
+		floor            int64
+		base, delta      uint64
+		maxSegs, maxWA10 int // bounds; maxWA10 is write amplification x 10
+	}{
+		{tier: 10, floor: 1000, base: 20_000, delta: 500, maxSegs: 21, maxWA10: 17},
+		{tier: 4, floor: 1000, base: 20_000, delta: 500, maxSegs: 14, maxWA10: 28},
+		{tier: 10, floor: 100_000, base: 20_000, delta: 500, maxSegs: 10, maxWA10: 25},
+		{tier: 4, floor: 20_000, base: 20_000, delta: 500, maxSegs: 6, maxWA10: 81},
+		{tier: 10, floor: 1000, base: 100_000, delta: 3000, maxSegs: 22, maxWA10: 14},
+	} {
+		t.Run(fmt.Sprintf("tier=%d,floor=%d,base=%d,delta=%d", tc.tier, tc.floor, tc.base, tc.delta), func(t *testing.T) {
+			opts := PlanOptions{Policy: PolicyTiered, SegmentsPerTier: tc.tier, FloorRows: tc.floor, SegmentsPerTask: 32}
+			segs := []tierSeg{{Rows: tc.base}}
+			var written, ingested uint64
+			maxSegs := 0
+			var counts []int
+			for i := 1; i <= 300; i++ {
+				segs = append(segs, tierSeg{Rows: tc.delta})
+				ingested += tc.delta
+				if i%10 != 0 {
+					continue
+				}
+				tasks, _ := planTiered(segs, opts.tiered())
+				merged := map[int]bool{}
+				var outs []tierSeg
+				for _, task := range tasks {
+					var rows uint64
+					for _, m := range task.members {
+						rows += segs[m].live()
+						merged[m] = true
+					}
+					written += rows
+					outs = append(outs, tierSeg{Rows: rows})
+				}
+				var next []tierSeg
+				for j, s := range segs {
+					if !merged[j] {
+						next = append(next, s)
+					}
+				}
+				segs = append(next, outs...)
+				maxSegs = max(maxSegs, len(segs))
+				counts = append(counts, len(segs))
+			}
+			wa := float64(written) / float64(ingested)
+			t.Logf("segments after each pass %v; max %d; write amplification %.2f", counts, maxSegs, wa)
+			if maxSegs > tc.maxSegs || wa*10 > float64(tc.maxWA10) {
+				t.Fatalf("max %d segments (bound %d), write amplification %.2f (bound %.1f)", maxSegs, tc.maxSegs, wa, float64(tc.maxWA10)/10)
+			}
+		})
+	}
+}

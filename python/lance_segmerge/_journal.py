@@ -91,6 +91,19 @@ class RunJournal:
         j.flush()
         return j
 
+    @classmethod
+    def drop_stale(cls, ds: "Dataset", index_name: str) -> None:
+        """A run found nothing to merge: a journal left by an earlier run
+        cannot be resumed by it; remove it and its uncommitted outputs."""
+        old, why = read_journal(ds, index_name)
+        if old is None and not why:
+            return
+        logger.info("%s: nothing to merge; removing the journal of an earlier run%s", index_name,
+                    f" ({why})" if why else f" (plan {old.get('plan_id') if old else '?'})")
+        if old is not None:
+            cls._abandon(ds, old)
+        _ffi.call("JournalDelete", ds.uri, _ffi.options_json(ds.storage_options), index_name)
+
     @staticmethod
     def _abandon(ds: "Dataset", old: Mapping[str, Any]) -> None:
         from .api import remove_uncommitted

@@ -593,7 +593,8 @@ def plan_index_segment_merge(
         Tiered: the most live rows a merge writes. Default 10,000,000.
     floor_rows : int, optional
         Tiered: smaller segments count as this many rows, so tiny deltas
-        are merged eagerly. Default 1,000 (capped by ``max_segment_rows``).
+        are merged eagerly. Default 100,000 (Lucene's 2 MB floor in rows of
+        16-byte PQ codes; capped by ``max_segment_rows``).
     deletes_pct_allowed : float, optional
         Tiered: the share (percent) of deleted or stale rows a segment may
         carry before it is rewritten to drop them. Default 33.

@@ -260,6 +260,8 @@ def _run_plan(
         )
     result = RunResult(version=dataset.version)
     if not plan.tasks:
+        if resume:
+            RunJournal.drop_stale(dataset, plan.index_name)
         return result
     if not isinstance(fan_in, int) or fan_in < 2:
         raise InvalidInputError(f"fan_in must be an integer >= 2, got {fan_in!r}")

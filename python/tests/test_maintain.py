@@ -4,6 +4,7 @@ one pass or a watch loop next to writers; the CLI; executor="auto"."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -39,7 +40,15 @@ def _append_delta(uri: str, seed: int, rows: int = 100) -> np.ndarray:
     start = ds.count_rows()
     x = lancegen.vectors(rows, seed=seed)
     lance.write_dataset(lancegen.table(x, start), uri, mode="append")
-    lance.dataset(uri).optimize.optimize_indices(num_indices_to_merge=0)
+    for attempt in range(20):
+        try:
+            lance.dataset(uri).optimize.optimize_indices(num_indices_to_merge=0)
+            break
+        except OSError as exc:
+            # pylance's CreateIndex loses to a concurrent one (ours) with a
+            # "Retryable commit conflict": a writer retries, as pylance asks.
+            if "Retryable commit conflict" not in str(exc) or attempt == 19:
+                raise
     return x
 
 
@@ -203,8 +212,16 @@ def test_watch_loop_stops_on_sigterm(copy):
         assert "segments 13 -> 4" in first, first + proc.stderr.read()
         for i in range(5):
             _append_delta(copy, seed=200 + i)
-        second = proc.stdout.readline()
-        assert "segments 9 -> " in second, second
+        appended = lance.dataset(copy).version
+        # Passes run as versions appear (some between the appends); the one
+        # after the last append brings the index back within its tiers.
+        while True:
+            line = proc.stdout.readline()
+            m = re.search(r"version (?:\d+ -> )?(\d+)[;,].*segments \d+ -> (\d+)", line)
+            assert m, line + proc.stderr.read()
+            if int(m[1]) >= appended:
+                break
+        assert int(m[2]) <= 4, line
         time.sleep(0.5)
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
@@ -215,7 +232,14 @@ def test_watch_loop_stops_on_sigterm(copy):
     pds = lance.dataset(copy)
     segs = pds.describe_indices()[0].segments
     assert sorted(f for s in segs for f in s.fragment_ids) == [f.fragment_id for f in pds.get_fragments()]
-    assert ls.cleanup(copy, 0, dry_run=True) == []
+    # A pass stopped mid-way keeps its finished merges for the next one
+    # (they belong to a live journal); the next pass uses or removes them.
+    # (pylance's optimize_indices that lost a race to our commit leaves its
+    # own delta files behind: those are not ours to judge.)
+    ours = set(re.findall(r"merged \d+ segments into ([0-9a-f-]{36})", err))
+    assert ours
+    ls.maintain(copy, "vec_idx", segments_per_tier=4)
+    assert not ours & {o["uuid"] for o in ls.cleanup(copy, 0, dry_run=True)}
 
 
 def test_cli_one_pass(copy, capsys):
