@@ -190,3 +190,28 @@ func TestCleanupJournals(t *testing.T) {
 		t.Fatalf("corrupt journal: %+v %v", orphans, err)
 	}
 }
+
+// FuzzReadJournal: whatever bytes sit where a journal should be, reading
+// it gives a journal that validates or a typed error, never a panic.
+func FuzzReadJournal(f *testing.F) {
+	f.Add([]byte(`{"format":"lance-segmerge-journal","format_version":1,"index_name":"i","plan_id":"p","read_version":3,"tasks":[{"level":1,"inputs":["a"],"output":"00000000-0000-4000-8000-000000000000","state":"done","files":[{"path":"auxiliary.idx","size_bytes":5}]}]}`))
+	f.Add([]byte(`{"format":"lance-segmerge-journal","format_version":1,"index_name":"i","plan_id":"p","read_version":3,"tasks":[{"level":0}]}`))
+	f.Add([]byte("{"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ctx := context.Background()
+		st := storage.NewMem("memory://fuzz-journal")
+		if err := storage.Put(ctx, st, JournalPath("i"), b); err != nil {
+			t.Fatal(err)
+		}
+		j, err := ReadJournal(ctx, st, "i")
+		if err != nil {
+			if !errors.Is(err, errkind.Corrupt) {
+				t.Fatalf("untyped error %v", err)
+			}
+			return
+		}
+		if err := j.Validate(); err != nil {
+			t.Fatalf("read a journal that does not validate: %v", err)
+		}
+	})
+}

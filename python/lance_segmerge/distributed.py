@@ -316,9 +316,11 @@ def _run_plan(
         final = [s for s in outputs if s.uuid not in unchanged]
         replaces = [u for u in plan.sources if u not in unchanged]
         if final:
-            version = commit_existing_index_segments(dataset, plan.index_name, plan.column, final, replaces=replaces)
+            out = commit_existing_index_segments(dataset, plan.index_name, plan.column, final, replaces=replaces)
             committed = True
-            result.version = version
+            # An int today; a Dataset at the new version once the verbs
+            # return one: either way, the version.
+            result.version = out if isinstance(out, int) else int(getattr(out, "version"))
         result.committed = committed
         result.segments_after = len(final)
         result.seconds = time.perf_counter() - t0
