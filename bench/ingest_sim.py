@@ -79,28 +79,39 @@ def index_bytes(uri: str) -> dict[str, int]:
     return {s.uuid: s.size_bytes for s in ls.open(uri).list_index_segments("vec_idx", with_stats=False)}
 
 
-def measure_queries(uri: str, x: Any, queries: Any, k: int, nprobes: int) -> dict[str, float]:
+def measure_queries(uris: dict[str, str], x: Any, queries: Any, k: int, nprobes: int) -> dict[str, dict[str, float]]:
+    """Median and p95 latency and recall@k of pylance queries on every
+    contender. Queries are interleaved (each query on every contender in a
+    rotating order), so that a burst of load on a shared machine hits them
+    alike."""
     import lance
     import numpy as np
 
-    ds = lance.dataset(uri)
+    dss = {c: lance.dataset(u) for c, u in uris.items()}
     q = {"column": "vec", "k": k, "nprobes": nprobes}
-    for qv in queries[:3]:  # warm the index cache
-        ds.to_table(nearest={**q, "q": qv}, columns=["id"])
-    lat, hits = [], 0
-    for qv in queries:
-        t0 = time.perf_counter()
-        got = ds.to_table(nearest={**q, "q": qv}, columns=["id"])["id"].to_numpy()
-        lat.append(time.perf_counter() - t0)
+    for ds in dss.values():  # warm the index caches
+        for qv in queries[:5]:
+            ds.to_table(nearest={**q, "q": qv}, columns=["id"])
+    names = list(dss)
+    lat: dict[str, list[float]] = {c: [] for c in names}
+    hits = {c: 0 for c in names}
+    for i, qv in enumerate(queries):
         d = ((x - qv) ** 2).sum(1)
-        truth = np.argpartition(d, k)[:k]
-        hits += len(set(truth.tolist()) & set(got.tolist()))
-    lat.sort()
-    return {
-        "median_ms": 1e3 * statistics.median(lat),
-        "p95_ms": 1e3 * lat[min(len(lat) - 1, int(round(0.95 * (len(lat) - 1))))],
-        "recall": hits / (k * len(queries)),
-    }
+        truth = set(np.argpartition(d, k)[:k].tolist())
+        for c in names[i % len(names):] + names[: i % len(names)]:
+            t0 = time.perf_counter()
+            got = dss[c].to_table(nearest={**q, "q": qv}, columns=["id"])["id"].to_numpy()
+            lat[c].append(time.perf_counter() - t0)
+            hits[c] += len(truth & set(got.tolist()))
+    out = {}
+    for c in names:
+        ls_ = sorted(lat[c])
+        out[c] = {
+            "median_ms": 1e3 * statistics.median(ls_),
+            "p95_ms": 1e3 * ls_[min(len(ls_) - 1, int(round(0.95 * (len(ls_) - 1))))],
+            "recall": hits[c] / (k * len(queries)),
+        }
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,9 +187,9 @@ def main(argv: list[str] | None = None) -> int:
         if checkpoint % p.checkpoint_every and not last and checkpoint != 1:
             continue
         pt: dict[str, Any] = {"appends": i, "rows": lo + p.rows_per_append}
+        measured = measure_queries(uris, x[: lo + p.rows_per_append], queries, args.k, args.nprobes)
         for c in CONTENDERS:
-            pt[c] = {"segments": len(index_bytes(uris[c]))}
-            pt[c].update(measure_queries(uris[c], x[: lo + p.rows_per_append], queries, args.k, args.nprobes))
+            pt[c] = {"segments": len(index_bytes(uris[c])), **measured[c]}
         pt["maintain_over_merged"] = pt["maintain"]["median_ms"] / pt["pylance"]["median_ms"]
         points.append(pt)
         print(

@@ -78,12 +78,13 @@ def cmd_ls(args: argparse.Namespace) -> int:
         print(json.dumps([s.to_dict() for s in segs], indent=2))
         return 0
     print(f"{ds.uri} version {ds.version} ({ds.manifest_scheme} names, storage {ds.data_storage_version})")
-    rows = [("index", "uuid", "type", "fragments", "rows", "parts", "layout", "size", "ver")]
+    rows = [("index", "uuid", "type", "fragments", "rows", "stale", "parts", "layout", "size", "ver")]
     for s in segs:
         flag = s.pq_transposed if s.pq_transposed is not None else s.rq_packed
         layout = {True: "query", False: "row-major", None: "-"}[flag]
         rows.append(
             (s.name, s.uuid, s.index_type or "?", _frags(s.fragment_ids), str(s.num_rows if s.num_rows is not None else "-"),
+             str(s.stale_rows if s.stale_rows is not None else "-"),
              str(s.num_partitions or "-"), layout, _human(s.size_bytes), str(s.dataset_version))
         )
     print(_table(rows))
