@@ -21,6 +21,10 @@ type Orphan struct {
 	Bytes    int64     `json:"bytes"`
 	Modified time.Time `json:"modified"`
 	Removed  bool      `json:"removed"`
+	// Journal marks a stale run journal (UUID is then its path); Reason
+	// says why a journal or a journal's output is removed.
+	Journal bool   `json:"journal,omitempty"`
+	Reason  string `json:"reason,omitempty"`
 }
 
 // referenced collects the index uuids of every version of the dataset.
@@ -46,11 +50,29 @@ func referenced(ctx context.Context, st storage.Store) (map[string]bool, error) 
 // dataset references and whose newest file is older than olderThan (a grace
 // period for merges still running or commits about to land), and removes
 // them unless dryRun. Crashed or cancelled workers leave such directories.
+//
+// Run journals (JournalDir) are read too: the outputs of a live journal (a
+// run that may resume) are kept whatever their age; a stale journal
+// (corrupt, older than olderThan, or whose plan's sources are no longer
+// all committed) is removed with its unreferenced outputs, whatever their
+// age.
 func Cleanup(ctx context.Context, st storage.Store, olderThan time.Duration, dryRun bool, now time.Time) ([]Orphan, error) {
 	if olderThan < 0 {
 		return nil, fmt.Errorf("%w: older_than must not be negative", errkind.InvalidInput)
 	}
 	refd, err := referenced(ctx, st)
+	if err != nil {
+		return nil, err
+	}
+	latestSnap, err := table.Open(ctx, st, 0)
+	if err != nil {
+		return nil, err
+	}
+	latest := map[string]bool{}
+	for _, im := range latestSnap.Indices {
+		latest[table.IndexUUID(im)] = true
+	}
+	js, err := scanJournals(ctx, st, latest, olderThan, now)
 	if err != nil {
 		return nil, err
 	}
@@ -63,7 +85,7 @@ func Cleanup(ctx context.Context, st storage.Store, olderThan time.Duration, dry
 	for _, e := range entries {
 		rest := strings.TrimPrefix(e.Name, table.IndicesDir)
 		dir, _, ok := strings.Cut(rest, "/")
-		if !ok || refd[dir] {
+		if !ok || refd[dir] || js.protect[dir] {
 			continue
 		}
 		if _, err := uuid.Parse(dir); err != nil {
@@ -83,7 +105,9 @@ func Cleanup(ctx context.Context, st storage.Store, olderThan time.Duration, dry
 	}
 	var out []Orphan
 	for dir, o := range byDir {
-		if now.Sub(o.Modified) < olderThan {
+		if js.stale[dir] {
+			o.Reason = "output of a stale run journal"
+		} else if now.Sub(o.Modified) < olderThan {
 			continue
 		}
 		if !dryRun {
@@ -95,6 +119,16 @@ func Cleanup(ctx context.Context, st storage.Store, olderThan time.Duration, dry
 			o.Removed = true
 		}
 		out = append(out, *o)
+	}
+	for i, name := range js.names {
+		o := js.orphans[i]
+		if !dryRun {
+			if err := st.Delete(ctx, name); err != nil {
+				return out, fmt.Errorf("segment: remove run journal %s: %w", name, err)
+			}
+			o.Removed = true
+		}
+		out = append(out, o)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].UUID < out[j].UUID })
 	return out, nil

@@ -61,6 +61,9 @@ type Stats struct {
 	FileVersion    string   `json:"file_version"`
 	IndexFileBytes int64    `json:"index_file_bytes"`
 	AuxFileBytes   int64    `json:"auxiliary_file_bytes"`
+	// StaleRows estimates the rows a merge would drop: deleted, or of
+	// fragments no longer in the dataset (see StaleRows).
+	StaleRows uint64 `json:"stale_rows"`
 }
 
 // Describe builds the Info of one index entry without reading its files.
@@ -173,6 +176,9 @@ func List(ctx context.Context, st storage.Store, snap *table.Snapshot, opts Opti
 			info.Stats, err = ReadStats(ctx, ist, im)
 			if err != nil && !errors.Is(err, errkind.Unsupported) {
 				return nil, err
+			}
+			if info.Stats != nil {
+				info.Stats.StaleRows = StaleRows(snap, im, info.Stats.NumRows)
 			}
 		}
 		out = append(out, info)

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/RoaringBitmap/roaring/v2"
+
 	"github.com/google/uuid"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
@@ -68,7 +70,10 @@ func (o MergeOptions) withDefaults() MergeOptions {
 // fragments an input no longer covers are dropped (as Lance does: a row is
 // kept when its fragment is in the input's bitmap), and the query layout is
 // applied once to each merged partition, so merged segments can be merged
-// again to any depth. A single input is returned unchanged.
+// again to any depth. Rows deleted at snap (deletion files) and rows of
+// fragments snap no longer has are dropped too, so a merge reclaims what a
+// segment's StaleRows counts. A single input is rewritten when it has such
+// rows, else returned unchanged.
 //
 // snap is the dataset version the merge works against. On any error,
 // cancellation included, the partial output is removed.
@@ -101,7 +106,11 @@ func Merge(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []
 	if m.requantize {
 		prog.Note(sqNote(srcs, m))
 	}
-	if len(srcs) == 1 {
+	stale, err := liveFilter(ctx, st, snap, srcs)
+	if err != nil {
+		return nil, err
+	}
+	if len(srcs) == 1 && !stale {
 		prog.SetStage("done")
 		return metas[0], nil
 	}
@@ -634,9 +643,11 @@ func (mg *merger) toRowMajor(s *source, a *lancefile.Array) *lancefile.Array {
 // keptRows returns the rows (of a row id column) the input still owns, or
 // nil when it owns all of them, as Lance's merger decides:
 //   - row addresses: the row's fragment (row id >> 32) is one the input
-//     covers (rows of fragments pruned by a commit after an update or
-//     compaction are dropped); the kept rows are added to s.rows, per
-//     fragment, for the coverage check;
+//     covers and the dataset still has (fragments a commit pruned from the
+//     input's coverage after an update or compaction are dropped, as
+//     Lance's merger drops them; so are fragments since removed from the
+//     dataset), and its offset (row id & 0xffffffff) is not deleted; the
+//     kept rows are added to s.rows, per fragment, for the coverage check;
 //   - stable row ids: the id is live (not deleted) in a fragment the input
 //     covers (rows updated into other fragments, or deleted, are dropped).
 func keptRows(ids *lancefile.Array, s *source) []int {
@@ -658,30 +669,78 @@ func keptRows(ids *lancefile.Array, s *source) []int {
 		}
 		return keep
 	}
-	frags, counts := s.fragSet, s.rows
-	var keep []int // nil while every row so far is kept
-	// Rows of one fragment come in runs: look each fragment up once per run.
+	var keep []int        // nil while every row so far is kept
+	drop := func(i int) { // row i is the first dropped: keep the ones before it
+		if keep == nil {
+			keep = make([]int, 0, ids.Len)
+			for k := 0; k < i; k++ {
+				keep = append(keep, k)
+			}
+		}
+	}
+	// Rows of one fragment come in runs: look each fragment up once per
+	// run; only fragments with deletions need a look at every row.
 	for i := 0; i < ids.Len; {
 		f := rowIDFragment(ids.Values, i)
 		j := i + 1
 		for j < ids.Len && rowIDFragment(ids.Values, j) == f {
 			j++
 		}
-		switch {
-		case frags[f]:
-			counts[f] += uint64(j - i)
+		switch del := s.deleted[f]; {
+		case !s.fragSet[f]:
+			drop(i)
+		case del == nil:
+			s.rows[f] += uint64(j - i)
 			for k := i; keep != nil && k < j; k++ {
 				keep = append(keep, k)
 			}
-		case keep == nil:
-			keep = make([]int, 0, ids.Len)
-			for k := 0; k < i; k++ {
-				keep = append(keep, k)
+		default:
+			for k := i; k < j; k++ {
+				if del.Contains(uint32(binary.LittleEndian.Uint64(ids.Values[8*k:]))) {
+					drop(k)
+					continue
+				}
+				s.rows[f]++
+				if keep != nil {
+					keep = append(keep, k)
+				}
 			}
 		}
 		i = j
 	}
 	return keep
+}
+
+// liveFilter restricts every source's fragments to those snap still has
+// and loads the deletion files of the rest, so that keptRows drops stale
+// rows. It reports whether any source covers a removed fragment or one
+// with deletions.
+func liveFilter(ctx context.Context, st storage.Store, snap *table.Snapshot, srcs []*source) (bool, error) {
+	byID := make(map[uint64]*pb.DataFragment, len(snap.Manifest.GetFragments()))
+	for _, f := range snap.Manifest.GetFragments() {
+		byID[f.GetId()] = f
+	}
+	stale := false
+	for _, s := range srcs {
+		s.deleted = map[uint32]*roaring.Bitmap{}
+		for _, id := range s.frags {
+			f := byID[uint64(id)]
+			if f == nil {
+				delete(s.fragSet, id)
+				stale = true
+				continue
+			}
+			d, err := snap.DeletedRows(ctx, st, f)
+			if err != nil {
+				return false, fmt.Errorf("segment %s: %w", s.uuid, err)
+			}
+			if d != nil && !d.IsEmpty() {
+				s.deleted[id] = d
+				stale = true
+			}
+		}
+	}
+	return stale, nil
 }
 
 func takeRows(a *lancefile.Array, rows []int) *lancefile.Array {

@@ -12,6 +12,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -113,8 +119,14 @@ func fakeSegment(t *testing.T, st storage.Store, frag uint32, lengths []uint32, 
 		FragmentBitmap: bm, IndexVersion: &iv, IndexDetails: &anypb.Any{TypeUrl: "/lance.index.pb.VectorIndexDetails"}}
 }
 
+// testSnapshot is a dataset version with fragments 0-9 (1000 rows each, no
+// deletions).
 func testSnapshot() *table.Snapshot {
-	return &table.Snapshot{Ref: table.VersionRef{Version: 3}, Manifest: &pb.Manifest{Version: 3}}
+	m := &pb.Manifest{Version: 3}
+	for f := uint64(0); f < 10; f++ {
+		m.Fragments = append(m.Fragments, &pb.DataFragment{Id: f, PhysicalRows: 1000})
+	}
+	return &table.Snapshot{Ref: table.VersionRef{Version: 3}, Manifest: m}
 }
 
 // rowMajor reads a segment's partitions back as row id -> (partition, codes).
@@ -203,6 +215,103 @@ func TestMergeFiltersUncoveredRows(t *testing.T) {
 	got := rowMajor(t, st, m)
 	if len(got) != 50 {
 		t.Fatalf("%d rows, want fragment 0's 50", len(got))
+	}
+}
+
+// TestMergeDropsStaleRows: rows deleted at the merge's version (both
+// deletion file kinds) and rows of fragments the dataset no longer has are
+// dropped; a single input with such rows is rewritten, one without is
+// returned as it is.
+func TestMergeDropsStaleRows(t *testing.T) {
+	ctx := context.Background()
+	st := storage.NewMem("memory://stale")
+	a := fakeSegment(t, st, 0, []uint32{10, 10, 10, 10, 10}, true) // 50 rows, fragment 0
+	b := fakeSegment(t, st, 1, []uint32{5, 5, 5, 5, 5}, false)     // 25 rows, fragment 1
+	c := fakeSegment(t, st, 2, []uint32{4, 4, 4, 4, 4}, true)      // 20 rows, fragment 2
+	snap := testSnapshot()
+	// Fragment 0: offsets 0-4 deleted (Arrow file); fragment 1: 3 and 7
+	// (roaring bitmap); fragment 2 is gone.
+	frags := snap.Manifest.Fragments
+	frags[0].DeletionFile = &pb.DeletionFile{FileType: pb.DeletionFile_ARROW_ARRAY, ReadVersion: 2, Id: 1, NumDeletedRows: 5}
+	writeArrowDeletions(t, st, table.DeletionFileName(0, frags[0].DeletionFile), []uint32{0, 1, 2, 3, 4})
+	frags[1].DeletionFile = &pb.DeletionFile{FileType: pb.DeletionFile_BITMAP, ReadVersion: 2, Id: 2, NumDeletedRows: 2}
+	bm := roaring.BitmapOf(3, 7)
+	var buf bytes.Buffer
+	if _, err := bm.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if err := storage.Put(ctx, st, table.DeletionFileName(1, frags[1].DeletionFile), buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	snap.Manifest.Fragments = append(frags[:2:2], frags[3:]...)
+	for _, tc := range []struct {
+		name   string
+		in     []*pb.IndexMetadata
+		rows   int
+		stale  []uint64
+		reused bool
+	}{
+		{"all three", []*pb.IndexMetadata{a, b, c}, 45 + 23, []uint64{45, 23, 20}, false},
+		{"deleted rows alone", []*pb.IndexMetadata{a}, 45, nil, false},
+		{"removed fragment alone", []*pb.IndexMetadata{c}, 0, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := Merge(ctx, st, snap, tc.in, MergeOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if table.IndexUUID(m) == table.IndexUUID(tc.in[0]) {
+				t.Fatal("the input came back unchanged")
+			}
+			got := rowMajor(t, st, m)
+			if len(got) != tc.rows {
+				t.Fatalf("%d rows, want %d", len(got), tc.rows)
+			}
+			for id := range got {
+				f, off := id>>32, id&0xffffffff
+				if f == 2 || f == 0 && off < 5 || f == 1 && (off == 3 || off == 7) {
+					t.Fatalf("stale row %d/%d kept", f, off)
+				}
+			}
+		})
+	}
+	// The planner's estimate from the manifest: fragment 0 has 1000
+	// physical rows, so a 50-row segment over it is not stale by the
+	// manifest's count; a segment of a removed fragment is all stale.
+	if got := StaleRows(snap, c, 20); got != 20 {
+		t.Fatalf("StaleRows of a removed fragment's segment = %d, want 20", got)
+	}
+	if got := StaleRows(snap, a, 1000); got != 5 {
+		t.Fatalf("StaleRows = %d, want the 5 deleted rows", got)
+	}
+	// Without stale rows, a single input is returned as it is.
+	d := fakeSegment(t, st, 3, []uint32{1, 1, 1, 1, 1}, true)
+	m, err := Merge(ctx, st, snap, []*pb.IndexMetadata{d}, MergeOptions{})
+	if err != nil || m != d {
+		t.Fatalf("single clean input: %v %v", m, err)
+	}
+}
+
+func writeArrowDeletions(t *testing.T, st storage.Store, name string, offsets []uint32) {
+	t.Helper()
+	schema := arrow.NewSchema([]arrow.Field{{Name: "row_id", Type: arrow.PrimitiveTypes.Uint32}}, nil)
+	b := array.NewUint32Builder(memory.DefaultAllocator)
+	b.AppendValues(offsets, nil)
+	col := b.NewArray()
+	rec := array.NewRecordBatch(schema, []arrow.Array{col}, int64(len(offsets)))
+	var buf bytes.Buffer
+	w, err := ipc.NewFileWriter(&buf, ipc.WithSchema(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write(rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := storage.Put(context.Background(), st, name, buf.Bytes()); err != nil {
+		t.Fatal(err)
 	}
 }
 

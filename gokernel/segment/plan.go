@@ -39,6 +39,26 @@ type PlanOptions struct {
 	// MergeOptions.StrictSQ); by default they are planned, and the plan
 	// records that its merges re-quantize.
 	StrictSQ bool `json:"strict_sq"`
+
+	// Policy chooses the segments: "" or PolicyAll (every live segment,
+	// in balanced tasks) or PolicyTiered (see planTiered). The options
+	// below apply to PolicyTiered only; zero means the default.
+	Policy string `json:"policy"`
+	// SegmentsPerTier is how many segments of about the same size the
+	// index may hold before they are merged; a tiered task merges at
+	// most this many (and at most SegmentsPerTask). Default 10.
+	SegmentsPerTier int `json:"segments_per_tier"`
+	// MaxSegmentRows: no merge writes more live rows, and a segment at or
+	// above it is only rewritten (alone) to reclaim deleted or stale rows.
+	// Default DefaultMaxSegmentRows.
+	MaxSegmentRows int64 `json:"max_segment_rows"`
+	// FloorRows: smaller segments count as this large. Default
+	// DefaultFloorRows.
+	FloorRows int64 `json:"floor_rows"`
+	// DeletesPctAllowed is the share of deleted or stale rows (percent) a
+	// segment may carry before it is rewritten to drop them. nil means
+	// DefaultDeletesPctAllowed.
+	DeletesPctAllowed *float64 `json:"deletes_pct_allowed"`
 }
 
 // Task is one worker's job: merge these segments into one.
@@ -47,6 +67,8 @@ type Task struct {
 	Segments []*Info `json:"segments"`
 	Rows     uint64  `json:"rows"`
 	Bytes    uint64  `json:"bytes"`
+	// Reason says why the policy chose this task ("" for PolicyAll).
+	Reason string `json:"reason"`
 }
 
 // Plan is a set of disjoint merge tasks over segments of one index, pinned
@@ -65,6 +87,10 @@ type Plan struct {
 	// RequantizeSQ records that the planned IVF_SQ segments have different
 	// bounds, which their merges re-quantize to the union.
 	RequantizeSQ bool `json:"requantize_sq"`
+	// Policy is the policy the plan was made with; Summary explains the
+	// policy's decision as a whole (PolicyTiered).
+	Policy  string `json:"policy"`
+	Summary string `json:"summary"`
 }
 
 // PlanIndex plans the merge of the segments of one index at snap.
@@ -112,7 +138,7 @@ func PlanIndex(ctx context.Context, st storage.Store, snap *table.Snapshot, opts
 		a, b := cands[i], cands[j]
 		return cmp.Or(cmp.Compare(a.im.GetDatasetVersion(), b.im.GetDatasetVersion()), cmp.Compare(a.pos, b.pos)) < 0
 	})
-	if n := opts.MaxSegmentsToMerge; n > 0 && len(cands) > n {
+	if n := opts.MaxSegmentsToMerge; n > 0 && len(cands) > n && opts.Policy != PolicyTiered {
 		for _, c := range cands[:len(cands)-n] {
 			untouched = append(untouched, table.IndexUUID(c.im))
 		}
@@ -126,6 +152,7 @@ func PlanIndex(ctx context.Context, st storage.Store, snap *table.Snapshot, opts
 	if err != nil {
 		return nil, err
 	}
+	untouched = append(untouched, p.Untouched...)
 	sort.Strings(untouched)
 	p.Untouched = untouched
 	if len(metas) > 0 {
@@ -145,8 +172,10 @@ func (o PlanOptions) check() error {
 		return fmt.Errorf("%w: max_segments_to_merge must be at least 2, got %d", errkind.InvalidInput, o.MaxSegmentsToMerge)
 	case o.TargetRowsPerTask < 0:
 		return fmt.Errorf("%w: target_rows_per_task must be positive, got %d", errkind.InvalidInput, o.TargetRowsPerTask)
+	case o.Policy != "" && o.Policy != PolicyAll && o.Policy != PolicyTiered:
+		return fmt.Errorf("%w: policy must be %q or %q, got %q", errkind.InvalidInput, PolicyAll, PolicyTiered, o.Policy)
 	}
-	return nil
+	return o.checkTiered()
 }
 
 // PlanSegments groups the given segments into balanced tasks after
@@ -160,8 +189,8 @@ func PlanSegments(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 	if err := opts.check(); err != nil {
 		return nil, err
 	}
-	p := &Plan{FormatVersion: PlanFormatVersion, URI: st.URI(), ReadVersion: snap.Ref.Version, IndexName: opts.IndexName, Tasks: []Task{}, Untouched: []string{}}
-	if len(metas) < 2 {
+	p := &Plan{FormatVersion: PlanFormatVersion, URI: st.URI(), ReadVersion: snap.Ref.Version, IndexName: opts.IndexName, Tasks: []Task{}, Untouched: []string{}, Policy: cmp.Or(opts.Policy, PolicyAll)}
+	if len(metas) < 2 && (opts.Policy != PolicyTiered || len(metas) == 0) {
 		p.PlanID = planID(p)
 		return p, nil
 	}
@@ -186,8 +215,36 @@ func PlanSegments(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 		rows[i] = s.files.Aux.NumRows()
 		bytes[i] = uint64(s.files.Aux.Size() + s.files.Index.Size())
 	}
-	for ti, members := range group(bytes, rows, opts) {
+	var groups [][]int
+	var reasons []string
+	if opts.Policy == PolicyTiered {
+		segs := make([]tierSeg, len(srcs))
+		for i := range srcs {
+			segs[i] = tierSeg{Rows: rows[i], Stale: StaleRows(snap, metas[i], rows[i]), Bytes: bytes[i]}
+		}
+		var tasks []tieredTask
+		tasks, p.Summary = planTiered(segs, opts.tiered())
+		picked := map[int]bool{}
+		for _, t := range tasks {
+			groups = append(groups, t.members)
+			reasons = append(reasons, t.reason)
+			for _, i := range t.members {
+				picked[i] = true
+			}
+		}
+		for i, im := range metas {
+			if !picked[i] {
+				p.Untouched = append(p.Untouched, table.IndexUUID(im))
+			}
+		}
+	} else {
+		groups = group(bytes, rows, opts)
+	}
+	for ti, members := range groups {
 		t := Task{ID: ti}
+		if reasons != nil {
+			t.Reason = reasons[ti]
+		}
 		for _, i := range members {
 			info, err := Describe(metas[i])
 			if err != nil {
@@ -200,6 +257,7 @@ func PlanSegments(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 			if info.Stats, err = ReadStats(ctx, ist, metas[i]); err != nil {
 				return nil, err
 			}
+			info.Stats.StaleRows = StaleRows(snap, metas[i], info.Stats.NumRows)
 			t.Segments = append(t.Segments, info)
 			t.Rows += rows[i]
 			t.Bytes += bytes[i]

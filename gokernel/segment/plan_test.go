@@ -95,3 +95,138 @@ func TestGroupSizes(t *testing.T) {
 		}
 	}
 }
+
+// TestTiered drives the tiered policy from testdata/tiered:
+//
+//	tiered [segments_per_tier=N] [max_segment_rows=N] [floor_rows=N] [deletes_pct_allowed=F] [segments_per_task=N]
+//	a 100 5      <- name, rows, stale rows (input order = merge order, oldest first)
+//	----
+//	task 0: a c: reason
+func TestTiered(t *testing.T) {
+	datadriven.RunTest(t, "testdata/tiered", func(t *testing.T, d *datadriven.TestData) string {
+		opts := PlanOptions{IndexName: "idx", Policy: PolicyTiered, SegmentsPerTask: 32}
+		for _, arg := range d.CmdArgs {
+			switch arg.Key {
+			case "deletes_pct_allowed":
+				f, err := strconv.ParseFloat(arg.Vals[0], 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				opts.DeletesPctAllowed = &f
+				continue
+			case "max_segments_to_merge":
+				opts.MaxSegmentsToMerge, _ = strconv.Atoi(arg.Vals[0])
+				continue
+			}
+			v, err := strconv.ParseInt(arg.Vals[0], 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch arg.Key {
+			case "segments_per_tier":
+				opts.SegmentsPerTier = int(v)
+			case "max_segment_rows":
+				opts.MaxSegmentRows = v
+			case "floor_rows":
+				opts.FloorRows = v
+			case "segments_per_task":
+				opts.SegmentsPerTask = int(v)
+			default:
+				t.Fatalf("unknown argument %s", arg.Key)
+			}
+		}
+		if err := opts.check(); err != nil {
+			return "error: " + err.Error() + "\n"
+		}
+		var names []string
+		var segs []tierSeg
+		for _, line := range strings.Split(strings.TrimSpace(d.Input), "\n") {
+			if line == "" {
+				continue
+			}
+			var name string
+			var rows, stale uint64
+			if _, err := fmt.Sscan(line, &name, &rows, &stale); err != nil {
+				t.Fatalf("bad line %q: %v", line, err)
+			}
+			names, segs = append(names, name), append(segs, tierSeg{Rows: rows, Stale: stale, Bytes: rows * 24})
+		}
+		tasks, summary := planTiered(segs, opts.tiered())
+		again, _ := planTiered(segs, opts.tiered())
+		if fmt.Sprint(again) != fmt.Sprint(tasks) {
+			t.Fatalf("not deterministic: %v then %v", tasks, again)
+		}
+		var out strings.Builder
+		fmt.Fprintln(&out, summary)
+		for ti, task := range tasks {
+			var ns []string
+			for _, i := range task.members {
+				ns = append(ns, names[i])
+			}
+			fmt.Fprintf(&out, "task %d: %s: %s\n", ti, strings.Join(ns, " "), task.reason)
+		}
+		return out.String()
+	})
+}
+
+// TestTieredIngestion replays an ingesting table through the tiered
+// policy alone: a base segment, then 300 appends of one delta each, a pass
+// every 10 appends whose merges replace their inputs. The policy must keep
+// the segment count bounded (a tier's worth per size level) and rewrite
+// each row only a few times (write amplification in rows), whatever the
+// settings; fewer segments cost more rewriting.
+func TestTieredIngestion(t *testing.T) {
+	for _, tc := range []struct {
+		tier             int
+		floor            int64
+		base, delta      uint64
+		maxSegs, maxWA10 int // bounds; maxWA10 is write amplification x 10
+	}{
+		{tier: 10, floor: 1000, base: 20_000, delta: 500, maxSegs: 21, maxWA10: 17},
+		{tier: 4, floor: 1000, base: 20_000, delta: 500, maxSegs: 14, maxWA10: 28},
+		{tier: 10, floor: 100_000, base: 20_000, delta: 500, maxSegs: 10, maxWA10: 25},
+		{tier: 4, floor: 20_000, base: 20_000, delta: 500, maxSegs: 6, maxWA10: 81},
+		{tier: 10, floor: 1000, base: 100_000, delta: 3000, maxSegs: 22, maxWA10: 14},
+	} {
+		t.Run(fmt.Sprintf("tier=%d,floor=%d,base=%d,delta=%d", tc.tier, tc.floor, tc.base, tc.delta), func(t *testing.T) {
+			opts := PlanOptions{Policy: PolicyTiered, SegmentsPerTier: tc.tier, FloorRows: tc.floor, SegmentsPerTask: 32}
+			segs := []tierSeg{{Rows: tc.base}}
+			var written, ingested uint64
+			maxSegs := 0
+			var counts []int
+			for i := 1; i <= 300; i++ {
+				segs = append(segs, tierSeg{Rows: tc.delta})
+				ingested += tc.delta
+				if i%10 != 0 {
+					continue
+				}
+				tasks, _ := planTiered(segs, opts.tiered())
+				merged := map[int]bool{}
+				var outs []tierSeg
+				for _, task := range tasks {
+					var rows uint64
+					for _, m := range task.members {
+						rows += segs[m].live()
+						merged[m] = true
+					}
+					written += rows
+					outs = append(outs, tierSeg{Rows: rows})
+				}
+				var next []tierSeg
+				for j, s := range segs {
+					if !merged[j] {
+						next = append(next, s)
+					}
+				}
+				segs = append(next, outs...)
+				maxSegs = max(maxSegs, len(segs))
+				counts = append(counts, len(segs))
+			}
+			wa := float64(written) / float64(ingested)
+			t.Logf("segments after each pass %v; max %d; write amplification %.2f", counts, maxSegs, wa)
+			if maxSegs > tc.maxSegs || wa*10 > float64(tc.maxWA10) {
+				t.Fatalf("max %d segments (bound %d), write amplification %.2f (bound %.1f)", maxSegs, tc.maxSegs, wa, float64(tc.maxWA10)/10)
+			}
+		})
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/RoaringBitmap/roaring/v2/roaring64"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
@@ -31,6 +32,9 @@ type source struct {
 	frags   []uint32
 	fragSet map[uint32]bool
 	rows    fragRows // rows a merge kept, per fragment
+	// deleted holds, per covered fragment with a deletion file, the row
+	// offsets deleted at the merge's version (set by liveFilter).
+	deleted map[uint32]*roaring.Bitmap
 	files   *ivf.Files
 	// owned holds the stable row ids the input still owns (datasets with
 	// stable row ids; nil otherwise).

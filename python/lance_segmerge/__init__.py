@@ -17,7 +17,7 @@ from .api import (
     open,
     plan_index_segment_merge,
 )
-from .distributed import OptimizeProgress, optimize, optimize_with_report, run_plan, run_plan_with_report
+from .distributed import OptimizeProgress, choose_executor, optimize, optimize_with_report, run_plan, run_plan_with_report
 from .errors import (
     CancelledError,
     ConflictError,
@@ -30,6 +30,7 @@ from .errors import (
     UnsupportedError,
     WorkerError,
 )
+from .maintain import MaintainReport, maintain
 from .plot import plot_merge_tree, plot_partition_sizes, plot_segment_sizes
 from .tree import MergeTree, OptimizeReport, TreeTask, merge_tree
 from .types import IndexFile, IndexSegment, MergePlan, MergeTask, OperationProgress, SegmentList
@@ -59,6 +60,9 @@ __all__ = [
     "build_index_segment",
     "create_index",
     "IndexModel",
+    "maintain",
+    "MaintainReport",
+    "choose_executor",
     "IndexSegment",
     "SegmentList",
     "MergePlan",

@@ -1,7 +1,8 @@
 """Command line: ``python -m lance_segmerge`` / ``lance-segmerge``.
 
-A thin argparse layer over the public API: ``ls``, ``plan``, ``optimize``
-and ``cleanup`` (a dry run unless ``--delete``). Every error class has its
+A thin argparse layer over the public API: ``ls``, ``plan``, ``optimize``,
+``maintain`` (one pass, or ``--watch``) and ``cleanup`` (a dry run unless
+``--delete``). Every error class has its
 own exit code; Ctrl-C cancels the running operation and cleans up.
 """
 
@@ -18,6 +19,7 @@ from typing import Any, Callable, NoReturn, Optional, Sequence
 from . import errors
 from .api import Dataset, cleanup, plan_index_segment_merge
 from .distributed import optimize_with_report
+from .maintain import MaintainReport, maintain
 
 #: Exit codes: 0 success, 1 internal error (a bug), 2 bad command line
 #: (argparse), then one per error class. Documented in the README.
@@ -119,12 +121,13 @@ def cmd_ls(args: argparse.Namespace) -> int:
         print(json.dumps([s.to_dict() for s in segs], indent=2))
         return 0
     print(f"{ds.display_uri} version {ds.version} ({ds.manifest_scheme} names, storage {ds.data_storage_version})")
-    rows = [("index", "uuid", "type", "fragments", "rows", "parts", "layout", "size", "ver")]
+    rows = [("index", "uuid", "type", "fragments", "rows", "stale", "parts", "layout", "size", "ver")]
     for s in segs:
         flag = s.pq_transposed if s.pq_transposed is not None else s.rq_packed
         layout = {True: "query", False: "row-major", None: "-"}[flag]
         rows.append(
             (s.name, s.uuid, s.index_type or "?", _frags(s.fragment_ids), str(s.num_rows if s.num_rows is not None else "-"),
+             str(s.stale_rows if s.stale_rows is not None else "-"),
              str(s.num_partitions or "-"), layout, _human(s.size_bytes), str(s.dataset_version))
         )
     print(_table(rows))
@@ -167,6 +170,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         target_segments=args.target_segments,
         max_segments_to_merge=args.max_segments,
         progress=not args.no_progress,
+        resume=args.resume,
     )
     version = report.version
     after_segs = _open(args, version).list_index_segments(args.index, with_stats=bool(args.plot))
@@ -206,14 +210,48 @@ def cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_maintain(args: argparse.Namespace) -> int:
+    if args.verbose == 0:  # a person follows what each pass does
+        logging.getLogger("lance_segmerge").setLevel(logging.INFO)
+
+    def show(r: MaintainReport) -> None:
+        what = f"version {r.read_version} -> {r.version}" if r.committed else f"version {r.version}, nothing to merge"
+        print(
+            f"{r.index_name}: {what}; segments {r.segments_before} -> {r.segments_after}; "
+            f"{r.tasks} tasks ({r.tasks_reused} reused), {r.rows_written} rows, {_human(r.bytes_written)} written "
+            f"in {r.seconds:.1f}s [{r.executor}]",
+            flush=True,
+        )
+
+    maintain(
+        _open(args),
+        args.index,
+        policy=args.policy,
+        segments_per_tier=args.segments_per_tier,
+        max_segment_rows=args.max_segment_rows,
+        floor_rows=args.floor_rows,
+        deletes_pct_allowed=args.deletes_pct_allowed,
+        executor=args.executor,
+        max_workers=args.workers,
+        fan_in=args.fan_in,
+        resume=not args.no_resume,
+        watch=args.watch,
+        on_pass=show,
+    )
+    return 0
+
+
 def cmd_cleanup(args: argparse.Namespace) -> int:
     orphans: list[dict[str, Any]] = cleanup(_open(args), args.older_than, dry_run=not args.delete)
     if not orphans:
         print("no orphaned segment directories")
         return 0
-    rows = [("uuid", "files", "size", "modified", "removed")]
+    rows = [("uuid", "files", "size", "modified", "removed", "why")]
     for o in orphans:
-        rows.append((o["uuid"], str(o["files"]), _human(o["bytes"]), str(o["modified"]), "yes" if o["removed"] else "no"))
+        rows.append(
+            (o["uuid"], str(o["files"]), _human(o["bytes"]), str(o["modified"]), "yes" if o["removed"] else "no",
+             o.get("reason") or "unreferenced")
+        )
     print(_table(rows))
     if not args.delete:
         print(f"{len(orphans)} orphaned segment directories (dry run; pass --delete to remove them)")
@@ -264,12 +302,13 @@ def build_parser() -> argparse.ArgumentParser:
     op = sub.add_parser("optimize", parents=[store], help="merge an index's segments and commit")
     op.add_argument("uri")
     op.add_argument("--index", required=True)
-    op.add_argument("--executor", default="local", choices=["local", "processes", "ray", "dask"])
+    op.add_argument("--executor", default="auto", choices=["auto", "local", "processes", "ray", "dask"])
     op.add_argument("--workers", type=int, help="pool size")
     op.add_argument("--fan-in", type=int, default=32)
     op.add_argument("--target-segments", type=int, default=1, help="stop at this many segments (default 1)")
     op.add_argument("--max-segments", type=int, help="merge only the newest N segments")
     op.add_argument("--no-progress", action="store_true")
+    op.add_argument("--resume", action="store_true", help="keep a run journal; resume an interrupted run")
     op.add_argument("--plot", metavar="FILE", help="write a picture of the result (PNG, SVG or PDF)")
     op.add_argument("--plot-kind", choices=["sizes", "tree", "partitions"], default="sizes",
                     help="sizes: segment sizes before and after (default); tree: the merges run; partitions: IVF partition sizes")
@@ -293,6 +332,21 @@ def build_parser() -> argparse.ArgumentParser:
     bd.add_argument("--fan-in", type=int, default=32)
     bd.add_argument("--no-progress", action="store_true")
     bd.set_defaults(fn=cmd_build)
+
+    mt = sub.add_parser("maintain", parents=[store], help="merge what the policy says is worth merging now; --watch to keep at it")
+    mt.add_argument("uri")
+    mt.add_argument("--index", required=True)
+    mt.add_argument("--watch", type=_duration, help="check for new versions this often and pass again (e.g. 60, 5m)")
+    mt.add_argument("--policy", default="tiered", choices=["tiered", "all"])
+    mt.add_argument("--segments-per-tier", type=int)
+    mt.add_argument("--max-segment-rows", type=int)
+    mt.add_argument("--floor-rows", type=int)
+    mt.add_argument("--deletes-pct-allowed", type=float)
+    mt.add_argument("--executor", default="auto", choices=["auto", "local", "processes", "ray", "dask"])
+    mt.add_argument("--workers", type=int, help="pool size")
+    mt.add_argument("--fan-in", type=int, default=32)
+    mt.add_argument("--no-resume", action="store_true", help="keep no run journal")
+    mt.set_defaults(fn=cmd_maintain)
 
     cl = sub.add_parser("cleanup", parents=[store], help="find (and with --delete remove) segment directories no version references")
     cl.add_argument("uri")

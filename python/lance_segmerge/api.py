@@ -261,10 +261,12 @@ class Dataset:
         *,
         target_rows_per_task: Optional[int] = None,
         requantize_sq: bool = True,
+        **policy: Any,
     ) -> MergePlan:
         """Plan the merge of an index's segments.
 
-        See :func:`lance_segmerge.plan_index_segment_merge`.
+        See :func:`lance_segmerge.plan_index_segment_merge` (``policy`` and
+        the tiered policy's options are passed through).
         """
         return plan_index_segment_merge(
             self,
@@ -273,6 +275,7 @@ class Dataset:
             max_segments_to_merge,
             target_rows_per_task=target_rows_per_task,
             requantize_sq=requantize_sq,
+            **policy,
         )
 
     # -- pickling: URI, options, version; nothing native ---------------------
@@ -682,12 +685,56 @@ def commit_existing_index_segments(
     return _at_version(dataset, ds, int(version))
 
 
+POLICIES = ("all", "tiered")
+
+
+def _policy_options(
+    policy: str,
+    segments_per_tier: Optional[int],
+    max_segment_rows: Optional[int],
+    floor_rows: Optional[int],
+    deletes_pct_allowed: Optional[float],
+) -> dict[str, Any]:
+    """Check the merge policy's options and encode them for the kernel
+    (``None`` = the kernel's default)."""
+    if policy not in POLICIES:
+        raise InvalidInputError(f"policy must be one of {POLICIES}, got {policy!r}")
+    given = {
+        "segments_per_tier": segments_per_tier,
+        "max_segment_rows": max_segment_rows,
+        "floor_rows": floor_rows,
+        "deletes_pct_allowed": deletes_pct_allowed,
+    }
+    if policy != "tiered":
+        extra = [k for k, v in given.items() if v is not None]
+        if extra:
+            raise InvalidInputError(f"{', '.join(extra)} only apply to policy='tiered'")
+        return {}
+    out: dict[str, Any] = {"policy": policy}
+    for key, minimum in (("segments_per_tier", 2), ("max_segment_rows", 1), ("floor_rows", 1)):
+        val = given[key]
+        if val is None:
+            continue
+        if isinstance(val, bool) or not isinstance(val, int) or val < minimum:
+            raise InvalidInputError(f"{key} must be an integer >= {minimum}, got {val!r}")
+        out[key] = val
+    if deletes_pct_allowed is not None:
+        pct = deletes_pct_allowed
+        if isinstance(pct, bool) or not isinstance(pct, (int, float)) or not 0 <= pct <= 100:
+            raise InvalidInputError(f"deletes_pct_allowed must be a percentage in [0, 100], got {pct!r}")
+        out["deletes_pct_allowed"] = float(pct)
+    if floor_rows is not None and max_segment_rows is not None and floor_rows > max_segment_rows:
+        raise InvalidInputError(f"floor_rows ({floor_rows}) is above max_segment_rows ({max_segment_rows})")
+    return out
+
+
 def _plan_options(
     index_name: str,
     segments_per_task: int,
     max_segments_to_merge: Optional[int],
     target_rows_per_task: Optional[int],
     requantize_sq: bool,
+    policy: Optional[Mapping[str, Any]] = None,
 ) -> str:
     _name(index_name, "index_name")
     _int(segments_per_task, "segments_per_task", 2, 2**31 - 1)
@@ -702,6 +749,7 @@ def _plan_options(
             "max_segments_to_merge": max_segments_to_merge or 0,
             "target_rows_per_task": target_rows_per_task or 0,
             "strict_sq": not requantize_sq,
+            **(policy or {}),
         }
     )
 
@@ -714,6 +762,11 @@ def plan_index_segment_merge(
     *,
     target_rows_per_task: Optional[int] = None,
     requantize_sq: bool = True,
+    policy: str = "all",
+    segments_per_tier: Optional[int] = None,
+    max_segment_rows: Optional[int] = None,
+    floor_rows: Optional[int] = None,
+    deletes_pct_allowed: Optional[float] = None,
 ) -> MergePlan:
     """Plan the merge of the segments of a vector index into disjoint tasks.
 
@@ -742,11 +795,38 @@ def plan_index_segment_merge(
         Plan IVF_SQ segments with different bounds, which the merges
         re-quantize (logged at INFO); ``False`` refuses them (see
         :func:`merge_existing_index_segments`).
+    policy : {"all", "tiered"}, default "all"
+        ``"all"`` plans every live segment (or the newest
+        ``max_segments_to_merge``) in balanced tasks. ``"tiered"`` plans
+        only the merges worth running now, after Lucene's
+        TieredMergePolicy: groups of similar-sized segments, once there are
+        more segments than ``segments_per_tier`` per size tier; no merge
+        writes more than ``max_segment_rows`` live rows, and a segment at or
+        above it is only rewritten (alone) once its share of deleted or
+        stale rows passes ``deletes_pct_allowed``; among candidates, merges
+        that reclaim the most stale rows win. Each task's ``reason`` says
+        why it was chosen, the plan's ``summary`` the decision as a whole.
+        Deterministic. Apply a tiered plan with :func:`run_plan`
+        (``target_segments=len(plan.tasks)``) or :func:`maintain`.
+    segments_per_tier : int, optional
+        Tiered: segments of about one size the index may hold before they
+        are merged, and the most one task merges (also capped by
+        ``segments_per_task``). Default 10.
+    max_segment_rows : int, optional
+        Tiered: the most live rows a merge writes. Default 10,000,000.
+    floor_rows : int, optional
+        Tiered: smaller segments count as this many rows, so tiny deltas
+        are merged eagerly. Default 100,000 (Lucene's 2 MB floor in rows of
+        16-byte PQ codes; capped by ``max_segment_rows``).
+    deletes_pct_allowed : float, optional
+        Tiered: the share (percent) of deleted or stale rows a segment may
+        carry before it is rewritten to drop them. Default 33.
 
     Returns
     -------
     MergePlan
-        Fewer than two qualifying segments give a plan without tasks.
+        Fewer than two qualifying segments give a plan without tasks
+        (``"tiered"``: no merge worth running now).
 
     Raises
     ------
@@ -758,11 +838,17 @@ def plan_index_segment_merge(
         IVF_HNSW_* segments.
     """
     ds = as_dataset(dataset)
-    opts = _plan_options(index_name, segments_per_task, max_segments_to_merge, target_rows_per_task, requantize_sq)
+    pol = _policy_options(policy, segments_per_tier, max_segment_rows, floor_rows, deletes_pct_allowed)
+    if pol and (max_segments_to_merge is not None or target_rows_per_task is not None):
+        raise InvalidInputError("max_segments_to_merge and target_rows_per_task do not apply to policy='tiered'")
+    opts = _plan_options(index_name, segments_per_task, max_segments_to_merge, target_rows_per_task, requantize_sq, pol)
     out = _ffi.call_json("PlanIndex", ds.uri, _ffi.options_json(ds.storage_options), ds.version, opts)
     plan = MergePlan.from_dict(out)
     if plan.requantize_sq:
         logger.info("the IVF_SQ segments of %s have different bounds: the merges re-quantize them to their union", index_name)
+    for t in plan.tasks:
+        if t.reason:
+            logger.info("task %d (%d segments, %d rows): %s", t.task_id, len(t.segments), t.rows, t.reason)
     logger.info(
         "planned %d tasks over %d segments of %s at version %d",
         len(plan.tasks),
@@ -806,6 +892,13 @@ def cleanup(
     dataset references it and its newest file is older than ``older_than``,
     a grace period for merges still running and commits about to land.
 
+    Run journals (``_indices/_segmerge/``, see ``optimize(resume=True)``)
+    are read too: the outputs of a journal that can still resume (younger
+    than ``older_than``, every source of its plan still committed) are
+    kept whatever their age; a stale journal (older, superseded by another
+    commit, or corrupt) is removed with its unreferenced outputs, whatever
+    their age.
+
     Parameters
     ----------
     dataset : Dataset, str, os.PathLike or lance.LanceDataset
@@ -819,7 +912,8 @@ def cleanup(
     -------
     list of dict
         One entry per orphan: ``uuid``, ``files``, ``bytes``, ``modified``,
-        ``removed``.
+        ``removed``; stale journals have ``journal`` true and their path as
+        ``uuid``; ``reason`` says why a journal or its output goes.
     """
     ds = as_dataset(dataset)
     seconds = _seconds(older_than, "older_than")

@@ -24,7 +24,9 @@ from .api import (
 )
 from ._validate import _int, _opt_pos_int, _show
 from ._validate import _progress as _check_progress
-from .errors import InternalError, InvalidInputError, SegmergeError, WorkerError
+from ._costmodel import choose_executor
+from ._journal import RunJournal, read_journal
+from .errors import ConflictError, InternalError, InvalidInputError, SegmergeError, WorkerError
 from .executors import Executor, resolve_executor
 from .tree import OptimizeReport, TreeTask, segment_load, tree_record
 from .types import IndexSegment, MergePlan, MergeTask
@@ -34,7 +36,15 @@ if TYPE_CHECKING:  # pragma: no cover
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["optimize", "optimize_with_report", "OptimizeProgress", "run_plan", "run_plan_with_report"]
+__all__ = [
+    "optimize",
+    "optimize_with_report",
+    "OptimizeProgress",
+    "run_plan",
+    "run_plan_with_report",
+    "RunResult",
+    "choose_executor",
+]
 
 
 @dataclass(frozen=True)
@@ -97,42 +107,90 @@ def _run_level(
     created: list[str],
     options: dict[str, Any],
     records: Optional[list[TreeTask]] = None,
+    journal: Optional[RunJournal] = None,
+    stats: Optional["RunResult"] = None,
 ) -> list[IndexSegment]:
+    results: list[Optional[IndexSegment]] = [None] * len(tasks)
     jobs = []
-    for t in tasks:
+    todo: list[int] = []  # the tasks that run (the others reuse a journal's output)
+    for i, t in enumerate(tasks):
+        if journal is not None:
+            seg = journal.reuse(level, t)
+            if seg is not None:
+                results[i] = seg
+                created.append(seg.uuid)  # an intermediate output: removed after the commit
+                continue
         out = str(uuid.uuid4())
         created.append(out)  # known before the worker starts: removable on failure
+        if journal is not None:
+            journal.planned(level, t, out)
         jobs.append({"dataset": ds, "task": t.to_dict(), "index_uuid": out, "level": level, **options})
-    done = [0]
+        todo.append(i)
+    if journal is not None:
+        journal.flush()
+    done = [len(tasks) - len(todo)]
     nseg = sum(len(t.segments) for t in tasks)
-    report(OptimizeProgress(level, 0, len(tasks), nseg))
+    report(OptimizeProgress(level, done[0], len(tasks), nseg))
     t0 = time.perf_counter()
     finished: dict[int, float] = {}
 
-    def on_done(i: int) -> None:
-        finished[i] = time.perf_counter() - t0
+    def on_done(k: int) -> None:
+        finished[todo[k]] = time.perf_counter() - t0
         done[0] += 1
+        if journal is not None:
+            journal.done(level, tasks[todo[k]], jobs[k]["index_uuid"])
         report(OptimizeProgress(level, done[0], len(tasks), nseg))
 
-    try:
-        results = pool.map(_worker.merge_task, jobs, on_done)
-    except WorkerError as exc:
-        which = "; ".join(
-            f"task {tasks[i].task_id} of level {level} (output {jobs[i]['index_uuid']}, merging {len(tasks[i].segments)} segments: "
-            f"{', '.join(s.uuid for s in tasks[i].segments[:4])}{', …' if len(tasks[i].segments) > 4 else ''})"
-            for i in exc.items
-            if 0 <= i < len(tasks)
-        )
-        raise WorkerError(f"{exc}: {which}" if which else str(exc), exc.items) from exc
-    except SegmergeError:
-        raise
-    except Exception as exc:  # an executor's own failure (pickling, a lost cluster, ...)
-        raise InternalError(f"level {level}: the executor failed: {type(exc).__name__}: {exc}") from exc
-    outputs = [IndexSegment.from_dict(r) for r in results]
+    if jobs:
+        try:
+            ran = pool.map(_worker.merge_task, jobs, on_done)
+        except WorkerError as exc:
+            which = "; ".join(
+                f"task {tasks[todo[k]].task_id} of level {level} (output {jobs[k]['index_uuid']}, merging {len(tasks[todo[k]].segments)} segments: "
+                f"{', '.join(s.uuid for s in tasks[todo[k]].segments[:4])}{', …' if len(tasks[todo[k]].segments) > 4 else ''})"
+                for k in exc.items
+                if 0 <= k < len(jobs)
+            )
+            raise WorkerError(f"{exc}: {which}" if which else str(exc), exc.items) from exc
+        except SegmergeError:
+            raise
+        except Exception as exc:  # an executor's own failure (pickling, a lost cluster, ...)
+            raise InternalError(f"level {level}: the executor failed: {type(exc).__name__}: {exc}") from exc
+        for k, r in enumerate(ran):
+            results[todo[k]] = IndexSegment.from_dict(r)
+    outputs = [r for r in results if r is not None]
+    if stats is not None:
+        stats.tasks_run += len(jobs)
+        stats.tasks_reused += len(tasks) - len(jobs)
+        for i in todo:
+            seg = results[i]
+            assert seg is not None
+            stats.rows_written += seg.num_rows or 0
+            stats.bytes_written += seg.size_bytes
+            stats.rows_read += tasks[i].rows
+            stats.bytes_read += tasks[i].bytes
     if records is not None:
         for i, (t, seg) in enumerate(zip(tasks, outputs)):
             records.append(TreeTask(level, t.task_id, t.segment_ids, seg.uuid, seg.num_rows or 0, segment_load(seg), finished.get(i)))
     return outputs
+
+
+@dataclass
+class RunResult:
+    """What one execution of a plan did (the driver's own counters)."""
+
+    version: int
+    committed: bool = False
+    levels: int = 0
+    tasks_run: int = 0
+    tasks_reused: int = 0
+    rows_read: int = 0
+    bytes_read: int = 0
+    rows_written: int = 0
+    bytes_written: int = 0
+    segments_after: int = 0
+    seconds: float = 0.0
+    executor: str = ""
 
 
 def _defer_large(
@@ -255,6 +313,7 @@ def run_plan(
     progress: ProgressArg = None,
     window_rows: Optional[int] = None,
     on_report: Optional[Callable[[OptimizeReport], None]] = None,
+    resume: bool = False,
 ) -> Dataset: ...
 
 
@@ -270,6 +329,7 @@ def run_plan(
     progress: ProgressArg = None,
     window_rows: Optional[int] = None,
     on_report: Optional[Callable[[OptimizeReport], None]] = None,
+    resume: bool = False,
 ) -> "LanceDataset": ...
 
 
@@ -284,6 +344,7 @@ def run_plan(
     progress: ProgressArg = None,
     window_rows: Optional[int] = None,
     on_report: Optional[Callable[[OptimizeReport], None]] = None,
+    resume: bool = False,
 ) -> Any:
     """Execute a plan as a tree and commit once.
 
@@ -302,13 +363,26 @@ def run_plan(
     every row on one worker; ``target_segments = N`` keeps every level
     parallel over N workers and leaves N segments over disjoint fragments.
     :func:`lance_segmerge.tree.merge_tree` predicts the tree without
-    running it.
+    running it. A tiered plan (``plan.policy == "tiered"``) is run with
+    ``target_segments = len(plan.tasks)``: each of its tasks is one merge.
+
+    With ``resume=True`` the run keeps a journal in the dataset's index
+    directory (see :mod:`lance_segmerge._journal`): a run of the same plan
+    with the same parameters after a crash of the driver or a worker reuses
+    every finished output that still verifies, and on failure the finished
+    outputs are kept for the next run instead of removed.
+
+    ``executor="auto"`` runs in process or on a process pool, whichever the
+    measured cost model predicts is faster for this plan (see
+    :func:`choose_executor`).
 
     Parameters
     ----------
     on_report : callable, optional
         Receives the :class:`~lance_segmerge.tree.OptimizeReport` of the
         run (the tree as executed, sizes, times) once it is committed.
+    resume : bool, default False
+        Keep a run journal and reuse a crashed run's finished outputs.
 
     Returns
     -------
@@ -326,31 +400,82 @@ def run_plan(
         raise InvalidInputError(
             f"the plan was made at version {plan.read_version}, the dataset is pinned to {dataset.version}"
         )
-    if not plan.tasks:
-        if on_report is not None:
-            on_report(_make_report(dataset, plan, executor, dataset.version, fan_in, target_segments, [], [], [], 0.0, 0.0))
-        return _at_version(given, dataset, dataset.version)
     # A plan may have travelled: the kernel checks it against the dataset
     # (segments of its index, fragment bitmaps the dataset can have) before
     # any worker starts.
-    _ffi.call("CheckPlan", dataset.uri, _ffi.options_json(dataset.storage_options), dataset.version, plan.to_json())
+    if plan.tasks:
+        _ffi.call("CheckPlan", dataset.uri, _ffi.options_json(dataset.storage_options), dataset.version, plan.to_json())
     _check_tree_args(fan_in, target_segments)
     _opt_pos_int(max_workers, "max_workers", 4096)
     _check_progress(progress)
+    if window_rows is not None:
+        _int(window_rows, "window_rows", 1, 2**31 - 1)
+    result = _run_plan(
+        dataset,
+        plan,
+        executor=executor,
+        max_workers=max_workers,
+        fan_in=fan_in,
+        target_segments=target_segments,
+        progress=progress,
+        window_rows=window_rows,
+        on_report=on_report,
+        resume=resume,
+    )
+    return _at_version(given, dataset, result.version)
+
+
+def _run_plan(
+    dataset: Dataset,
+    plan: MergePlan,
+    *,
+    executor: Union[str, cf.Executor, Executor] = "local",
+    max_workers: Optional[int] = None,
+    fan_in: int = 32,
+    target_segments: int = 1,
+    progress: ProgressArg = None,
+    window_rows: Optional[int] = None,
+    on_report: Optional[Callable[[OptimizeReport], None]] = None,
+    resume: bool = False,
+) -> RunResult:
+    """run_plan on a checked Dataset pinned to the plan's version, returning
+    the run's counters (maintain reads them)."""
+    if dataset.version != plan.read_version:
+        raise InvalidInputError(
+            f"the plan was made at version {plan.read_version}, the dataset is pinned to {dataset.version}"
+        )
+    result = RunResult(version=dataset.version)
+    if not plan.tasks:
+        if resume:
+            RunJournal.drop_stale(dataset, plan.index_name)
+        if on_report is not None:
+            on_report(_make_report(dataset, plan, executor, dataset.version, fan_in, target_segments, [], [], [], 0.0, 0.0))
+        return result
+    if plan.policy == "tiered":
+        target_segments = max(target_segments, len(plan.tasks))
     options: dict[str, Any] = {"requantize_sq": plan.requantize_sq}
     if window_rows is not None:
-        options["window_rows"] = _int(window_rows, "window_rows", 1, 2**31 - 1)
+        options["window_rows"] = window_rows
+    if isinstance(executor, str) and executor == "auto":
+        executor = choose_executor(plan, max_workers)
+    result.executor = _executor_name(executor)
+    journal: Optional[RunJournal] = None
+    if resume:
+        params = {"fan_in": fan_in, "target_segments": target_segments, "requantize_sq": plan.requantize_sq}
+        journal = RunJournal.start(dataset, plan, params)
     pool = resolve_executor(executor, max_workers)
     report = _Reporter(progress)
     created: list[str] = []
     records: list[TreeTask] = []
     level_seconds: list[float] = []
     committed = False
+    final: list[IndexSegment] = []
+    commit_seconds = 0.0
     t0 = time.perf_counter()
 
     def run_level(level: int, tasks: tuple[MergeTask, ...]) -> list[IndexSegment]:
         start = time.perf_counter()
-        outputs = _run_level(dataset, tasks, pool, level, report, created, options, records)
+        outputs = _run_level(dataset, tasks, pool, level, report, created, options, records, journal, result)
         level_seconds.append(time.perf_counter() - start)
         return outputs
 
@@ -358,40 +483,71 @@ def run_plan(
         return plan_segments(dataset, segments, per_task, requantize_sq=plan.requantize_sq).tasks
 
     try:
-        final, levels = _tree_walk(plan.tasks, fan_in, target_segments, regroup, run_level)
-        t_commit = time.perf_counter()
-        version = commit_existing_index_segments(dataset, plan.index_name, plan.column, final, replaces=plan.sources).version
-        committed = True
-        commit_seconds = time.perf_counter() - t_commit
+        outputs, result.levels = _tree_walk(plan.tasks, fan_in, target_segments, regroup, run_level)
+        # A single-segment task whose input had nothing to drop comes back
+        # unchanged: it neither replaces nor is replaced.
+        unchanged = {s.uuid for s in outputs} & set(plan.sources)
+        final = [s for s in outputs if s.uuid not in unchanged]
+        replaces = [u for u in plan.sources if u not in unchanged]
+        if final:
+            t_commit = time.perf_counter()
+            result.version = commit_existing_index_segments(
+                dataset, plan.index_name, plan.column, final, replaces=replaces
+            ).version
+            committed = True
+            commit_seconds = time.perf_counter() - t_commit
+        result.committed = committed
+        result.segments_after = len(final)
+        result.seconds = time.perf_counter() - t0
+        if journal is not None:
+            journal.finish()
         logger.info(
-            "optimize %s: %d segments -> %d in %d levels, version %d, %.1fs",
+            "optimize %s: %d segments -> %d in %d levels, version %d, %.1fs (%d tasks run, %d reused from the journal)",
             plan.index_name,
             plan.num_segments,
             len(final),
-            levels,
-            version,
-            time.perf_counter() - t0,
+            result.levels,
+            result.version,
+            result.seconds,
+            result.tasks_run,
+            result.tasks_reused,
         )
+    except ConflictError:
+        pool.cancel()
+        if journal is not None:  # this plan can never commit: nothing to resume
+            journal.finish()
+            journal = None
+        raise
     except BaseException:
         pool.cancel()
         raise
     finally:
         report.close()
         pool.close()
-        kept = {f.uuid for f in final} if committed else set()
-        leftovers = [u for u in created if u not in kept]
+        keep = {f.uuid for f in final} if committed else set()
+        if journal is not None and not committed:
+            # Keep what the journal records for the next run; outputs that
+            # do not verify then are removed by it (or by cleanup).
+            keep = set(created)
+        leftovers = [u for u in created if u not in keep]
         try:
+            if leftovers and not committed:
+                # An output reused from a journal may have been committed
+                # by the run that wrote it (killed before it could forget
+                # its journal); it is not ours to remove.
+                live = {s.uuid for s in dataset.checkout().list_index_segments(plan.index_name, with_stats=False)}
+                leftovers = [u for u in leftovers if u not in live]
             remove_uncommitted(dataset, leftovers)
         except Exception as exc:  # the cleanup verb can finish the job
             logger.warning("could not remove %d uncommitted segments: %s", len(leftovers), exc)
     if on_report is not None:
         on_report(
             _make_report(
-                dataset, plan, executor, version, fan_in, target_segments, records, final, level_seconds,
+                dataset, plan, executor, result.version, fan_in, target_segments, records, final, level_seconds,
                 time.perf_counter() - t0, commit_seconds,
             )
         )
-    return _at_version(given, dataset, version)
+    return result
 
 
 def run_plan_with_report(dataset: DatasetLike, plan: MergePlan, **kwargs: Any) -> OptimizeReport:
@@ -403,12 +559,34 @@ def run_plan_with_report(dataset: DatasetLike, plan: MergePlan, **kwargs: Any) -
     return box[0]
 
 
+def _resume_point(ds: Dataset, index_name: str, make_plan: Callable[[Dataset], MergePlan]) -> tuple[Dataset, MergePlan]:
+    """Plan at the latest version, unless the index's journal is of a run
+    planned at an earlier version that the same parameters plan the same
+    way there: then resume that run (its commit rebases over what was
+    committed since, or raises ConflictError if its sources were
+    replaced)."""
+    old, _ = read_journal(ds, index_name)
+    if old is not None:
+        v = int(old.get("read_version") or 0)
+        if 0 < v < ds.version:
+            try:
+                pinned = ds.checkout(v)
+                plan = make_plan(pinned)
+            except SegmergeError as exc:
+                logger.info("cannot resume the run planned at version %d: %s", v, exc)
+            else:
+                if plan.plan_id == old.get("plan_id"):
+                    logger.info("resuming the run planned at version %d (latest is %d)", v, ds.version)
+                    return pinned, plan
+    return ds, make_plan(ds)
+
+
 @overload
 def optimize(
     dataset: Union[Dataset, str, "os.PathLike[str]"],
     index_name: str,
     *,
-    executor: Union[str, cf.Executor, Executor] = "local",
+    executor: Union[str, cf.Executor, Executor] = "auto",
     max_workers: Optional[int] = None,
     fan_in: int = 32,
     target_segments: int = 1,
@@ -419,6 +597,7 @@ def optimize(
     window_rows: Optional[int] = None,
     storage_options: Optional[Mapping[str, str]] = None,
     on_report: Optional[Callable[[OptimizeReport], None]] = None,
+    resume: bool = False,
 ) -> Dataset: ...
 
 
@@ -427,7 +606,7 @@ def optimize(
     dataset: "LanceDataset",
     index_name: str,
     *,
-    executor: Union[str, cf.Executor, Executor] = "local",
+    executor: Union[str, cf.Executor, Executor] = "auto",
     max_workers: Optional[int] = None,
     fan_in: int = 32,
     target_segments: int = 1,
@@ -438,6 +617,7 @@ def optimize(
     window_rows: Optional[int] = None,
     storage_options: Optional[Mapping[str, str]] = None,
     on_report: Optional[Callable[[OptimizeReport], None]] = None,
+    resume: bool = False,
 ) -> "LanceDataset": ...
 
 
@@ -445,7 +625,7 @@ def optimize(
     dataset: DatasetLike,
     index_name: str,
     *,
-    executor: Union[str, cf.Executor, Executor] = "local",
+    executor: Union[str, cf.Executor, Executor] = "auto",
     max_workers: Optional[int] = None,
     fan_in: int = 32,
     target_segments: int = 1,
@@ -456,6 +636,7 @@ def optimize(
     window_rows: Optional[int] = None,
     storage_options: Optional[Mapping[str, str]] = None,
     on_report: Optional[Callable[[OptimizeReport], None]] = None,
+    resume: bool = False,
 ) -> Any:
     """Merge the segments of a vector index into one, distributed, and
     commit once.
@@ -472,10 +653,13 @@ def optimize(
         version).
     index_name : str
         The logical index.
-    executor : {"local", "processes", "ray", "dask"} or concurrent.futures.Executor
+    executor : {"auto", "local", "processes", "ray", "dask"} or concurrent.futures.Executor
         Where merges run. ``"local"`` uses threads (the kernel releases the
         GIL), ``"processes"`` a spawn-started process pool; Ray and Dask are
         optional extras and use a running cluster or start a local one.
+        ``"auto"`` (the default) runs locally unless the measured cost
+        model predicts that a process pool pays for its start-up (see
+        :func:`choose_executor`).
     max_workers : int, optional
         Size of pools this call creates.
     fan_in : int, default 32
@@ -503,6 +687,12 @@ def optimize(
     on_report : callable, optional
         Receives the :class:`~lance_segmerge.tree.OptimizeReport` of the
         run (see :func:`optimize_with_report`).
+    resume : bool, default False
+        Keep a run journal (see :func:`run_plan`): after a crash, the next
+        ``optimize(..., resume=True)`` with the same parameters reuses the
+        finished merges that still verify. When the journal's run was
+        planned at an earlier version and plans the same there, that run is
+        resumed and its commit rebases over the versions since.
 
     Returns
     -------
@@ -522,16 +712,20 @@ def optimize(
     _opt_pos_int(window_rows, "window_rows", 2**31 - 1)
     _check_progress(progress)
     ds = as_dataset(dataset, storage_options)
-    plan = plan_index_segment_merge(
-        ds,
-        index_name,
-        segments_per_task=fan_in,
-        max_segments_to_merge=max_segments_to_merge,
-        target_rows_per_task=target_rows_per_task,
-        requantize_sq=requantize_sq,
-    )
+
+    def make_plan(d: Dataset) -> MergePlan:
+        return plan_index_segment_merge(
+            d,
+            index_name,
+            segments_per_task=fan_in,
+            max_segments_to_merge=max_segments_to_merge,
+            target_rows_per_task=target_rows_per_task,
+            requantize_sq=requantize_sq,
+        )
+
+    pinned, plan = _resume_point(ds, index_name, make_plan) if resume else (ds, make_plan(ds))
     out = run_plan(
-        ds,
+        pinned,
         plan,
         executor=executor,
         max_workers=max_workers,
@@ -540,6 +734,7 @@ def optimize(
         progress=progress,
         window_rows=window_rows,
         on_report=on_report,
+        resume=resume,
     )
     return _at_version(dataset, ds, out.version)
 

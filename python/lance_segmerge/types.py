@@ -162,6 +162,12 @@ class IndexSegment:
         Sizes of ``index.idx`` and ``auxiliary.idx``.
     format_version : int
         Serialisation version of this class.
+    stale_rows : int, optional
+        Rows a merge of this segment would drop: deleted (deletion files)
+        or of fragments the dataset no longer has. Estimated from the
+        manifest (the segment's rows minus the live rows of the fragments
+        it covers; low by the count of null vectors, which are not
+        indexed).
     """
 
     uuid: str
@@ -190,6 +196,7 @@ class IndexSegment:
     index_file_bytes: Optional[int] = None
     auxiliary_file_bytes: Optional[int] = None
     format_version: int = SEGMENT_FORMAT_VERSION
+    stale_rows: Optional[int] = None
 
     def __post_init__(self) -> None:
         u = _uuid(self.uuid, "IndexSegment uuid")
@@ -222,7 +229,7 @@ class IndexSegment:
         for name in ("index_type", "distance_type", "file_version"):
             _opt_str(getattr(self, name), f"{what} {name}")
         for name in ("num_partitions", "num_rows", "num_bits", "num_sub_vectors", "dimension",
-                     "index_file_bytes", "auxiliary_file_bytes"):
+                     "index_file_bytes", "auxiliary_file_bytes", "stale_rows"):
             _opt_int(getattr(self, name), f"{what} {name}")
         set_(self, "partition_rows", tuple(_int(x, f"{what} partition_rows", 0, _U32) for x in _seq(self.partition_rows, f"{what} partition_rows")))
         _opt_bool(self.pq_transposed, f"{what} pq_transposed")
@@ -267,6 +274,7 @@ class IndexSegment:
                 "file_version": self.file_version,
                 "index_file_bytes": self.index_file_bytes,
                 "auxiliary_file_bytes": self.auxiliary_file_bytes,
+                "stale_rows": self.stale_rows,
             },
         }
 
@@ -319,6 +327,7 @@ class IndexSegment:
             index_file_bytes=stats.get("index_file_bytes"),
             auxiliary_file_bytes=stats.get("auxiliary_file_bytes"),
             format_version=d.get("format_version", SEGMENT_FORMAT_VERSION),
+            stale_rows=stats.get("stale_rows"),
         )
 
     def to_json(self) -> str:
@@ -623,6 +632,10 @@ class MergeTask(Tabular):
         Rows of the inputs.
     bytes : int
         Bytes of the inputs' files.
+    reason : str
+        Why the plan's policy chose this task (``policy="tiered"``). A
+        task of a single segment rewrites it to drop its deleted or stale
+        rows; it has a reason starting with ``"reclaim"``.
     """
 
     task_id: int
@@ -630,6 +643,7 @@ class MergeTask(Tabular):
     rows: int = 0
     bytes: int = 0
     format_version: int = PLAN_FORMAT_VERSION
+    reason: str = ""
 
     def __post_init__(self) -> None:
         if _int(self.format_version, "MergeTask format_version") != PLAN_FORMAT_VERSION:
@@ -639,8 +653,11 @@ class MergeTask(Tabular):
         if not all(isinstance(x, IndexSegment) for x in segs):
             raise InvalidInputError(f"task {self.task_id}: segments must be IndexSegment objects")
         object.__setattr__(self, "segments", segs)
-        if len(self.segments) < 2:
-            raise InvalidInputError(f"task {self.task_id}: a merge task needs at least two segments")
+        _str(self.reason, f"task {self.task_id}: reason")
+        if len(self.segments) < 2 and not (len(self.segments) == 1 and self.reason.startswith("reclaim")):
+            raise InvalidInputError(
+                f"task {self.task_id}: a merge task needs at least two segments (one only to reclaim stale rows)"
+            )
         _int(self.rows, f"task {self.task_id}: rows")
         _int(self.bytes, f"task {self.task_id}: bytes")
 
@@ -662,6 +679,7 @@ class MergeTask(Tabular):
             "segments": [s.to_dict() for s in self.segments],
             "rows": self.rows,
             "bytes": self.bytes,
+            "reason": self.reason,
         }
 
     @classmethod
@@ -676,6 +694,7 @@ class MergeTask(Tabular):
             rows=d.get("rows") or 0,
             bytes=d.get("bytes") or 0,
             format_version=d.get("format_version", PLAN_FORMAT_VERSION),
+            reason=d.get("reason") or "",
         )
 
     def to_json(self) -> str:
@@ -717,6 +736,11 @@ class MergePlan(Tabular):
     requantize_sq : bool
         The planned IVF_SQ segments have different bounds: the merges
         re-quantize them to the union of the bounds.
+    policy : str
+        The policy that chose the tasks: ``"all"`` or ``"tiered"``.
+    summary : str
+        The policy's decision as a whole (``"tiered"``): segments, allowed
+        count, merges chosen.
     """
 
     plan_id: str
@@ -729,6 +753,8 @@ class MergePlan(Tabular):
     untouched: tuple[str, ...] = ()
     requantize_sq: bool = False
     format_version: int = PLAN_FORMAT_VERSION
+    policy: str = "all"
+    summary: str = ""
 
     def __post_init__(self) -> None:
         if _int(self.format_version, "MergePlan format_version") != PLAN_FORMAT_VERSION:
@@ -745,6 +771,8 @@ class MergePlan(Tabular):
         _str(self.column, "column")
         _str(self.index_type, "index_type")
         _bool(self.requantize_sq, "requantize_sq")
+        _str(self.policy, "policy")
+        _str(self.summary, "summary")
         tasks = _seq(self.tasks, "tasks")
         if not all(isinstance(t, MergeTask) for t in tasks):
             raise InvalidInputError("a plan's tasks must be MergeTask objects")
@@ -826,6 +854,8 @@ class MergePlan(Tabular):
             "tasks": [t.to_dict() for t in self.tasks],
             "untouched": list(self.untouched),
             "requantize_sq": self.requantize_sq,
+            "policy": self.policy,
+            "summary": self.summary,
         }
 
     @classmethod
@@ -844,6 +874,8 @@ class MergePlan(Tabular):
             untouched=_seq(d.get("untouched"), "untouched"),
             requantize_sq=d.get("requantize_sq", False),
             format_version=d.get("format_version", PLAN_FORMAT_VERSION),
+            policy=d.get("policy") or "all",
+            summary=d.get("summary") or "",
         )
 
     def to_json(self) -> str:

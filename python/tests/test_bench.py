@@ -26,3 +26,42 @@ def test_bench_smoke(tmp_path):
         assert summary[name]["seconds"] > 0 and summary[name]["peak_rss_mib"] > 0
     assert (tmp_path / report.name.replace(".json", ".png")).stat().st_size > 1000
     assert "pylance merge / ours" in (tmp_path / report.name.replace(".json", ".md")).read_text()
+
+
+@pytest.mark.slow
+def test_ingest_sim_smoke(tmp_path):
+    """The ingestion simulation runs end to end at a tiny scale and reports
+    every number per contender (the goals are judged on the lead's runs)."""
+    out = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "ingest_sim.py"), "--preset", "smoke", "--appends", "20",
+         "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    (report,) = tmp_path.glob("ingest-smoke-*.json")
+    res = json.loads(report.read_text())
+    assert [pt["appends"] for pt in res["points"]] == [10, 20]
+    for pt in res["points"]:
+        assert pt["never"]["segments"] == pt["appends"] + 1 and pt["pylance"]["segments"] == 1
+        assert pt["maintain"]["segments"] < pt["never"]["segments"]
+        for c in ("maintain", "never", "pylance"):
+            assert pt[c]["median_ms"] > 0 and pt[c]["p95_ms"] >= pt[c]["median_ms"] and 0 < pt[c]["recall"] <= 1
+    st = res["stats"]
+    assert st["maintain"]["merges"] == st["pylance"]["merges"] == 2
+    assert st["maintain"]["bytes_rewritten"] > 0 and st["maintain"]["bytes_ingested"] > 0
+    assert "write amplification" in (tmp_path / report.name.replace(".json", ".md")).read_text()
+
+
+@pytest.mark.slow
+def test_executor_auto_smoke(tmp_path):
+    out = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "executor_auto.py"), "--preset", "smoke", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    (report,) = tmp_path.glob("auto-smoke-*.json")
+    res = json.loads(report.read_text())
+    assert len(res["points"]) == 2 and set(res["fit"]) == {"local", "processes"}
+    for pt in res["points"]:
+        assert all(pt["median"][e] > 0 for e in ("local", "processes", "auto"))
+    assert "Constants for" in (tmp_path / report.name.replace(".json", ".md")).read_text()

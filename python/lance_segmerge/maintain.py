@@ -1,0 +1,321 @@
+"""maintain: keep an index healthy while data keeps arriving.
+
+One pass plans with a merge policy (tiered by default: only the merges
+worth running now), merges and commits. With ``watch``, passes repeat as
+new versions appear, until Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import logging
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional, Union
+
+from .api import Dataset, plan_index_segment_merge
+from .distributed import RunResult, _resume_point, _run_plan
+from .errors import ConflictError, InvalidInputError
+from .executors import Executor
+from .types import MergePlan
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["maintain", "MaintainReport"]
+
+
+@dataclass(frozen=True)
+class MaintainReport:
+    """What one :func:`maintain` pass did. Plain fields only.
+
+    Parameters
+    ----------
+    dataset_uri, index_name : str
+        What was maintained.
+    read_version : int
+        The version the pass planned at.
+    version : int
+        The version after the pass: the new one when it committed, else
+        ``read_version``.
+    committed : bool
+        Whether the pass committed a new version.
+    policy : str
+        The merge policy.
+    segments_before, segments_after : int
+        Segments of the index at ``read_version`` and at ``version``.
+    tasks, tasks_reused : int
+        Merge tasks of the pass, every level of its tree; of those, the
+        ones whose outputs were reused from a run journal (an earlier,
+        interrupted pass).
+    segments_merged : int
+        Segments the plan replaced.
+    rows_read, bytes_read : int
+        Rows and bytes of the inputs of the merges that ran.
+    rows_written, bytes_written : int
+        Rows and bytes of the outputs written by this pass.
+    seconds : float
+        Wall time of the pass, planning and commit included.
+    executor : str
+        Where the merges ran (``"auto"`` resolved).
+    conflicts : int
+        Commits that lost to a concurrent writer and were re-planned.
+    reasons : tuple of str
+        Why each task was chosen; ``summary`` the policy's decision.
+    summary : str
+    """
+
+    dataset_uri: str
+    index_name: str
+    read_version: int
+    version: int
+    committed: bool
+    policy: str
+    segments_before: int
+    segments_after: int
+    tasks: int
+    tasks_reused: int
+    segments_merged: int
+    rows_read: int
+    bytes_read: int
+    rows_written: int
+    bytes_written: int
+    seconds: float
+    executor: str
+    conflicts: int
+    reasons: tuple[str, ...] = ()
+    summary: str = ""
+
+
+def _human(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"
+
+
+def _one_pass(
+    ds: Dataset,
+    index_name: str,
+    policy_kwargs: Mapping[str, Any],
+    run_kwargs: Mapping[str, Any],
+    resume: bool,
+    max_conflicts: int,
+) -> MaintainReport:
+    t0 = time.perf_counter()
+    conflicts = 0
+    while True:
+        latest = ds.checkout()
+
+        def make_plan(d: Dataset) -> MergePlan:
+            return plan_index_segment_merge(d, index_name, **policy_kwargs)
+
+        pinned, plan = _resume_point(latest, index_name, make_plan) if resume else (latest, make_plan(latest))
+        before = len(pinned.list_index_segments(index_name, with_stats=False))
+        if plan.tasks:
+            rows = sum(t.rows for t in plan.tasks)
+            nbytes = sum(t.bytes for t in plan.tasks)
+            logger.info(
+                "%s at version %d: %d segments; merging %d segments in %d tasks (%d rows, %s). %s",
+                index_name, pinned.version, before, plan.num_segments, len(plan.tasks), rows, _human(nbytes), plan.summary,
+            )
+            for t in plan.tasks:
+                logger.info("  task %d: %d segments, %d rows: %s", t.task_id, len(t.segments), t.rows, t.reason or "-")
+        else:
+            logger.info("%s at version %d: %d segments, nothing to merge. %s", index_name, pinned.version, before, plan.summary)
+        try:
+            res: RunResult = _run_plan(pinned, plan, resume=resume, **run_kwargs)
+        except ConflictError as exc:
+            conflicts += 1
+            if conflicts > max_conflicts:
+                raise
+            logger.warning("%s: a concurrent commit invalidated this pass (%s); re-planning (%d/%d)",
+                           index_name, exc, conflicts, max_conflicts)
+            continue
+        after = before
+        if res.committed:
+            after = len(Dataset(ds.uri, res.version, ds.storage_options).list_index_segments(index_name, with_stats=False))
+        report = MaintainReport(
+            dataset_uri=ds.uri,
+            index_name=index_name,
+            read_version=pinned.version,
+            version=res.version,
+            committed=res.committed,
+            policy=plan.policy,
+            segments_before=before,
+            segments_after=after,
+            tasks=res.tasks_run + res.tasks_reused,
+            tasks_reused=res.tasks_reused,
+            segments_merged=plan.num_segments,
+            rows_read=res.rows_read,
+            bytes_read=res.bytes_read,
+            rows_written=res.rows_written,
+            bytes_written=res.bytes_written,
+            seconds=time.perf_counter() - t0,
+            executor=res.executor,
+            conflicts=conflicts,
+            reasons=tuple(t.reason for t in plan.tasks),
+            summary=plan.summary,
+        )
+        if report.committed:
+            logger.info(
+                "%s: committed version %d in %.1fs: %d -> %d segments; wrote %d rows, %s (%d tasks, %d reused; %s)",
+                index_name, report.version, report.seconds, before, after, report.rows_written,
+                _human(report.bytes_written), report.tasks, report.tasks_reused, report.executor,
+            )
+        return report
+
+
+class _Stop:
+    """Turns SIGTERM into KeyboardInterrupt in the main thread while a
+    watch loop runs, so that it stops as Ctrl-C does."""
+
+    def __init__(self) -> None:
+        self._old: Any = None
+        self.installed = False
+
+    def __enter__(self) -> "_Stop":
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGTERM, self._handle)
+            self.installed = True
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.installed:
+            signal.signal(signal.SIGTERM, self._old)
+
+
+def maintain(
+    dataset: Union[Dataset, str],
+    index_name: str,
+    *,
+    policy: str = "tiered",
+    segments_per_tier: Optional[int] = None,
+    max_segment_rows: Optional[int] = None,
+    floor_rows: Optional[int] = None,
+    deletes_pct_allowed: Optional[float] = None,
+    segments_per_task: int = 32,
+    executor: Union[str, cf.Executor, Executor] = "auto",
+    max_workers: Optional[int] = None,
+    fan_in: int = 32,
+    requantize_sq: bool = False,
+    resume: bool = True,
+    watch: Optional[float] = None,
+    max_conflicts: int = 10,
+    on_pass: Optional[Callable[[MaintainReport], None]] = None,
+    progress: Any = None,
+    window_rows: Optional[int] = None,
+    storage_options: Optional[Mapping[str, str]] = None,
+) -> MaintainReport:
+    """Keep a vector index healthy while data keeps arriving.
+
+    One pass: plan the latest version with ``policy`` (by default the
+    tiered policy of :func:`plan_index_segment_merge`, which merges only
+    what is worth merging now), merge, commit. Safe next to writers: appends
+    committed meanwhile are rebased over, and a :class:`ConflictError` (a
+    writer replaced a source segment, compacted covered fragments...) means
+    re-plan, up to ``max_conflicts`` times. With ``resume=True`` (default) a
+    pass keeps a run journal, so that the next pass after a crash reuses
+    the merges that finished.
+
+    With ``watch=seconds``, passes repeat: after each, the loop checks every
+    ``watch`` seconds for a new version and passes again when one appears.
+    Ctrl-C or SIGTERM stops it cleanly: a running merge is cancelled (its
+    finished outputs are kept for the next run when ``resume``), nothing
+    half-committed is left (a commit is one atomic manifest write).
+
+    Parameters
+    ----------
+    dataset : Dataset or str
+        The dataset; a pass always plans at the latest version.
+    index_name : str
+        The logical index.
+    policy : {"tiered", "all"}, default "tiered"
+        ``"all"`` merges every segment (as :func:`optimize`, into
+        ``fan_in``-wide trees down to one segment).
+    segments_per_tier, max_segment_rows, floor_rows, deletes_pct_allowed
+        The tiered policy's options (see :func:`plan_index_segment_merge`).
+    segments_per_task : int, default 32
+        Most segments one task merges.
+    executor, max_workers, fan_in, requantize_sq, progress, window_rows
+        As for :func:`optimize`; ``executor="auto"`` (default) picks in
+        process or a process pool from the measured cost model.
+    resume : bool, default True
+        Keep a run journal (see :func:`run_plan`).
+    watch : float, optional
+        Seconds between checks for new versions; one pass when omitted.
+    max_conflicts : int, default 10
+        Re-plans after losing to concurrent writers before giving up.
+    on_pass : callable, optional
+        Receives each pass's :class:`MaintainReport` (on the caller's
+        thread).
+    storage_options : dict of str to str, optional
+        With a URI, as pylance accepts them.
+
+    Returns
+    -------
+    MaintainReport
+        The report of the (last) pass.
+
+    Raises
+    ------
+    InvalidInputError
+        Bad policy numbers (negative, zero, a floor above the maximum...).
+    ConflictError
+        Concurrent writers won more than ``max_conflicts`` times in a row.
+    """
+    if isinstance(dataset, Dataset):
+        if storage_options is not None:
+            raise InvalidInputError("storage_options go with a URI; this Dataset already carries its own")
+        ds = dataset
+    else:
+        ds = Dataset(str(dataset), storage_options=storage_options)
+    if watch is not None and (isinstance(watch, bool) or not isinstance(watch, (int, float)) or watch <= 0):
+        raise InvalidInputError(f"watch must be a positive number of seconds, got {watch!r}")
+    if isinstance(max_conflicts, bool) or not isinstance(max_conflicts, int) or max_conflicts < 0:
+        raise InvalidInputError(f"max_conflicts must be a non-negative integer, got {max_conflicts!r}")
+    policy_kwargs: dict[str, Any] = {
+        "segments_per_task": segments_per_task,
+        "requantize_sq": requantize_sq,
+        "policy": policy,
+        "segments_per_tier": segments_per_tier,
+        "max_segment_rows": max_segment_rows,
+        "floor_rows": floor_rows,
+        "deletes_pct_allowed": deletes_pct_allowed,
+    }
+    if policy == "all":
+        policy_kwargs["segments_per_task"] = fan_in
+    run_kwargs: dict[str, Any] = {
+        "executor": executor,
+        "max_workers": max_workers,
+        "fan_in": fan_in,
+        "progress": progress,
+        "window_rows": window_rows,
+    }
+    if watch is None:
+        report = _one_pass(ds, index_name, policy_kwargs, run_kwargs, resume, max_conflicts)
+        if on_pass is not None:
+            on_pass(report)
+        return report
+    last: Optional[MaintainReport] = None
+    with _Stop():
+        try:
+            while True:
+                last = _one_pass(ds, index_name, policy_kwargs, run_kwargs, resume, max_conflicts)
+                if on_pass is not None:
+                    on_pass(last)
+                seen = last.version
+                logger.info("%s: watching for versions after %d (every %gs)", index_name, seen, watch)
+                while ds.latest_version <= seen:
+                    time.sleep(watch)
+        except KeyboardInterrupt:
+            logger.info("%s: stopped", index_name)
+    if last is None:
+        raise KeyboardInterrupt("maintain stopped before its first pass finished")
+    return last
