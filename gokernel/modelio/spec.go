@@ -214,17 +214,23 @@ func FromSegment(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*
 		return nil, err
 	}
 	defer f.Close()
+	return FromFiles(ctx, f, table.IndexUUID(im))
+}
+
+// FromFiles reads the model of an opened segment (named uuid in errors),
+// as FromSegment does.
+func FromFiles(ctx context.Context, f *ivf.Files, uuid string) (*encode.Model, error) {
 	metric, err := encode.ParseMetric(f.Distance)
 	if err != nil {
 		return nil, err
 	}
 	ct := f.Centroids()
 	if ct == nil {
-		return nil, fmt.Errorf("%w: segment %s stores no IVF centroids", errkind.Corrupt, table.IndexUUID(im))
+		return nil, fmt.Errorf("%w: segment %s stores no IVF centroids", errkind.Corrupt, uuid)
 	}
 	cv, ok := ct.Float32s()
 	if !ok {
-		return nil, fmt.Errorf("%w: segment %s: centroids of type %s", errkind.Unsupported, table.IndexUUID(im), ct.DType)
+		return nil, fmt.Errorf("%w: segment %s: centroids of type %s", errkind.Unsupported, uuid, ct.DType)
 	}
 	m := &encode.Model{Type: f.Type, Metric: metric, Dim: ct.Cols(), Centroids: cv}
 	q := f.Quant
@@ -237,7 +243,7 @@ func FromSegment(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*
 		m.PQ = &encode.PQParams{NumSubVectors: q.NumSubVectors, NumBits: q.NBits, Codebook: cb}
 	case "sq":
 		if q.SQBounds == nil {
-			return nil, fmt.Errorf("%w: segment %s has no SQ bounds", errkind.Corrupt, table.IndexUUID(im))
+			return nil, fmt.Errorf("%w: segment %s has no SQ bounds", errkind.Corrupt, uuid)
 		}
 		m.SQ = &encode.SQParams{NumBits: q.NumBits, Lo: q.SQBounds.Start, Hi: q.SQBounds.End}
 	case "rq":
@@ -253,7 +259,7 @@ func FromSegment(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*
 		m.RQ = r
 	}
 	if err := m.Validate(); err != nil {
-		return nil, fmt.Errorf("segment %s: %w", table.IndexUUID(im), err)
+		return nil, fmt.Errorf("segment %s: %w", uuid, err)
 	}
 	return m, nil
 }

@@ -39,6 +39,10 @@ var allowed = map[string][]string{
 	"gokernel/internal/cloudtest": {},
 	"gokernel/internal/bufpool":   {},
 	"gokernel/storage/faulty":     {"gokernel/errkind", "gokernel/storage"},
+	"gokernel/search":             {"gokernel/errkind", "gokernel/encode", "gokernel/ivf", "gokernel/lancefile", "gokernel/vecmath"},
+	"gokernel/verify": {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table",
+		"gokernel/ivf", "gokernel/internal/pb", "gokernel/vecmath", "gokernel/encode", "gokernel/vecdata",
+		"gokernel/modelio", "gokernel/search", "gokernel/segment"},
 }
 
 func repoRoot(t *testing.T) string {

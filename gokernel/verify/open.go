@@ -1,0 +1,120 @@
+package verify
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/encode"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/ivf"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/modelio"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/search"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
+)
+
+// opened is one segment opened for checking: its files, and its model
+// when the files yield one.
+type opened struct {
+	meta  *pb.IndexMetadata
+	uuid  string
+	files *ivf.Files
+	model *encode.Model
+	index *search.Index
+}
+
+func (o *opened) close() {
+	if o != nil && o.files != nil {
+		o.files.Close()
+	}
+}
+
+// openSegment opens a segment's files where it lives (the dataset root or
+// the base path it names) and reads its model. A segment whose files open
+// but whose model does not (HNSW, a broken quantizer) comes back with
+// model nil and the reason.
+func openSegment(ctx context.Context, st storage.Store, snap *table.Snapshot, im *pb.IndexMetadata) (*opened, error, error) {
+	o := &opened{meta: im, uuid: table.IndexUUID(im)}
+	ist := st
+	if im.BaseId != nil {
+		var err error
+		if ist, err = snap.IndexStore(ctx, st, im); err != nil {
+			return nil, nil, err
+		}
+	}
+	f, err := ivf.OpenFiles(ctx, ist, table.IndexDir(im), lancefile.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	o.files = f
+	if f.Type.HNSW() {
+		return o, fmt.Errorf("%w: %s segments are checked for structure only (their HNSW graphs are not searched here)", errkind.Unsupported, f.Type), nil
+	}
+	m, err := modelio.FromFiles(ctx, f, o.uuid)
+	if err != nil {
+		return o, err, nil
+	}
+	ix, err := search.New(m)
+	if err != nil {
+		return o, err, nil
+	}
+	o.model, o.index = m, ix
+	return o, nil, nil
+}
+
+// findSegment returns the manifest entry of a segment of an index.
+func findSegment(snap *table.Snapshot, indexName, segUUID string) (*pb.IndexMetadata, error) {
+	found := false
+	for _, im := range snap.Indices {
+		if im.GetName() != indexName {
+			continue
+		}
+		found = true
+		if table.IndexUUID(im) == segUUID {
+			return im, nil
+		}
+	}
+	if !found {
+		return nil, fmt.Errorf("%w: version %d has no index %q", errkind.NotFound, snap.Ref.Version, indexName)
+	}
+	return nil, fmt.Errorf("%w: index %q has no segment %s at version %d", errkind.NotFound, indexName, segUUID, snap.Ref.Version)
+}
+
+// SearchSegment runs queries (n×dim float32) over one segment alone, as
+// Lance's IVF search does (see package search), and returns each query's
+// hits. Rows the dataset version no longer has (deleted, or of fragments
+// outside the segment's coverage) are filtered out, as a pylance query
+// filters them.
+func SearchSegment(ctx context.Context, st storage.Store, snap *table.Snapshot, indexName, segUUID string, queries []float32, k, nprobes int) ([][]search.Hit, error) {
+	im, err := findSegment(snap, indexName, segUUID)
+	if err != nil {
+		return nil, err
+	}
+	o, why, err := openSegment(ctx, st, snap, im)
+	if err != nil {
+		return nil, fmt.Errorf("segment %s: %w", segUUID, err)
+	}
+	defer o.close()
+	if why != nil {
+		return nil, fmt.Errorf("segment %s: %w", segUUID, why)
+	}
+	dim := o.model.Dim
+	if dim == 0 || len(queries)%dim != 0 {
+		return nil, fmt.Errorf("%w: %d query values are not vectors of dimension %d", errkind.InvalidInput, len(queries), dim)
+	}
+	live, err := newLiveSet(ctx, st, snap, im)
+	if err != nil {
+		return nil, err
+	}
+	qs := make([]*search.Query, len(queries)/dim)
+	for i := range qs {
+		q, ok := o.index.NewQuery(queries[i*dim : (i+1)*dim])
+		if !ok {
+			return nil, fmt.Errorf("%w: query %d cannot be searched (non-finite values, or the zero vector under cosine)", errkind.InvalidInput, i)
+		}
+		qs[i] = q
+	}
+	return search.Search(ctx, o.index, o.files, qs, search.Options{K: k, NProbes: nprobes, Depth: -1, Keep: live.contains})
+}
