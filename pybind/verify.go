@@ -8,6 +8,8 @@ import (
 	"math"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/segment"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/verify"
 )
 
@@ -65,4 +67,130 @@ func SearchSegment(uri, optionsJSON string, version int, indexName, segUUID, que
 	}
 	b, err := json.Marshal(res)
 	return string(b), tagged(err)
+}
+
+func decodeVerifyOptions(optsJSON string) (verify.Options, error) {
+	var opts verify.Options
+	if optsJSON != "" {
+		if err := json.Unmarshal([]byte(optsJSON), &opts); err != nil {
+			return opts, fmt.Errorf("%w: verify options: %w", errkind.InvalidInput, err)
+		}
+	}
+	return opts, nil
+}
+
+// VerifyIndex checks every segment of a vector index at a dataset version
+// (0 = latest) against its data (see package verify) and returns the
+// report as JSON. optsJSON holds verify.Options. opID names the operation
+// for Progress and Cancel.
+func VerifyIndex(opID, uri, optionsJSON string, version int, indexName, optsJSON string) (out string, err error) {
+	defer recoverTo(&err)
+	ctx, prog, done := beginOp(opID)
+	defer done()
+	opts, err := decodeVerifyOptions(optsJSON)
+	if err != nil {
+		return "", tagged(err)
+	}
+	opts.Progress = prog
+	st, snap, err := openSnapshot(ctx, uri, optionsJSON, version)
+	if err != nil {
+		return "", tagged(err)
+	}
+	rep, err := verify.Verify(ctx, st, snap, indexName, opts)
+	if err != nil {
+		return "", tagged(err)
+	}
+	b, err := json.Marshal(rep)
+	return string(b), tagged(err)
+}
+
+// CheckSegments checks segments that need not be committed yet (merge
+// outputs, a JSON list of segment infos) against a dataset version and
+// returns the report as JSON (verify.CheckSegments).
+func CheckSegments(opID, uri, optionsJSON string, version int, segmentsJSON, optsJSON string) (out string, err error) {
+	defer recoverTo(&err)
+	ctx, prog, done := beginOp(opID)
+	defer done()
+	opts, err := decodeVerifyOptions(optsJSON)
+	if err != nil {
+		return "", tagged(err)
+	}
+	opts.Progress = prog
+	st, snap, err := openSnapshot(ctx, uri, optionsJSON, version)
+	if err != nil {
+		return "", tagged(err)
+	}
+	metas, err := segment.ParseSegments([]byte(segmentsJSON), snap)
+	if err != nil {
+		return "", tagged(err)
+	}
+	rep, err := verify.CheckSegments(ctx, st, snap, metas, opts)
+	if err != nil {
+		return "", tagged(err)
+	}
+	b, err := json.Marshal(rep)
+	return string(b), tagged(err)
+}
+
+// RepairSegment rewrites one committed segment of an index whose codes had
+// their layout applied depth times into a new uncommitted segment with the
+// layout applied once, verifies it (verify.Repair), and returns JSON
+// {"segment": the new segment's info with statistics, "report": its
+// verification}. repairJSON holds verify.RepairOptions.
+func RepairSegment(opID, uri, optionsJSON string, version int, indexName, segUUID string, depth int, repairJSON string) (out string, err error) {
+	defer recoverTo(&err)
+	ctx, prog, done := beginOp(opID)
+	defer done()
+	var opts verify.RepairOptions
+	if repairJSON != "" {
+		if err := json.Unmarshal([]byte(repairJSON), &opts); err != nil {
+			return "", tagged(fmt.Errorf("%w: repair options: %w", errkind.InvalidInput, err))
+		}
+	}
+	opts.Progress = prog
+	st, snap, err := openSnapshot(ctx, uri, optionsJSON, version)
+	if err != nil {
+		return "", tagged(err)
+	}
+	im, err := verify.FindSegment(snap, indexName, segUUID)
+	if err != nil {
+		return "", tagged(err)
+	}
+	seg, rep, err := verify.Repair(ctx, st, snap, im, depth, opts)
+	if err != nil {
+		return "", tagged(err)
+	}
+	info, err := segment.Describe(seg)
+	if err != nil {
+		return "", tagged(err)
+	}
+	if info.Stats, err = segment.ReadStats(context.WithoutCancel(ctx), st, seg); err != nil {
+		return "", tagged(err)
+	}
+	b, err := json.Marshal(struct {
+		Segment *segment.Info         `json:"segment"`
+		Report  *verify.SegmentReport `json:"report"`
+	}{info, rep})
+	return string(b), tagged(err)
+}
+
+// DamageSegment damages one segment of an index for tests and drills
+// (verify.Damage; specJSON holds verify.DamageSpec) and returns the
+// damaged segment's uuid. Never run it on data you care about.
+func DamageSegment(uri, optionsJSON, indexName, segUUID, specJSON string) (out string, err error) {
+	defer recoverTo(&err)
+	ctx := context.Background()
+	var spec verify.DamageSpec
+	if err := json.Unmarshal([]byte(specJSON), &spec); err != nil {
+		return "", tagged(fmt.Errorf("%w: damage spec: %w", errkind.InvalidInput, err))
+	}
+	st, snap, err := openSnapshot(ctx, uri, optionsJSON, 0)
+	if err != nil {
+		return "", tagged(err)
+	}
+	im, err := verify.Damage(ctx, st, snap, indexName, segUUID, spec)
+	if err != nil {
+		return "", tagged(err)
+	}
+	return table.IndexUUID(im), nil
 }

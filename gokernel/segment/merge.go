@@ -45,6 +45,14 @@ type MergeOptions struct {
 	// reads every input with the first input's bounds, which silently
 	// distorts distances.
 	StrictSQ bool `json:"strict_sq"`
+	// Layouts, for repairs (verify.Repair), gives by input uuid how many
+	// times the code layout (PQ transposition, RQ packing) was really
+	// applied to that input's stored codes, whatever its metadata says: 2
+	// for codes laid out twice (the chained-merge damage), 0 or 1 for a
+	// flag that lies. Those codes are brought back to row-major order
+	// with that count. A single input named here is rewritten even when
+	// it has no stale rows.
+	Layouts map[string]int `json:"-"`
 	// Progress receives counters as the merge goes (optional).
 	Progress *Progress `json:"-"`
 }
@@ -110,7 +118,16 @@ func Merge(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []
 	if err != nil {
 		return nil, err
 	}
-	if len(srcs) == 1 && !stale {
+	for _, s := range srcs {
+		s.depth = -1
+		if d, ok := opts.Layouts[s.uuid]; ok {
+			if d < 0 || d > maxLayoutDepth {
+				return nil, fmt.Errorf("%w: segment %s: layout applied %d times (0 to %d)", errkind.InvalidInput, s.uuid, d, maxLayoutDepth)
+			}
+			s.depth = d
+		}
+	}
+	if len(srcs) == 1 && !stale && len(opts.Layouts) == 0 {
 		prog.SetStage("done")
 		return metas[0], nil
 	}
@@ -477,9 +494,15 @@ func (mg *merger) mergeWindow(ctx context.Context, w *lancefile.Writer, win wind
 				cols[c] = a.Slice(lo, lo+n)
 			}
 			laid := codeCol >= 0 && mg.inQueryLayout(s)
+			rowMajor := false
+			if codeCol >= 0 && s.depth >= 0 && m.typ.Quantizer() != "sq" {
+				// A repair: the layout really applied, not the flag.
+				cols[codeCol] = undoLayout(m.typ.Quantizer(), cols[codeCol], s.depth)
+				laid, rowMajor = false, true
+			}
 			if keep := keptRows(cols[rowidCol], s); keep != nil {
 				// Rows are dropped: undo the layout first, then take rows.
-				if codeCol >= 0 {
+				if codeCol >= 0 && !rowMajor {
 					cols[codeCol] = mg.toRowMajor(s, cols[codeCol])
 				}
 				for c := range cols {
@@ -638,6 +661,26 @@ func (mg *merger) toRowMajor(s *source, a *lancefile.Array) *lancefile.Array {
 		return &lancefile.Array{Type: a.Type, Len: a.Len, Values: out, Validity: a.Validity}
 	}
 	return a
+}
+
+// maxLayoutDepth bounds MergeOptions.Layouts.
+const maxLayoutDepth = 4
+
+// undoLayout brings one partition's codes (quantizer "pq" or "rq"), laid
+// out depth times, back to row-major order.
+func undoLayout(quant string, a *lancefile.Array, depth int) *lancefile.Array {
+	width := a.Type.ValueBits() / 8
+	vals := a.Values
+	for i := 0; i < depth; i++ {
+		next := make([]byte, len(vals))
+		if quant == "pq" {
+			ivf.UntransposePQ(next, vals, a.Len, width)
+		} else {
+			ivf.UnpackRQ(next, vals, a.Len, width)
+		}
+		vals = next
+	}
+	return &lancefile.Array{Type: a.Type, Len: a.Len, Values: vals, Validity: a.Validity}
 }
 
 // keptRows returns the rows (of a row id column) the input still owns, or

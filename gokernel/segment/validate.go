@@ -41,6 +41,9 @@ type source struct {
 	owned    *roaring64.Bitmap
 	codebook *ivf.Tensor // PQ
 	rotation *ivf.Tensor // RQ with matrix rotation
+	// depth, when >= 0, is how many times the code layout was really
+	// applied to this input's codes (a repair, MergeOptions.Layouts).
+	depth int
 }
 
 // model is what every source of a merge shares, taken from the first.

@@ -23,6 +23,9 @@ type opened struct {
 	files *ivf.Files
 	model *encode.Model
 	index *search.Index
+	// fresh is the model a fresh build of the segment's rows uses (its
+	// own, unless the codes check found it encoded otherwise).
+	fresh *encode.Model
 }
 
 func (o *opened) close() {
@@ -62,6 +65,12 @@ func openSegment(ctx context.Context, st storage.Store, snap *table.Snapshot, im
 	}
 	o.model, o.index = m, ix
 	return o, nil, nil
+}
+
+// FindSegment returns the manifest entry of a segment of an index.
+// errkind.NotFound when the version has no such index or segment.
+func FindSegment(snap *table.Snapshot, indexName, segUUID string) (*pb.IndexMetadata, error) {
+	return findSegment(snap, indexName, segUUID)
 }
 
 // findSegment returns the manifest entry of a segment of an index.
