@@ -236,7 +236,13 @@ func FromFiles(ctx context.Context, f *ivf.Files, uuid string) (*encode.Model, e
 	q := f.Quant
 	switch f.Type.Quantizer() {
 	case "pq":
-		cb, err := readTensor(ctx, f, q.CodebookPosition)
+		var cb []float32
+		var err error
+		if q.CodebookPosition > 0 {
+			cb, err = readTensor(ctx, f, q.CodebookPosition)
+		} else {
+			cb, err = inlineCodebook(f, q)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -279,6 +285,24 @@ func readTensor(ctx context.Context, f *ivf.Files, pos int) ([]float32, error) {
 	v, ok := t.Float32s()
 	if !ok {
 		return nil, fmt.Errorf("%w: %s: tensor of type %s", errkind.Unsupported, f.Dir, t.DType)
+	}
+	return v, nil
+}
+
+// inlineCodebook decodes the codebook Lance before 0.28 kept inline in the
+// PQ metadata, as the bytes of a Tensor message in "codebook_tensor".
+func inlineCodebook(f *ivf.Files, q *ivf.QuantizerMeta) ([]float32, error) {
+	var raw []byte
+	if err := json.Unmarshal(q.Raw["codebook_tensor"], &raw); err != nil || len(raw) == 0 {
+		return nil, fmt.Errorf("%w: %s: PQ metadata has neither codebook_position nor codebook_tensor", errkind.Corrupt, f.Dir)
+	}
+	t, err := ivf.DecodeTensor(raw)
+	if err != nil {
+		return nil, err
+	}
+	v, ok := t.Float32s()
+	if !ok {
+		return nil, fmt.Errorf("%w: %s: codebook of type %s", errkind.Unsupported, f.Dir, t.DType)
 	}
 	return v, nil
 }
