@@ -203,6 +203,9 @@ func verifyMetas(ctx context.Context, st storage.Store, snap *table.Snapshot, in
 		if rep.Metric == "" {
 			rep.Metric = metricOf(im)
 		}
+		if rep.Column == "" && len(im.GetFields()) > 0 {
+			rep.Column = snap.FieldPath(im.GetFields()[0])
+		}
 	}
 	prog.SetStage("done")
 	return rep, nil

@@ -105,7 +105,9 @@ type SegmentReport struct {
 
 // Report is the verification of an index.
 type Report struct {
-	IndexName  string           `json:"index_name"`
+	IndexName string `json:"index_name"`
+	// Column is the indexed column.
+	Column     string           `json:"column"`
 	Version    uint64           `json:"version"`
 	IndexType  string           `json:"index_type"`
 	Metric     string           `json:"metric"`

@@ -34,6 +34,7 @@ from .maintain import MaintainReport, maintain
 from .plot import plot_merge_tree, plot_partition_sizes, plot_segment_sizes
 from .tree import MergeTree, OptimizeReport, TreeTask, merge_tree
 from .types import IndexFile, IndexSegment, MergePlan, MergeTask, OperationProgress, SegmentList
+from .verify import RepairAction, RepairReport, SegmentVerdict, VerifyCheck, VerifyReport, repair_index, search_segment, verify_index
 
 __version__ = "0.1.0"
 
@@ -81,6 +82,14 @@ __all__ = [
     "InternalError",
     "WorkerError",
     "kernel_version",
+    "verify_index",
+    "repair_index",
+    "search_segment",
+    "VerifyReport",
+    "SegmentVerdict",
+    "VerifyCheck",
+    "RepairReport",
+    "RepairAction",
 ]
 
 

@@ -1,8 +1,9 @@
 """Command line: ``python -m lance_segmerge`` / ``lance-segmerge``.
 
 A thin argparse layer over the public API: ``ls``, ``plan``, ``optimize``,
-``maintain`` (one pass, or ``--watch``) and ``cleanup`` (a dry run unless
-``--delete``). Every error class has its
+``maintain`` (one pass, or ``--watch``), ``cleanup`` (a dry run unless
+``--delete``), ``verify`` (exit code 10 when damage is found) and
+``repair`` (a dry run unless ``--apply``). Every error class has its
 own exit code; Ctrl-C cancels the running operation and cleans up.
 """
 
@@ -35,6 +36,8 @@ EXIT_CODES: dict[type[errors.SegmergeError], int] = {
     errors.InternalError: 1,
 }
 EXIT_USAGE = 2
+#: verify and repair: the index has damage (repair: left after it ran).
+EXIT_DAMAGED = 10
 
 
 def exit_code(exc: BaseException) -> int:
@@ -258,11 +261,81 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     return 0
 
 
+def _num(v: Optional[float]) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def _print_verdicts(report: Any) -> None:
+    rows = [("segment", "type", "rows", "verdict", "damage", "codes mismatch", "recall", "fresh recall")]
+    for s in report.segments:
+        num = _num
+        rows.append((s.uuid, s.index_type or "?", str(s.num_rows), s.verdict, ",".join(s.damage) or "-",
+                     num(s.codes_mismatch), num(s.recall), num(s.fresh_recall)))
+    print(_table(rows))
+    for s in report.segments:
+        if s.verdict == "clean":
+            continue
+        print(f"{s.uuid}: {s.verdict}")
+        for c in s.checks:
+            if c.verdict != "ok":
+                print(f"  {c.name}: {c.verdict}{' (' + c.damage + ')' if c.damage else ''}: {c.message}")
+        if s.advice:
+            print(f"  advice: {s.advice}")
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from .verify import verify_index
+
+    ds = _open(args, args.version)
+    report = verify_index(ds, args.index, sample_rows=args.sample_rows, queries=args.queries, k=args.k,
+                          nprobes=args.nprobes, deep=args.deep, seed=args.seed, progress=not args.json and sys.stderr.isatty())
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(f"{report.dataset_uri} version {report.version}: index {report.index_name} ({report.index_type}, {report.metric}), "
+              f"{len(report.segments)} segments, sample {report.sample_rows} rows, {report.queries} queries, k {report.k}, "
+              f"nprobes {report.nprobes}{', deep' if report.deep else ''}")
+        _print_verdicts(report)
+        print(f"{len(report.damaged)} damaged ({len(report.rescuable)} rescuable by `repair --apply`) in {report.seconds:.1f}s")
+    return EXIT_DAMAGED if report.damaged else 0
+
+
+def cmd_repair(args: argparse.Namespace) -> int:
+    from .verify import repair_index
+
+    ds = _open(args)
+    rep = repair_index(ds, args.index, executor=args.executor, max_workers=args.workers, dry_run=not args.apply,
+                       sample_rows=args.sample_rows)
+    if args.json:
+        print(json.dumps({"dataset_uri": rep.dataset_uri, "index_name": rep.index_name, "read_version": rep.read_version,
+                          "version": rep.version, "dry_run": rep.dry_run, "committed": rep.committed,
+                          "actions": [{"uuid": a.uuid, "action": a.action, "damage": list(a.damage),
+                                       "layout_depth": a.layout_depth, "new_uuid": a.new_uuid,
+                                       "verdict_after": a.verdict_after, "advice": a.advice} for a in rep.actions]}, indent=2))
+    else:
+        if rep.report is not None:
+            _print_verdicts(rep.report)
+        for a in rep.actions:
+            if a.action == "rewrite":
+                done = f" -> {a.new_uuid} ({a.verdict_after})" if a.new_uuid else " (dry run)"
+                print(f"rewrite {a.uuid} ({', '.join(a.damage)}){done}")
+            else:
+                print(f"rebuild {a.uuid} ({', '.join(a.damage)}): {a.advice}")
+        if rep.dry_run:
+            print(f"dry run: {rep.rewritten} segments would be rewritten; pass --apply to rewrite and commit them")
+        elif rep.committed:
+            print(f"rewrote {rep.rewritten} segments; committed version {rep.version}")
+        else:
+            print("nothing to rewrite")
+    left = rep.to_rebuild + (rep.rewritten if rep.dry_run else 0)
+    return EXIT_DAMAGED if left else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="lance-segmerge", description="Plan, merge and commit Lance vector index segments.",
                 epilog="exit codes: 0 ok, 1 internal error, 2 bad command line, 3 invalid input, 4 not found, "
                        "5 corrupt data, 6 conflict (re-plan and retry), 7 unsupported, 8 storage error, "
-                       "9 a worker died, 130 cancelled")
+                       "9 a worker died, 10 damage found (verify, repair), 130 cancelled")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     store = _Parser(add_help=False)
@@ -347,6 +420,29 @@ def build_parser() -> argparse.ArgumentParser:
     mt.add_argument("--fan-in", type=int, default=32)
     mt.add_argument("--no-resume", action="store_true", help="keep no run journal")
     mt.set_defaults(fn=cmd_maintain)
+
+    vf = sub.add_parser("verify", parents=[store], help="check an index's segments against their data (exit code 10 when damage is found)")
+    vf.add_argument("uri")
+    vf.add_argument("--index", required=True)
+    vf.add_argument("--version", type=int, help="dataset version (default: latest)")
+    vf.add_argument("--deep", action="store_true", help="also check every row id against its fragment's rows")
+    vf.add_argument("--json", action="store_true", help="print the report as JSON")
+    vf.add_argument("--sample-rows", type=int, default=1024, help="rows per segment read back and re-encoded (default 1024)")
+    vf.add_argument("--queries", type=int, default=64, help="queries per segment of the recall estimate; 0 skips it (default 64)")
+    vf.add_argument("--k", type=int, default=10)
+    vf.add_argument("--nprobes", type=int, help="partitions per query (default 20)")
+    vf.add_argument("--seed", type=int, default=0)
+    vf.set_defaults(fn=cmd_verify)
+
+    rp = sub.add_parser("repair", parents=[store], help="rewrite segments whose damage is a layout error (a dry run unless --apply)")
+    rp.add_argument("uri")
+    rp.add_argument("--index", required=True)
+    rp.add_argument("--apply", action="store_true", help="rewrite and commit (default: dry run)")
+    rp.add_argument("--executor", default="local", choices=["local", "processes", "ray", "dask"])
+    rp.add_argument("--workers", type=int, help="pool size")
+    rp.add_argument("--sample-rows", type=int, default=1024)
+    rp.add_argument("--json", action="store_true", help="print JSON")
+    rp.set_defaults(fn=cmd_repair)
 
     cl = sub.add_parser("cleanup", parents=[store], help="find (and with --delete remove) segment directories no version references")
     cl.add_argument("uri")

@@ -84,3 +84,13 @@ def build_task(job: dict[str, Any]) -> dict[str, Any]:
         memory_bytes=job.get("memory_bytes"),
     )
     return seg.to_dict()
+
+
+def repair_task(job: dict[str, Any]) -> dict[str, Any]:
+    """Rewrite one damaged segment with its layout applied once and verify
+    the rewrite; ``job`` holds the dataset, index name, segment uuid, the
+    layout depth found, the output uuid and the verification's sample.
+    Returns {"segment": ..., "report": ...} as plain dicts."""
+    from .verify import _repair_task
+
+    return _repair_task(job)

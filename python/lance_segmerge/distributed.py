@@ -22,7 +22,7 @@ from .api import (
     plan_segments,
     remove_uncommitted,
 )
-from ._validate import _int, _opt_pos_int, _show
+from ._validate import _bool, _int, _opt_pos_int, _show
 from ._validate import _progress as _check_progress
 from ._costmodel import choose_executor
 from ._journal import RunJournal, read_journal
@@ -191,6 +191,7 @@ class RunResult:
     segments_after: int = 0
     seconds: float = 0.0
     executor: str = ""
+    verify_seconds: float = 0.0
 
 
 def _defer_large(
@@ -314,6 +315,7 @@ def run_plan(
     window_rows: Optional[int] = None,
     on_report: Optional[Callable[[OptimizeReport], None]] = None,
     resume: bool = False,
+    verify: bool = True,
 ) -> Dataset: ...
 
 
@@ -330,6 +332,7 @@ def run_plan(
     window_rows: Optional[int] = None,
     on_report: Optional[Callable[[OptimizeReport], None]] = None,
     resume: bool = False,
+    verify: bool = True,
 ) -> "LanceDataset": ...
 
 
@@ -345,6 +348,7 @@ def run_plan(
     window_rows: Optional[int] = None,
     on_report: Optional[Callable[[OptimizeReport], None]] = None,
     resume: bool = False,
+    verify: bool = True,
 ) -> Any:
     """Execute a plan as a tree and commit once.
 
@@ -383,6 +387,11 @@ def run_plan(
         run (the tree as executed, sizes, times) once it is committed.
     resume : bool, default False
         Keep a run journal and reuse a crashed run's finished outputs.
+    verify : bool, default True
+        Check every output before the commit: its files and structure, and
+        a sample of its codes read back from the data and re-encoded (see
+        :func:`lance_segmerge.verify_index`). An output that fails is never
+        committed: :class:`CorruptError` names it.
 
     Returns
     -------
@@ -408,6 +417,7 @@ def run_plan(
     _check_tree_args(fan_in, target_segments)
     _opt_pos_int(max_workers, "max_workers", 4096)
     _check_progress(progress)
+    _bool(verify, "verify")
     if window_rows is not None:
         _int(window_rows, "window_rows", 1, 2**31 - 1)
     result = _run_plan(
@@ -421,6 +431,7 @@ def run_plan(
         window_rows=window_rows,
         on_report=on_report,
         resume=resume,
+        verify=verify,
     )
     return _at_version(given, dataset, result.version)
 
@@ -437,6 +448,7 @@ def _run_plan(
     window_rows: Optional[int] = None,
     on_report: Optional[Callable[[OptimizeReport], None]] = None,
     resume: bool = False,
+    verify: bool = True,
 ) -> RunResult:
     """run_plan on a checked Dataset pinned to the plan's version, returning
     the run's counters (maintain reads them)."""
@@ -489,6 +501,11 @@ def _run_plan(
         unchanged = {s.uuid for s in outputs} & set(plan.sources)
         final = [s for s in outputs if s.uuid not in unchanged]
         replaces = [u for u in plan.sources if u not in unchanged]
+        if final and verify:
+            # Every output is checked before the commit (structure and a
+            # sample of its codes against the data): one that fails is
+            # never committed, and the run's outputs are removed.
+            result.verify_seconds = _verify_outputs(dataset, final)
         if final:
             t_commit = time.perf_counter()
             result.version = commit_existing_index_segments(
@@ -550,6 +567,16 @@ def _run_plan(
     return result
 
 
+def _verify_outputs(dataset: Dataset, outputs: list[IndexSegment]) -> float:
+    """Check merge outputs before their commit (verify.check_outputs);
+    CorruptError names those that fail. Returns the seconds it took."""
+    from .verify import check_outputs, require_clean
+
+    t0 = time.perf_counter()
+    require_clean(check_outputs(dataset, outputs))
+    return time.perf_counter() - t0
+
+
 def run_plan_with_report(dataset: DatasetLike, plan: MergePlan, **kwargs: Any) -> OptimizeReport:
     """:func:`run_plan`, returning its :class:`~lance_segmerge.tree.OptimizeReport`
     (whose ``version`` is the committed version). Takes run_plan's
@@ -598,6 +625,7 @@ def optimize(
     storage_options: Optional[Mapping[str, str]] = None,
     on_report: Optional[Callable[[OptimizeReport], None]] = None,
     resume: bool = False,
+    verify: bool = True,
 ) -> Dataset: ...
 
 
@@ -618,6 +646,7 @@ def optimize(
     storage_options: Optional[Mapping[str, str]] = None,
     on_report: Optional[Callable[[OptimizeReport], None]] = None,
     resume: bool = False,
+    verify: bool = True,
 ) -> "LanceDataset": ...
 
 
@@ -637,6 +666,7 @@ def optimize(
     storage_options: Optional[Mapping[str, str]] = None,
     on_report: Optional[Callable[[OptimizeReport], None]] = None,
     resume: bool = False,
+    verify: bool = True,
 ) -> Any:
     """Merge the segments of a vector index into one, distributed, and
     commit once.
@@ -693,6 +723,9 @@ def optimize(
         finished merges that still verify. When the journal's run was
         planned at an earlier version and plans the same there, that run is
         resumed and its commit rebases over the versions since.
+    verify : bool, default True
+        Check every merge output before the commit (see :func:`run_plan`);
+        an output that fails is never committed (:class:`CorruptError`).
 
     Returns
     -------
@@ -711,6 +744,7 @@ def optimize(
     _opt_pos_int(max_workers, "max_workers", 4096)
     _opt_pos_int(window_rows, "window_rows", 2**31 - 1)
     _check_progress(progress)
+    _bool(verify, "verify")
     ds = as_dataset(dataset, storage_options)
 
     def make_plan(d: Dataset) -> MergePlan:
@@ -735,6 +769,7 @@ def optimize(
         window_rows=window_rows,
         on_report=on_report,
         resume=resume,
+        verify=verify,
     )
     return _at_version(dataset, ds, out.version)
 
