@@ -78,6 +78,9 @@ type codeStats struct {
 	// dot PQ: rows whose codes are exactly the nearest-entry (L2)
 	// encoding, or the inner-product one
 	exactL2, exactIP int
+	// per fragment: rows compared, and rows matching at each depth
+	fragSampled map[uint32]int
+	fragMatch   [maxDepth + 1]map[uint32]int
 }
 
 // checkCodes reads a sample of the segment's rows back from the data,
@@ -139,7 +142,10 @@ func checkCodes(ctx context.Context, o *opened, rd *vecdata.Reader, live *liveSe
 			samples = append(samples, sample{part: p, idx: i, addr: binary.LittleEndian.Uint64(a.Values[8*i:]), vec: -1})
 		}
 	}
-	st := &codeStats{sampled: len(samples), misplaced: map[int]int{}, sampledIn: map[int]int{}}
+	st := &codeStats{sampled: len(samples), misplaced: map[int]int{}, sampledIn: map[int]int{}, fragSampled: map[uint32]int{}}
+	for d := range st.fragMatch {
+		st.fragMatch[d] = map[uint32]int{}
+	}
 	var addrs []uint64
 	for _, s := range samples {
 		if live.contains(s.addr) {
@@ -242,10 +248,13 @@ func checkCodes(ctx context.Context, o *opened, rd *vecdata.Reader, live *liveSe
 				continue
 			}
 			st.compared++
+			frag := uint32(s.addr >> 32)
+			st.fragSampled[frag]++
 			for d := 0; d < depths; d++ {
 				row := cand[d][s.idx*w : (s.idx+1)*w]
 				if cmp.codesMatch(v, p, row, exp.row(0, s.vec), alt) || alt != nil && cmp.codesMatch(v, p, row, alt.row(0, s.vec), alt) {
 					st.match[d]++
+					st.fragMatch[d][frag]++
 				}
 				if alt != nil {
 					if slices.Equal(row, exp.row(0, s.vec)) {
@@ -564,7 +573,11 @@ func report(o *opened, st *codeStats, sr *SegmentReport) {
 			msg = fmt.Sprintf("the metadata says %s=true, but the codes are stored %s (%.1f%% of sampled rows match that way)",
 				layout, layoutWords(layout, found), 100*float64(st.match[found])/float64(n))
 		}
-		sr.add(Check{Name: "layout", Verdict: Failed, Damage: damage, Message: msg, Numbers: map[string]float64{"layout_depth": float64(found)}})
+		ln := map[string]float64{"layout_depth": float64(found), "declared_depth": float64(declared)}
+		for d := 0; d <= maxDepth; d++ {
+			ln[fmt.Sprintf("match_depth_%d", d)] = nums[fmt.Sprintf("match_depth_%d", d)]
+		}
+		sr.add(Check{Name: "layout", Verdict: Failed, Damage: damage, Message: msg, Numbers: ln})
 	}
 	bad := n - st.match[depth] + st.extras
 	nums["extras_mismatch"] = float64(st.extras)
@@ -586,6 +599,7 @@ func report(o *opened, st *codeStats, sr *SegmentReport) {
 	if layout != "" && depth == declared {
 		msg += "; no layout transformation explains them"
 	}
+	msg += "; " + fragmentsOf(st, depth)
 	sr.add(Check{Name: "codes", Verdict: Failed, Damage: DamageCodes, Message: msg, Numbers: nums})
 }
 
@@ -597,4 +611,35 @@ func layoutWords(layout string, depth int) string {
 		return layout
 	}
 	return fmt.Sprintf("%s %d times", layout, depth)
+}
+
+// fragmentsOf names the fragments whose sampled rows disagree most (a
+// segment merged from a damaged input has them in that input's
+// fragments).
+func fragmentsOf(st *codeStats, depth int) string {
+	type fb struct {
+		frag     uint32
+		bad, all int
+	}
+	var list []fb
+	for f, all := range st.fragSampled {
+		if bad := all - st.fragMatch[depth][f]; bad > 0 {
+			list = append(list, fb{f, bad, all})
+		}
+	}
+	sort.Slice(list, func(i, j int) bool {
+		if list[i].bad != list[j].bad {
+			return list[i].bad > list[j].bad
+		}
+		return list[i].frag < list[j].frag
+	})
+	var parts []string
+	for i, x := range list {
+		if i == 5 {
+			parts = append(parts, fmt.Sprintf("and %d more", len(list)-5))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%d (%d of %d sampled)", x.frag, x.bad, x.all))
+	}
+	return "they are in fragments " + strings.Join(parts, ", ")
 }
