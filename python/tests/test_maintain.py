@@ -272,4 +272,4 @@ def test_executor_auto(copy, monkeypatch):
     assert ls.choose_executor(plan) == "local"  # within the margin: stay in process
     monkeypatch.undo()
     v = ls.optimize(copy, "vec_idx", progress=False)  # "auto" is the default
-    assert len(lance.dataset(copy).describe_indices()[0].segments) == 1 and v == lance.dataset(copy).version
+    assert len(lance.dataset(copy).describe_indices()[0].segments) == 1 and v.version == lance.dataset(copy).version
