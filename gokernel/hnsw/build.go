@@ -100,6 +100,7 @@ type builder struct {
 	cand     []item // min-heap of the beam's frontier
 	res      []item // max-heap of the beam's best ef
 	sel, tmp []item
+	pruned   []int32 // heuristic: candidates not selected, in order
 }
 
 func newBuilder(g *Graph, s *Space, opts Options) *builder {
@@ -256,16 +257,20 @@ func (b *builder) nextEpoch() {
 	}
 }
 
-// heuristic selects up to k of cands (sorted nearest first) as Lance does
-// (Algorithm 4 without refilling): a candidate is kept when it is nearer
-// to the query than to every candidate kept before it. The result is
-// appended to out[:0]. As in Lance, k or fewer candidates are all kept.
+// heuristic selects k of cands (sorted nearest first), or all of them
+// when there are no more, as pylance 14.0.2 does (Algorithm 4 with
+// keepPrunedConnections): a candidate is selected when it is nearer to
+// the query than to every candidate selected before it, and the list is
+// then filled up to k with the nearest of the others. The selected come
+// first, then the fill, each nearest first (the order pylance's lists
+// have). The result is appended to out[:0].
 func (b *builder) heuristic(cands []item, k int, out []item) []item {
 	out = out[:0]
 	if len(cands) <= k {
 		return append(out, cands...)
 	}
-	for _, c := range cands {
+	b.pruned = b.pruned[:0]
+	for i, c := range cands {
 		if len(out) >= k {
 			break
 		}
@@ -278,7 +283,15 @@ func (b *builder) heuristic(cands []item, k int, out []item) []item {
 		}
 		if keep {
 			out = append(out, c)
+		} else {
+			b.pruned = append(b.pruned, int32(i))
 		}
+	}
+	for _, i := range b.pruned {
+		if len(out) >= k {
+			break
+		}
+		out = append(out, cands[i])
 	}
 	return out
 }

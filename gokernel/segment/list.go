@@ -61,6 +61,14 @@ type Stats struct {
 	FileVersion    string   `json:"file_version"`
 	IndexFileBytes int64    `json:"index_file_bytes"`
 	AuxFileBytes   int64    `json:"auxiliary_file_bytes"`
+	// IVF_HNSW_*: the graphs' build parameters (max_level is the level
+	// cap), the most levels a partition's graph has, and each
+	// partition's graph rows in index.idx (one per node and level).
+	HNSWM              int      `json:"hnsw_m,omitempty"`
+	HNSWEfConstruction int      `json:"hnsw_ef_construction,omitempty"`
+	HNSWMaxLevel       int      `json:"hnsw_max_level,omitempty"`
+	HNSWLevels         int      `json:"hnsw_levels,omitempty"`
+	PartitionGraphRows []uint32 `json:"partition_graph_rows,omitempty"`
 }
 
 // Describe builds the Info of one index entry without reading its files.
@@ -117,6 +125,11 @@ func ReadStats(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*St
 	}
 	if s.PartitionRows == nil {
 		s.PartitionRows = []uint32{}
+	}
+	if f.Type.HNSW() {
+		if err := hnswStats(f, s); err != nil {
+			return nil, fmt.Errorf("segment %s: %w", table.IndexUUID(im), err)
+		}
 	}
 	if q := f.Quant; q != nil {
 		switch f.Type.Quantizer() {

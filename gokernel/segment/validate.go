@@ -52,6 +52,8 @@ type model struct {
 	// they differ and re-quantizing was asked for.
 	sqLo, sqHi float64
 	requantize bool
+	// hnsw is what IVF_HNSW_* inputs share (nil for other types).
+	hnsw *hnswModel
 }
 
 func closeSources(srcs []*source) {
@@ -203,9 +205,6 @@ func sharedModel(srcs []*source, requantizeSQ bool) (*model, error) {
 		quant: f0.Quant, codebook: srcs[0].codebook, rotation: srcs[0].rotation,
 		fields: f0.Aux.Fields(), version: f0.Aux.Version(),
 	}
-	if m.typ.HNSW() {
-		return nil, fmt.Errorf("%w: segment %s is %s: merging HNSW segments needs a graph rebuild, which lance-segmerge does not do yet", errkind.Unsupported, srcs[0].uuid, m.typ)
-	}
 	switch m.typ.Quantizer() {
 	case "pq":
 		m.codeColumn = "__pq_code"
@@ -301,6 +300,12 @@ func sharedModel(srcs []*source, requantizeSQ bool) (*model, error) {
 					return nil, fail("RQ rotation matrix", "the same", err)
 				}
 			}
+		}
+	}
+	if m.typ.HNSW() {
+		var err error
+		if m.hnsw, err = sharedHNSW(srcs, m); err != nil {
+			return nil, err
 		}
 	}
 	return m, nil

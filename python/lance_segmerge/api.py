@@ -153,6 +153,7 @@ class Dataset:
         window_rows: Optional[int] = None,
         parallelism: Optional[int] = None,
         requantize_sq: bool = False,
+        hnsw_graph: str = "reuse",
     ) -> IndexSegment:
         """Merge segments into one new, uncommitted segment.
 
@@ -166,6 +167,7 @@ class Dataset:
             window_rows=window_rows,
             parallelism=parallelism,
             requantize_sq=requantize_sq,
+            hnsw_graph=hnsw_graph,
         )
 
     def commit_existing_index_segments(
@@ -298,6 +300,7 @@ def merge_existing_index_segments(
     window_rows: Optional[int] = None,
     parallelism: Optional[int] = None,
     requantize_sq: bool = False,
+    hnsw_graph: str = "reuse",
 ) -> IndexSegment:
     """Merge segments of one vector index into one new, uncommitted segment.
 
@@ -330,13 +333,24 @@ def merge_existing_index_segments(
         Rows (over all inputs) per window; default 131072. Two windows are
         in memory at once: one being read while the other is written.
     parallelism : int, optional
-        Input segments read concurrently; default 4.
+        Input segments read concurrently, and IVF_HNSW_* partition graphs
+        built concurrently; default 4.
     requantize_sq : bool, default False
-        IVF_SQ only: accept inputs whose SQ bounds differ (every
+        IVF_SQ and IVF_HNSW_SQ: accept inputs whose SQ bounds differ (every
         ``create_index_uncommitted`` segment trains its own) by re-quantizing
         their codes to the union of the bounds. Without it such inputs are
         refused; pylance instead decodes them all with the first input's
         bounds, which silently distorts distances.
+    hnsw_graph : {"reuse", "rebuild"}, default "reuse"
+        IVF_HNSW_* only: how each merged partition gets its graph.
+        ``"reuse"`` starts from the graph of the input with the most rows in
+        the partition (its nodes renumbered, rows that were dropped removed
+        and their neighbours' lists repaired) and inserts only the other
+        inputs' rows; ``"rebuild"`` builds every graph from nothing, as
+        pylance's ``optimize_indices`` does. Both use the inputs' HNSW
+        parameters (``m``, ``ef_construction``, ``max_level``), which must
+        agree, and the distances pylance's search computes on the merged
+        storage.
 
     Returns
     -------
@@ -350,7 +364,7 @@ def merge_existing_index_segments(
         models (centroids, PQ codebook, SQ bounds, RQ rotation), overlapping
         fragments, duplicates. The message names the segment at fault.
     UnsupportedError
-        IVF_HNSW_* segments, stable row ids, shallow-clone segments.
+        Stable row ids, shallow-clone segments.
     NotFoundError, CorruptError
         An input's files are missing or damaged.
     CancelledError
@@ -358,7 +372,9 @@ def merge_existing_index_segments(
     """
     ds = dataset if isinstance(dataset, Dataset) else Dataset(str(dataset))
     segs = _to_segments(segments_or_task, ds)
-    opts: dict[str, Any] = {"requantize_sq": bool(requantize_sq)}
+    if hnsw_graph not in ("reuse", "rebuild"):
+        raise InvalidInputError(f"hnsw_graph must be 'reuse' or 'rebuild', got {hnsw_graph!r}")
+    opts: dict[str, Any] = {"requantize_sq": bool(requantize_sq), "hnsw_graph": hnsw_graph}
     if index_uuid is not None:
         opts["index_uuid"] = str(index_uuid)
     for key, val in (("window_rows", window_rows), ("parallelism", parallelism)):

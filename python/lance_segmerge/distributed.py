@@ -143,6 +143,7 @@ def run_plan(
     target_segments: int = 1,
     progress: ProgressArg = None,
     window_rows: Optional[int] = None,
+    hnsw_graph: str = "reuse",
 ) -> int:
     """Execute a plan as a tree and commit once.
 
@@ -177,7 +178,9 @@ def run_plan(
         raise InvalidInputError(f"fan_in must be an integer >= 2, got {fan_in!r}")
     if not isinstance(target_segments, int) or target_segments < 1:
         raise InvalidInputError(f"target_segments must be a positive integer, got {target_segments!r}")
-    options: dict[str, Any] = {"requantize_sq": plan.requantize_sq}
+    if hnsw_graph not in ("reuse", "rebuild"):
+        raise InvalidInputError(f"hnsw_graph must be 'reuse' or 'rebuild', got {hnsw_graph!r}")
+    options: dict[str, Any] = {"requantize_sq": plan.requantize_sq, "hnsw_graph": hnsw_graph}
     if window_rows is not None:
         options["window_rows"] = window_rows
     pool = resolve_executor(executor, max_workers)
@@ -249,6 +252,7 @@ def optimize(
     progress: ProgressArg = True,
     window_rows: Optional[int] = None,
     storage_options: Optional[Mapping[str, str]] = None,
+    hnsw_graph: str = "reuse",
 ) -> int:
     """Merge the segments of a vector index into one, distributed, and
     commit once.
@@ -291,6 +295,10 @@ def optimize(
         Options for the store when ``dataset`` is a URI (the keys pylance
         accepts, e.g. ``aws_endpoint``, ``aws_region``); a :class:`Dataset`
         carries its own.
+    hnsw_graph : {"reuse", "rebuild"}, default "reuse"
+        IVF_HNSW_* only: whether each merge starts every partition's graph
+        from its largest input's graph, or builds it from nothing (see
+        :func:`merge_existing_index_segments`).
 
     Returns
     -------
@@ -320,4 +328,5 @@ def optimize(
         target_segments=target_segments,
         progress=progress,
         window_rows=window_rows,
+        hnsw_graph=hnsw_graph,
     )

@@ -51,6 +51,9 @@ def world(tmp_path_factory):
         "rq3": mk(3, "IVF_RQ", rabitq_model=native_indices.build_rq_model(lancegen.DIM), **common),
         "hnsw4": mk(4, "IVF_HNSW_SQ", **common),
         "hnsw5": mk(5, "IVF_HNSW_SQ", **common),
+        "hflat4": mk(4, "IVF_HNSW_FLAT", **common),
+        "hflat5_m12": mk(5, "IVF_HNSW_FLAT", m=12, **common),
+        "flat5": mk(5, "IVF_FLAT", **common),
     }
     ods = ls.open(uri)
     s["m01"] = ods.merge_existing_index_segments([s["pq0"], s["pq1"]])
@@ -71,7 +74,9 @@ def world(tmp_path_factory):
         (["pq0", "sq2"], ls.InvalidInputError, "index type"),
         (["sq2", "sq3"], ls.InvalidInputError, "SQ bounds.*requantize_sq"),
         (["rq2", "rq3"], ls.InvalidInputError, "RQ rotation"),
-        (["hnsw4", "hnsw5"], ls.UnsupportedError, "HNSW"),
+        (["hnsw4", "hnsw5"], ls.InvalidInputError, "SQ bounds.*requantize_sq"),
+        (["hflat4", "hflat5_m12"], ls.InvalidInputError, "HNSW parameters .*m=12.* m=20"),
+        (["hflat4", "flat5"], ls.InvalidInputError, "index type IVF_FLAT, not IVF_HNSW_FLAT"),
     ],
 )
 def test_refused(world, pick, exc, match):
@@ -92,6 +97,8 @@ def test_requantize_sq_accepts_different_bounds(world):
     uri, s = world
     out = ls.merge_existing_index_segments(uri, [s["sq2"], s["sq3"]], requantize_sq=True)
     assert out.fragment_ids == (2, 3) and out.num_rows == 1000
+    out = ls.merge_existing_index_segments(uri, [s["hnsw4"], s["hnsw5"]], requantize_sq=True)
+    assert out.fragment_ids == (4, 5) and out.num_rows == 1000 and out.index_type == "IVF_HNSW_SQ"
 
 
 def test_missing_and_damaged_inputs(world, tmp_path):
