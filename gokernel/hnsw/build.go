@@ -17,6 +17,8 @@ type Options struct {
 	// number of nodes inserted since its last call, every progressEvery
 	// insertions and once at the end.
 	OnInserted func(n int)
+
+	fullHeuristic bool // tests: check every candidate (see builder.heuristic)
 }
 
 // progressEvery is how many insertions go between progress reports and
@@ -77,9 +79,39 @@ func Build(ctx context.Context, s *Space, p Params, opts Options) (*Graph, Stats
 type item struct {
 	id uint32
 	d  float32
+	st status // in the heuristic: what an earlier selection found
 }
 
-func byDist(a, b item) int { return cmp.Compare(a.d, b.d) }
+// status is what the last heuristic selection over a list found about an
+// entry: selected (nearer to the node than to every nearer selected
+// entry), rejected (some nearer selected entry is nearer to it), or
+// nothing (added since, or never checked).
+type status uint8
+
+const (
+	stNew status = iota
+	stSelected
+	stRejected
+)
+
+// sortByDist sorts items nearest first, stably (the heuristic's reuse of
+// earlier selections relies on equal distances keeping their order).
+// Lists are short (a beam of ef_construction, or a neighbour list and one
+// more): insertion sort up to 48 items, the standard stable sort above.
+func sortByDist(a []item) {
+	if len(a) > 48 {
+		slices.SortStableFunc(a, func(x, y item) int { return cmp.Compare(x.d, y.d) })
+		return
+	}
+	for i := 1; i < len(a); i++ {
+		x := a[i]
+		j := i
+		for ; j > 0 && a[j-1].d > x.d; j-- {
+			a[j] = a[j-1]
+		}
+		a[j] = x
+	}
+}
 
 // builder holds one graph under construction and the scratch its searches
 // reuse. Not safe for concurrent use: partitions build in parallel, each
@@ -101,6 +133,9 @@ type builder struct {
 	res      []item // max-heap of the beam's best ef
 	sel, tmp []item
 	pruned   []int32 // heuristic: candidates not selected, in order
+	// fullHeuristic checks every candidate, as if no list had been
+	// classified before (tests compare the two).
+	fullHeuristic bool
 }
 
 func newBuilder(g *Graph, s *Space, opts Options) *builder {
@@ -109,8 +144,9 @@ func newBuilder(g *Graph, s *Space, opts Options) *builder {
 		g: g, s: s, m: p.M, m0: 2 * p.M, ef: max(p.EfConstruction, 1),
 		ml:      1 / math.Log(float64(p.M)),
 		rng:     rand.New(rand.NewPCG(opts.Seed, 0x9e3779b97f4a7c15)),
-		opts:    opts,
-		visited: make([]uint32, g.N),
+		opts:          opts,
+		visited:       make([]uint32, g.N),
+		fullHeuristic: opts.fullHeuristic,
 	}
 }
 
@@ -170,7 +206,7 @@ func (b *builder) insert(u, level int) {
 		return
 	}
 	b.q.reset(b.s, u)
-	ep := item{uint32(g.Entry), 0}
+	ep := item{id: uint32(g.Entry), d: 0}
 	ep.d = b.qdist(ep.id)
 	top := g.TopLevel()
 	for l := top; l > level; l-- {
@@ -179,12 +215,14 @@ func (b *builder) insert(u, level int) {
 	for l := min(level, top); l >= 0; l-- {
 		w := b.searchLayer(ep, l, u)
 		nearest := w[0]
-		b.sel = b.heuristic(w, b.m, b.sel)
+		var nsel, nrej int
+		b.sel, nsel, nrej = b.heuristic(w, b.m, b.sel)
 		ids, dist := make([]uint32, len(b.sel)), make([]float32, len(b.sel))
 		for i, e := range b.sel {
 			ids[i], dist[i] = e.id, e.d
 		}
 		g.setNeighbors(u, l, ids, dist)
+		g.setClasses(u, l, nsel, nrej)
 		for i, v := range ids {
 			b.link(v, uint32(u), dist[i], l)
 		}
@@ -203,7 +241,7 @@ func (b *builder) greedy(ep item, l int) item {
 		ids, _ := b.g.Neighbors(int(ep.id), l)
 		for _, v := range ids {
 			if d := b.qdist(v); d < ep.d {
-				ep, improved = item{v, d}, true
+				ep, improved = item{id: v, d: d}, true
 			}
 		}
 		if !improved {
@@ -237,15 +275,15 @@ func (b *builder) searchLayer(ep item, l int, self int) []item {
 			b.visited[v] = b.epoch
 			d := b.qdist(v)
 			if len(b.res) < b.ef || d < b.res[0].d {
-				pushMin(&b.cand, item{v, d})
-				pushMax(&b.res, item{v, d})
+				pushMin(&b.cand, item{id: v, d: d})
+				pushMax(&b.res, item{id: v, d: d})
 				if len(b.res) > b.ef {
 					popMax(&b.res)
 				}
 			}
 		}
 	}
-	slices.SortFunc(b.res, byDist)
+	slices.SortFunc(b.res, func(x, y item) int { return cmp.Compare(x.d, y.d) }) // all new: order of ties is free
 	return b.res
 }
 
@@ -263,37 +301,66 @@ func (b *builder) nextEpoch() {
 // the query than to every candidate selected before it, and the list is
 // then filled up to k with the nearest of the others. The selected come
 // first, then the fill, each nearest first (the order pylance's lists
-// have). The result is appended to out[:0].
-func (b *builder) heuristic(cands []item, k int, out []item) []item {
+// have). The result is appended to out[:0], with the number of selected
+// and of filled entries (both 0 when every candidate is kept unchecked).
+//
+// Candidates that an earlier selection over the same list classified
+// (status) are not checked again where the answer cannot have changed,
+// which makes pruning a full list for one more neighbour cheap. The
+// result is the one a selection from scratch gives:
+//   - an entry selected before was nearer than every entry selected
+//     before it then; it stays selected unless one of the entries newly
+//     selected before it now is nearer to it (only those are checked);
+//   - an entry rejected before had a nearer selected entry nearer to it;
+//     while no entry selected before has been dropped ahead of it, that
+//     witness is still selected and it stays rejected unchecked.
+func (b *builder) heuristic(cands []item, k int, out []item) ([]item, int, int) {
 	out = out[:0]
 	if len(cands) <= k {
-		return append(out, cands...)
+		return append(out, cands...), 0, 0
 	}
 	b.pruned = b.pruned[:0]
+	dropped := false // an entry selected before was not selected again
 	for i, c := range cands {
 		if len(out) >= k {
 			break
 		}
 		keep := true
-		for _, r := range out {
-			if b.between(c.id, r.id) <= c.d {
-				keep = false
-				break
+		switch {
+		case c.st == stSelected && !b.fullHeuristic:
+			for _, r := range out {
+				if r.st != stSelected && b.between(c.id, r.id) <= c.d {
+					keep = false
+					break
+				}
+			}
+		case c.st == stRejected && !dropped && !b.fullHeuristic:
+			keep = false
+		default:
+			for _, r := range out {
+				if b.between(c.id, r.id) <= c.d {
+					keep = false
+					break
+				}
 			}
 		}
 		if keep {
 			out = append(out, c)
 		} else {
+			if c.st == stSelected {
+				dropped = true
+			}
 			b.pruned = append(b.pruned, int32(i))
 		}
 	}
+	nsel := len(out)
 	for _, i := range b.pruned {
 		if len(out) >= k {
 			break
 		}
 		out = append(out, cands[i])
 	}
-	return out
+	return out, nsel, len(out) - nsel
 }
 
 // link adds u (at distance d) to v's list on level l, pruning the list by
@@ -316,19 +383,28 @@ func (b *builder) link(v, u uint32, d float32, l int) {
 		}
 		return
 	}
+	nsel, nrej := g.classes(int(v), l)
 	b.tmp = b.tmp[:0]
 	for i, w := range ids {
-		b.tmp = append(b.tmp, item{w, dist[i]})
+		st := stNew
+		switch {
+		case i < nsel:
+			st = stSelected
+		case i < nsel+nrej:
+			st = stRejected
+		}
+		b.tmp = append(b.tmp, item{w, dist[i], st})
 	}
-	b.tmp = append(b.tmp, item{u, d})
+	b.tmp = append(b.tmp, item{u, d, stNew})
 	b.prune(int(v), l, limit)
 }
 
 // prune replaces v's list on level l by the heuristic's choice of up to
 // limit of the candidates in b.tmp (sorted here).
 func (b *builder) prune(v, l, limit int) {
-	slices.SortFunc(b.tmp, byDist)
-	b.sel = b.heuristic(b.tmp, limit, b.sel)
+	sortByDist(b.tmp)
+	var nsel, nrej int
+	b.sel, nsel, nrej = b.heuristic(b.tmp, limit, b.sel)
 	ids, dist := b.g.Neighbors(v, l)
 	ids, dist = ids[:0], dist[:0]
 	for _, e := range b.sel {
@@ -339,6 +415,7 @@ func (b *builder) prune(v, l, limit int) {
 	} else {
 		b.g.upper[v][l-1] = adjacency{ids: ids, dist: dist}
 	}
+	b.g.setClasses(v, l, nsel, nrej)
 }
 
 // connectStranded gives every node a level-0 path from the entry point,

@@ -52,12 +52,18 @@ type Graph struct {
 	ids0   []uint32
 	dist0  []float32
 	cnt0   []uint16
+	// class0 packs, per node, the heuristic classes of its level-0 list:
+	// the number of selected entries (low 16 bits), first in the list,
+	// and of rejected ones after them (high 16 bits); entries after those
+	// were added since (see builder.heuristic).
+	class0 []uint32
 	upper  [][]adjacency
 }
 
 type adjacency struct {
-	ids  []uint32
-	dist []float32
+	ids        []uint32
+	dist       []float32
+	nsel, nrej uint16
 }
 
 // newGraph allocates a graph of n nodes, all on level 0 without neighbours,
@@ -69,6 +75,7 @@ func newGraph(p Params, n, stride int) *Graph {
 		ids0:   make([]uint32, n*stride),
 		dist0:  make([]float32, n*stride),
 		cnt0:   make([]uint16, n),
+		class0: make([]uint32, n),
 		upper:  make([][]adjacency, n),
 	}
 }
@@ -97,18 +104,40 @@ func (g *Graph) Neighbors(u, l int) ([]uint32, []float32) {
 }
 
 // setNeighbors replaces u's list on level l (level-0 lists longer than
-// the stride are refused by the caller).
+// the stride are refused by the caller), its entries unclassified.
 func (g *Graph) setNeighbors(u, l int, ids []uint32, dist []float32) {
 	if l == 0 {
 		o := u * g.stride
 		copy(g.ids0[o:], ids)
 		copy(g.dist0[o:], dist)
 		g.cnt0[u] = uint16(len(ids))
+		g.class0[u] = 0
 		return
 	}
 	a := &g.upper[u][l-1]
 	a.ids = append(a.ids[:0], ids...)
 	a.dist = append(a.dist[:0], dist...)
+	a.nsel, a.nrej = 0, 0
+}
+
+// classes returns how many entries of u's list on level l lead it as
+// selected, then as rejected, by the last heuristic over it.
+func (g *Graph) classes(u, l int) (nsel, nrej int) {
+	if l == 0 {
+		c := g.class0[u]
+		return int(c & 0xffff), int(c >> 16)
+	}
+	a := &g.upper[u][l-1]
+	return int(a.nsel), int(a.nrej)
+}
+
+func (g *Graph) setClasses(u, l, nsel, nrej int) {
+	if l == 0 {
+		g.class0[u] = uint32(nsel) | uint32(nrej)<<16
+		return
+	}
+	a := &g.upper[u][l-1]
+	a.nsel, a.nrej = uint16(nsel), uint16(nrej)
 }
 
 // setLevel puts u on levels 0 … l (u must be on level 0 only).

@@ -274,6 +274,31 @@ func TestBuildDeterministic(t *testing.T) {
 	}
 }
 
+// TestHeuristicReusesClasses: pruning with the classes of earlier
+// selections gives the graph a selection from scratch gives, with fewer
+// distances.
+func TestHeuristicReusesClasses(t *testing.T) {
+	v := clustered(2500, 16, 21)
+	for _, sc := range spaceCases[:4] {
+		s, _ := sc.space(v, v, 16)
+		p := testParams(12, 60)
+		fast, fs, err := Build(context.Background(), s, p, Options{Seed: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		full, ss, _ := Build(context.Background(), s, p, Options{Seed: 4, fullHeuristic: true})
+		ca, ma := fast.Encode()
+		cb, mb := full.Encode()
+		if !reflect.DeepEqual(ca, cb) || !reflect.DeepEqual(ma, mb) {
+			t.Fatalf("%s: the incremental heuristic built another graph", sc.name)
+		}
+		t.Logf("%s: %d distances, %d from scratch", sc.name, fs.Distances, ss.Distances)
+		if fs.Distances >= ss.Distances {
+			t.Fatalf("%s: %d distances, %d from scratch", sc.name, fs.Distances, ss.Distances)
+		}
+	}
+}
+
 func TestBuildSmallAndDuplicates(t *testing.T) {
 	for _, n := range []int{0, 1, 2, 3, 50} {
 		v := make([]float32, n*4) // all identical: the heuristic prunes every duplicate

@@ -3,7 +3,6 @@ package hnsw
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 )
@@ -132,7 +131,7 @@ func (b *builder) repair(old *Graph, newID []int32, u, l int, ids []uint32, dist
 	b.tmp = b.tmp[:0]
 	for k, v := range ids {
 		b.visited[v] = b.epoch
-		b.tmp = append(b.tmp, item{v, dist[k]})
+		b.tmp = append(b.tmp, item{v, dist[k], stNew})
 	}
 	oids, _ := old.Neighbors(u, l)
 	for _, v := range oids {
@@ -146,15 +145,15 @@ func (b *builder) repair(old *Graph, newID []int32, u, l int, ids []uint32, dist
 				continue
 			}
 			b.visited[nw] = b.epoch
-			b.tmp = append(b.tmp, item{uint32(nw), b.between(nu, uint32(nw))})
+			b.tmp = append(b.tmp, item{uint32(nw), b.between(nu, uint32(nw)), stNew})
 		}
 	}
 	limit := b.m
 	if l == 0 {
 		limit = b.m0
 	}
-	slices.SortFunc(b.tmp, byDist)
-	b.sel = b.heuristic(b.tmp, limit, b.sel)
+	sortByDist(b.tmp)
+	b.sel, _, _ = b.heuristic(b.tmp, limit, b.sel)
 	ids, dist = ids[:0], dist[:0]
 	for _, e := range b.sel {
 		ids, dist = append(ids, e.id), append(dist, e.d)

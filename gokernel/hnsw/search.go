@@ -14,7 +14,7 @@ func Search(g *Graph, s *Space, q, k, ef int) []int {
 	b := newBuilder(g, s, Options{})
 	b.ef = max(ef, k)
 	b.q.reset(s, q)
-	ep := item{uint32(g.Entry), 0}
+	ep := item{id: uint32(g.Entry), d: 0}
 	ep.d = b.qdist(ep.id)
 	for l := g.TopLevel(); l >= 1; l-- {
 		ep = b.greedy(ep, l)

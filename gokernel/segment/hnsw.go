@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"runtime"
 	"sort"
 	"strconv"
 
@@ -257,7 +258,8 @@ func (h *hnswMerge) add(ctx context.Context, p int, parts [][]*lancefile.Array, 
 	if h.g == nil {
 		ctx, h.cancel = context.WithCancel(ctx)
 		h.g, h.gctx = errgroup.WithContext(ctx)
-		h.g.SetLimit(mg.opts.Parallelism)
+		// CPU-bound: more builds than processors only hold more memory.
+		h.g.SetLimit(max(1, min(mg.opts.Parallelism, runtime.GOMAXPROCS(0))))
 	}
 	h.jobs = append(h.jobs, job)
 	goSafe(h.g, func() error { return h.build(h.gctx, job) })
