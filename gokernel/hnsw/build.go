@@ -142,8 +142,8 @@ func newBuilder(g *Graph, s *Space, opts Options) *builder {
 	p := g.Params
 	return &builder{
 		g: g, s: s, m: p.M, m0: 2 * p.M, ef: max(p.EfConstruction, 1),
-		ml:      1 / math.Log(float64(p.M)),
-		rng:     rand.New(rand.NewPCG(opts.Seed, 0x9e3779b97f4a7c15)),
+		ml:            1 / math.Log(float64(p.M)),
+		rng:           rand.New(rand.NewPCG(opts.Seed, 0x9e3779b97f4a7c15)),
 		opts:          opts,
 		visited:       make([]uint32, g.N),
 		fullHeuristic: opts.fullHeuristic,
