@@ -53,3 +53,27 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseList feeds the "lance:hnsw" parser arbitrary text: errors only,
+// and what it accepts encodes to a list it accepts again.
+func FuzzParseList(f *testing.F) {
+	meta, _ := smallGraph(f, 60)
+	list, _ := MarshalList([]*Metadata{nil, meta})
+	f.Add(string(list))
+	f.Add(`["", "{\"entry_point\":0,\"params\":{\"max_level\":2,\"m\":4,\"ef_construction\":8},\"level_offsets\":[0,2,2]}"]`)
+	f.Add(`[]`)
+	f.Fuzz(func(t *testing.T, s string) {
+		ms, err := ParseList(s)
+		if err != nil {
+			return
+		}
+		b, err := MarshalList(ms)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := ParseList(string(b))
+		if err != nil || len(again) != len(ms) {
+			t.Fatalf("%s re-encoded as %s: %v", s, b, err)
+		}
+	})
+}

@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"sort"
 	"strconv"
+	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sync/errgroup"
 
@@ -175,6 +177,7 @@ type graphJob struct {
 	pieces []hnswPiece
 	cols   []*lancefile.Array
 	meta   *hnsw.Metadata
+	done   atomic.Bool // cols and meta are set
 }
 
 // hnswMerge writes index.idx while the storage merges: the graphs of a
@@ -193,6 +196,19 @@ type hnswMerge struct {
 	g      *errgroup.Group
 	gctx   context.Context
 	cancel context.CancelFunc
+	// wins are the merge's windows; graphs[i] caches input i's graph rows
+	// of one window (lists are decoded a page at a time: reading them
+	// partition by partition would decode each page again and again).
+	wins   []window
+	graphs []graphRows
+}
+
+// graphRows holds an input's index.idx rows [start, end) of one window.
+type graphRows struct {
+	mu         sync.Mutex
+	start, end uint64
+	withDist   bool
+	cols       [3]*lancefile.Array
 }
 
 func newHNSWMerge(ctx context.Context, mg *merger) (*hnswMerge, error) {
@@ -204,7 +220,8 @@ func newHNSWMerge(ctx context.Context, mg *merger) (*hnswMerge, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &hnswMerge{mg: mg, hm: mg.m.hnsw, sw: sw, lengths: make([]uint32, mg.m.nparts), metas: make([]*hnsw.Metadata, mg.m.nparts)}
+	h := &hnswMerge{mg: mg, hm: mg.m.hnsw, sw: sw, lengths: make([]uint32, mg.m.nparts), metas: make([]*hnsw.Metadata, mg.m.nparts),
+		wins: mg.windows(), graphs: make([]graphRows, len(mg.srcs))}
 	h.counted = &countingWriter{w: sw}
 	if h.w, err = lancefile.NewWriter(h.counted, hnsw.Fields(), lancefile.WriterOptions{Version: mg.m.version}); err != nil {
 		sw.Abort()
@@ -228,7 +245,7 @@ func (h *hnswMerge) abort() {
 // array per input; laid: the piece's codes are in its input's query
 // layout) and starts building its graph. The vectors are copied: parts
 // alias read buffers and the merger's scratch.
-func (h *hnswMerge) add(ctx context.Context, p int, parts [][]*lancefile.Array, laid []bool, pieces []hnswPiece) {
+func (h *hnswMerge) add(ctx context.Context, p int, parts [][]*lancefile.Array, laid []bool, pieces []hnswPiece) error {
 	mg := h.mg
 	col := -1
 	for i, f := range mg.m.fields {
@@ -261,8 +278,35 @@ func (h *hnswMerge) add(ctx context.Context, p int, parts [][]*lancefile.Array, 
 		// CPU-bound: more builds than processors only hold more memory.
 		h.g.SetLimit(max(1, min(mg.opts.Parallelism, runtime.GOMAXPROCS(0))))
 	}
+	if err := h.drain(); err != nil {
+		return err
+	}
 	h.jobs = append(h.jobs, job)
 	goSafe(h.g, func() error { return h.build(h.gctx, job) })
+	return nil
+}
+
+// drain writes the graphs built so far that come first in partition
+// order, so that they do not wait for the end of the window in memory.
+func (h *hnswMerge) drain() error {
+	k := 0
+	for ; k < len(h.jobs) && h.jobs[k].done.Load(); k++ {
+		if err := h.write(h.jobs[k]); err != nil {
+			return err
+		}
+	}
+	h.jobs = append(h.jobs[:0], h.jobs[k:]...)
+	return nil
+}
+
+func (h *hnswMerge) write(job *graphJob) error {
+	if err := h.w.Write(job.cols); err != nil {
+		return err
+	}
+	h.lengths[job.p] = uint32(job.meta.Rows())
+	h.metas[job.p] = job.meta
+	job.cols = nil
+	return nil
 }
 
 // flush waits for the window's graphs and writes them in partition order.
@@ -277,11 +321,9 @@ func (h *hnswMerge) flush() error {
 		return err
 	}
 	for _, job := range h.jobs {
-		if err := h.w.Write(job.cols); err != nil {
+		if err := h.write(job); err != nil {
 			return err
 		}
-		h.lengths[job.p] = uint32(job.meta.Rows())
-		h.metas[job.p] = job.meta
 	}
 	h.jobs = h.jobs[:0]
 	return nil
@@ -313,6 +355,7 @@ func (h *hnswMerge) build(ctx context.Context, job *graphJob) error {
 	prog.GraphDistances.Add(st.Distances)
 	job.cols, job.meta = g.Encode()
 	job.vecs = nil
+	job.done.Store(true)
 	return nil
 }
 
@@ -379,29 +422,59 @@ func (h *hnswMerge) distancesValid(i int) bool {
 	return closeEnough(b.Start, m.sqLo) && closeEnough(b.End, m.sqHi)
 }
 
-// readGraph reads and decodes input i's graph of partition p.
+// readGraph reads and decodes input i's graph of partition p. The rows of
+// input i's graphs of the whole window holding p are read once and kept
+// until a partition of another window needs them.
 func (h *hnswMerge) readGraph(ctx context.Context, i, p int, meta *hnsw.Metadata) (*hnsw.Graph, error) {
 	s := h.mg.srcs[i]
 	f := s.files
 	start := f.IndexIVF.Offsets[p]
 	end := start + uint64(f.IndexIVF.Lengths[p])
-	var cols [3]*lancefile.Array
-	names := []string{hnsw.ColVectorID, hnsw.ColNeighbors, hnsw.ColDistance}
-	if !h.distancesValid(i) {
-		names = names[:2]
-	}
-	for c, name := range names {
-		a, err := f.Index.Read(ctx, name, start, end)
-		if err != nil {
-			return nil, fmt.Errorf("segment %s: graph of partition %d: %w", s.uuid, p, err)
+	withDist := h.distancesValid(i)
+	gr := &h.graphs[i]
+	gr.mu.Lock()
+	if gr.cols[0] == nil || start < gr.start || end > gr.end || withDist != gr.withDist {
+		lo, hi := start, end
+		if w := h.windowOf(p); w != nil {
+			lo = f.IndexIVF.Offsets[w.first]
+			hi = f.IndexIVF.Offsets[w.last-1] + uint64(f.IndexIVF.Lengths[w.last-1])
 		}
-		cols[c] = a
+		names := []string{hnsw.ColVectorID, hnsw.ColNeighbors, hnsw.ColDistance}
+		if !withDist {
+			names = names[:2]
+		}
+		var cols [3]*lancefile.Array
+		for c, name := range names {
+			a, err := f.Index.Read(ctx, name, lo, hi)
+			if err != nil {
+				gr.mu.Unlock()
+				return nil, fmt.Errorf("segment %s: graph of partition %d: %w", s.uuid, p, err)
+			}
+			cols[c] = a
+		}
+		gr.start, gr.end, gr.withDist, gr.cols = lo, hi, withDist, cols
 	}
+	var cols [3]*lancefile.Array
+	for c, a := range gr.cols {
+		if a != nil {
+			cols[c] = a.Slice(int(start-gr.start), int(end-gr.start))
+		}
+	}
+	gr.mu.Unlock()
 	g, err := hnsw.Decode(meta, cols[0], cols[1], cols[2], int(f.IVF.Lengths[p]))
 	if err != nil {
 		return nil, fmt.Errorf("segment %s: graph of partition %d: %w", s.uuid, p, err)
 	}
 	return g, nil
+}
+
+// windowOf returns the merge window holding partition p.
+func (h *hnswMerge) windowOf(p int) *window {
+	k := sort.Search(len(h.wins), func(k int) bool { return h.wins[k].last > p })
+	if k < len(h.wins) && h.wins[k].first <= p {
+		return &h.wins[k]
+	}
+	return nil
 }
 
 // space makes the distance space of a partition's merged vectors.

@@ -52,7 +52,7 @@ func InspectHNSW(ctx context.Context, st storage.Store, dir string) ([]GraphInfo
 		return nil, err
 	}
 	mg := &merger{srcs: []*source{s}, m: m, opts: MergeOptions{}.withDefaults()}
-	h := &hnswMerge{mg: mg, hm: m.hnsw}
+	h := &hnswMerge{mg: mg, hm: m.hnsw, graphs: make([]graphRows, 1)}
 	var out []GraphInfo
 	for p := 0; p < m.nparts; p++ {
 		gm := m.hnsw.metas[0][p]

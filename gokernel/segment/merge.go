@@ -499,7 +499,9 @@ func (mg *merger) mergeWindow(ctx context.Context, w *lancefile.Writer, win wind
 			n += a.Len
 		}
 		if mg.hn != nil {
-			mg.hn.add(ctx, p, parts, layouts, pieces)
+			if err := mg.hn.add(ctx, p, parts, layouts, pieces); err != nil {
+				return err
+			}
 		}
 		if codeCol >= 0 {
 			parts[codeCol] = []*lancefile.Array{mg.mergeCodes(parts[codeCol], layouts)}

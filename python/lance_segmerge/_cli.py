@@ -118,6 +118,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         target_segments=args.target_segments,
         max_segments_to_merge=args.max_segments,
         progress=not args.no_progress,
+        hnsw_graph=args.hnsw_graph,
     )
     after = len(_open(args).list_index_segments(args.index, with_stats=False))
     print(f"{args.index}: {before} segments -> {after}, version {ds.version} -> {version}")
@@ -179,6 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
     op.add_argument("--target-segments", type=int, default=1, help="stop at this many segments (default 1)")
     op.add_argument("--max-segments", type=int, help="merge only the newest N segments")
     op.add_argument("--no-progress", action="store_true")
+    op.add_argument("--hnsw-graph", default="reuse", choices=["reuse", "rebuild"],
+                    help="IVF_HNSW_*: start each partition's graph from its largest input's (default) or rebuild it")
     op.set_defaults(fn=cmd_optimize)
 
     cl = sub.add_parser("cleanup", parents=[store], help="find (and with --delete remove) segment directories no version references")
