@@ -22,6 +22,7 @@ report (markdown and JSON) goes to bench/results/hnsw-<preset>-<date>.
 
     python bench/bench_hnsw.py --preset smoke     # seconds
     python bench/bench_hnsw.py --preset small     # minutes
+    python bench/bench_hnsw.py --preset medium    # IVF_HNSW_SQ, 200k x 128, 50 deltas
     python bench/bench_hnsw.py --preset large     # IVF_HNSW_SQ, 1M x 128, 50 deltas (an hour or more on 2 cores)
 """
 
@@ -68,6 +69,8 @@ PRESETS = {
     "smoke": Preset(base_rows=6_000, deltas=4, delta_rows=500, dim=32, partitions=4, nprobes=2, repeats=1,
                     queries=50, types=["IVF_HNSW_SQ"]),
     "small": Preset(base_rows=50_000, deltas=10, delta_rows=2_500, dim=64, partitions=16, nprobes=4, repeats=3),
+    "medium": Preset(base_rows=100_000, deltas=50, delta_rows=2_000, dim=128, partitions=32, nprobes=8, repeats=3,
+                     types=["IVF_HNSW_SQ"]),
     "large": Preset(base_rows=500_000, deltas=50, delta_rows=10_000, dim=128, partitions=128, nprobes=16, repeats=3,
                     types=["IVF_HNSW_SQ"]),
 }

@@ -208,7 +208,7 @@ func (s *Space) Dist(a, b int) float32 {
 		return cosine(vecmath.Dot(s.row(a), s.row(b)), s.norms[a]*s.norms[b])
 	case sqL2:
 		d := s.dim
-		return float32(vecmath.L2SqU8(s.codes[a*d:(a+1)*d], s.codes[b*d:(b+1)*d])) * s.scale
+		return float32(l2SqU8(s.codes[a*d:(a+1)*d], s.codes[b*d:(b+1)*d])) * s.scale
 	}
 	m := s.pq
 	ca, cb := s.codes[a*m.nsub:(a+1)*m.nsub], s.codes[b*m.nsub:(b+1)*m.nsub]

@@ -24,10 +24,10 @@ from lance_segmerge import _ffi
 
 KINDS = ["IVF_HNSW_FLAT", "IVF_HNSW_SQ", "IVF_HNSW_PQ"]
 K = 10
-EFS = (15, 50)
+EFS = (20, 50)
 
 
-def queries(n: int = 100) -> np.ndarray:
+def queries(n: int = 200) -> np.ndarray:
     return lancegen.vectors(n, seed=4243)
 
 
@@ -42,9 +42,13 @@ def index_meta(uri: str, uuid: str) -> tuple[list[Any], LanceFileReader]:
     return [json.loads(e) if e else None for e in entries], r
 
 
-def recalls(uri: str, x: np.ndarray, metric: str = "l2") -> dict[int, float]:
+def recalls(uri: str, x: np.ndarray, kind: str) -> dict[int, float]:
+    """Recall@K at each ef. IVF_HNSW_PQ reranks 2K candidates by exact
+    distance: PQ distances tie often, and which of equal candidates a
+    search returns says nothing about its graph."""
     ds = lance.dataset(uri)
-    return {ef: lancegen.recall(ds, x, queries(), k=K, metric=metric, nprobes=4, ef=ef) for ef in EFS}
+    extra = {"refine_factor": 2} if "PQ" in kind else {}
+    return {ef: lancegen.recall(ds, x, queries(), k=K, nprobes=4, ef=ef, **extra) for ef in EFS}
 
 
 def index_dirs(uri: str) -> set[str]:
@@ -125,7 +129,7 @@ def pylance_optimized(deltas, tmp_path_factory) -> dict[str, dict[int, float]]:
         shutil.copytree(built.uri, dst)
         lance.dataset(dst).optimize.optimize_indices(num_indices_to_merge=4)
         assert len(lance.dataset(dst).describe_indices()[0].segments) == 1
-        out[kind] = recalls(dst, built.vectors)
+        out[kind] = recalls(dst, built.vectors, kind)
     return out
 
 
@@ -157,20 +161,29 @@ def test_merge_deltas_matches_pylance_optimize(tmp_path, deltas, pylance_optimiz
     version = ls.commit_existing_index_segments(uri, "vec_idx", "vec", [merged], replaces=segs)
     pds = lance.dataset(uri)
     assert pds.version == version and len(pds.describe_indices()[0].segments) == 1
-    ours = recalls(uri, built.vectors)
+    ours = recalls(uri, built.vectors, kind)
     ref = pylance_optimized[kind]
     for ef in EFS:
         assert abs(ours[ef] - ref[ef]) <= 0.01, (ef, ours, ref)
-        truth_floor = 0.25 if kind == "IVF_HNSW_PQ" else 0.9  # 4 PQ sub-vectors of 32 dims lose a lot
+        truth_floor = 0.5 if kind == "IVF_HNSW_PQ" else 0.9  # 4 PQ sub-vectors of 32 dims lose a lot
         assert ours[ef] >= truth_floor, ours
-    # pylance builds on what we wrote: one more delta, optimized by pylance.
+    # pylance builds on what we wrote: one more delta, then its own merge of
+    # our segment and the delta.
     lancegen_append(uri, built)
     assert len(lance.dataset(uri).describe_indices()[0].segments) == 2
+    if mode == "reuse":
+        lance.dataset(uri).optimize.optimize_indices(num_indices_to_merge=2)
+        pds = lance.dataset(uri)
+        assert len(pds.describe_indices()[0].segments) == 1
+        x = np.concatenate([built.vectors, lancegen.vectors(200, seed=99)])
+        extra = {"refine_factor": 2} if "PQ" in kind else {}
+        again = {ef: lancegen.recall(pds, x, queries(), k=K, nprobes=4, ef=ef, **extra) for ef in EFS}
+        assert min(again.values()) >= min(ours.values()) - 0.02, (again, ours)
 
 
 def lancegen_append(uri: str, built: lancegen.Built) -> None:
     x = lancegen.vectors(200, seed=99)
-    ds = lance.write_dataset(lancegen.table(x, 100_000), uri, mode="append")
+    ds = lance.write_dataset(lancegen.table(x, len(built.vectors)), uri, mode="append")  # ids = positions
     ds.optimize.optimize_indices(num_indices_to_merge=0)
 
 
@@ -196,11 +209,13 @@ def test_chains_and_trees(tmp_path, kind):
         shutil.copytree(uri, dst)
         lance.dataset(dst).commit_existing_index_segments(
             "vec_idx", "vec", [s.to_lance_index() if isinstance(s, ls.IndexSegment) else s for s in segs])
-        results[name] = recalls(dst, x)
+        results[name] = recalls(dst, x, kind)
     for ef in EFS:
         assert abs(results["chain"][ef] - results["flat"][ef]) <= 0.01, results
-        if kind != "IVF_HNSW_PQ":
-            # One graph over all rows finds at least what three smaller ones do.
+        if kind == "IVF_HNSW_FLAT":
+            # One graph over all rows finds at least what three smaller ones
+            # do (SQ codes are re-quantized at every level of the chain, which
+            # costs recall of its own).
             assert results["chain"][ef] >= results["parts"][ef] - 0.01, results
 
     # A delta dataset merged as a tree (fan_in 2: two levels) and committed.
@@ -216,8 +231,8 @@ def test_chains_and_trees(tmp_path, kind):
     assert pds.version == version and len(pds.describe_indices()[0].segments) == 1
     (seg,) = ls.open(built.uri).list_index_segments("vec_idx")
     assert seg.num_rows == 1600 and seg.index_type == kind
-    r = recalls(built.uri, built.vectors)
-    assert min(r.values()) >= (0.25 if kind == "IVF_HNSW_PQ" else 0.9), r
+    r = recalls(built.uri, built.vectors, kind)
+    assert min(r.values()) >= (0.5 if kind == "IVF_HNSW_PQ" else 0.9), r
 
 
 def test_dropped_rows_are_removed_from_a_reused_graph(tmp_path):
