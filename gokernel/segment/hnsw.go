@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"sync"
-	"sync/atomic"
 
 	"golang.org/x/sync/errgroup"
 
@@ -175,9 +174,13 @@ type graphJob struct {
 	p      int
 	vecs   []byte // the partition's merged vectors or codes, row-major
 	pieces []hnswPiece
+	rows   int
 	cols   []*lancefile.Array
 	meta   *hnsw.Metadata
-	done   atomic.Bool // cols and meta are set
+	// done is closed when the build ends; err is its error (else cols and
+	// meta are set).
+	done chan struct{}
+	err  error
 }
 
 // hnswMerge writes index.idx while the storage merges: the graphs of a
@@ -191,7 +194,8 @@ type hnswMerge struct {
 	w       *lancefile.Writer
 	lengths []uint32
 	metas   []*hnsw.Metadata
-	jobs    []*graphJob
+	jobs    []*graphJob // started, not written yet, in partition order
+	pending int         // their rows
 	// g runs the window's builds; cancel stops them (abort).
 	g      *errgroup.Group
 	gctx   context.Context
@@ -223,6 +227,13 @@ func newHNSWMerge(ctx context.Context, mg *merger) (*hnswMerge, error) {
 	h := &hnswMerge{mg: mg, hm: mg.m.hnsw, sw: sw, lengths: make([]uint32, mg.m.nparts), metas: make([]*hnsw.Metadata, mg.m.nparts),
 		wins: mg.windows(), graphs: make([]graphRows, len(mg.srcs))}
 	h.counted = &countingWriter{w: sw}
+	// The builds outlive a window (and the merge's window loop): they run
+	// under the merge's context, stopped by abort.
+	gctx, cancel := context.WithCancel(ctx)
+	h.g, h.gctx = errgroup.WithContext(gctx)
+	h.cancel = cancel
+	// CPU-bound: more builds than processors only hold more memory.
+	h.g.SetLimit(max(1, min(mg.opts.Parallelism, runtime.GOMAXPROCS(0))))
 	if h.w, err = lancefile.NewWriter(h.counted, hnsw.Fields(), lancefile.WriterOptions{Version: mg.m.version}); err != nil {
 		sw.Abort()
 		return nil, err
@@ -272,30 +283,50 @@ func (h *hnswMerge) add(ctx context.Context, p int, parts [][]*lancefile.Array, 
 		job.pieces[k].start, job.pieces[k].kept = start, a.Len
 		start += a.Len
 	}
-	if h.g == nil {
-		ctx, h.cancel = context.WithCancel(ctx)
-		h.g, h.gctx = errgroup.WithContext(ctx)
-		// CPU-bound: more builds than processors only hold more memory.
-		h.g.SetLimit(max(1, min(mg.opts.Parallelism, runtime.GOMAXPROCS(0))))
-	}
-	if err := h.drain(); err != nil {
-		return err
-	}
+	job.rows = start
+	job.done = make(chan struct{})
 	h.jobs = append(h.jobs, job)
-	goSafe(h.g, func() error { return h.build(h.gctx, job) })
-	return nil
+	h.pending += job.rows
+	// Go blocks while every build slot is busy: the merge runs ahead of the
+	// builds by at most the pending bound below.
+	goSafe(h.g, func() (err error) {
+		defer func() {
+			if job.cols == nil && err == nil {
+				err = fmt.Errorf("partition %d: graph build did not finish", job.p)
+			}
+			job.err = err
+			close(job.done)
+		}()
+		return h.build(h.gctx, job)
+	})
+	return h.drain(false)
 }
 
-// drain writes the graphs built so far that come first in partition
-// order, so that they do not wait for the end of the window in memory.
-func (h *hnswMerge) drain() error {
-	k := 0
-	for ; k < len(h.jobs) && h.jobs[k].done.Load(); k++ {
-		if err := h.write(h.jobs[k]); err != nil {
+// drain writes, in partition order, the graphs that are built. Graphs
+// build across windows (a window's last partitions need not finish before
+// the next window's start), but the rows of graphs not written yet are
+// bounded by the window: past it, drain waits for the oldest. With all,
+// it waits for every graph.
+func (h *hnswMerge) drain(all bool) error {
+	for len(h.jobs) > 0 {
+		job := h.jobs[0]
+		select {
+		case <-job.done:
+		default:
+			if !all && h.pending <= h.mg.opts.WindowRows {
+				return nil
+			}
+			<-job.done
+		}
+		if job.err != nil {
+			return job.err
+		}
+		if err := h.write(job); err != nil {
 			return err
 		}
+		h.pending -= job.rows
+		h.jobs = h.jobs[1:]
 	}
-	h.jobs = append(h.jobs[:0], h.jobs[k:]...)
 	return nil
 }
 
@@ -306,26 +337,6 @@ func (h *hnswMerge) write(job *graphJob) error {
 	h.lengths[job.p] = uint32(job.meta.Rows())
 	h.metas[job.p] = job.meta
 	job.cols = nil
-	return nil
-}
-
-// flush waits for the window's graphs and writes them in partition order.
-func (h *hnswMerge) flush() error {
-	if h.g == nil {
-		return nil
-	}
-	err := h.g.Wait()
-	h.cancel()
-	h.g = nil
-	if err != nil {
-		return err
-	}
-	for _, job := range h.jobs {
-		if err := h.write(job); err != nil {
-			return err
-		}
-	}
-	h.jobs = h.jobs[:0]
 	return nil
 }
 
@@ -355,7 +366,6 @@ func (h *hnswMerge) build(ctx context.Context, job *graphJob) error {
 	prog.GraphDistances.Add(st.Distances)
 	job.cols, job.meta = g.Encode()
 	job.vecs = nil
-	job.done.Store(true)
 	return nil
 }
 
@@ -501,10 +511,18 @@ func (m *model) quantDim() int {
 	return m.quant.Dim
 }
 
-// finish writes index.idx's IVF (centroids, graph rows per partition) and
-// metadata, and closes the file.
+// finish waits for the last graphs, writes index.idx's IVF (centroids,
+// graph rows per partition) and metadata, and closes the file.
 func (h *hnswMerge) finish() (int64, error) {
 	m := h.mg.m
+	if err := h.drain(true); err != nil {
+		return 0, err
+	}
+	err := h.g.Wait()
+	h.cancel()
+	if err != nil {
+		return 0, err
+	}
 	ivfBytes, err := (&ivf.Model{Lengths: h.lengths, Centroids: m.centroids}).Encode()
 	if err != nil {
 		return 0, err

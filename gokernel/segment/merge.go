@@ -514,7 +514,7 @@ func (mg *merger) mergeWindow(ctx context.Context, w *lancefile.Writer, win wind
 		mg.opts.Progress.PartitionsDone.Add(1)
 	}
 	if mg.hn != nil {
-		return mg.hn.flush()
+		return mg.hn.drain(false)
 	}
 	return nil
 }
