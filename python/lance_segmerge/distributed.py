@@ -314,6 +314,7 @@ def run_plan(
     window_rows: Optional[int] = None,
     on_report: Optional[Callable[[OptimizeReport], None]] = None,
     resume: bool = False,
+    hnsw_graph: str = "reuse",
 ) -> Dataset: ...
 
 
@@ -330,6 +331,7 @@ def run_plan(
     window_rows: Optional[int] = None,
     on_report: Optional[Callable[[OptimizeReport], None]] = None,
     resume: bool = False,
+    hnsw_graph: str = "reuse",
 ) -> "LanceDataset": ...
 
 
@@ -345,6 +347,7 @@ def run_plan(
     window_rows: Optional[int] = None,
     on_report: Optional[Callable[[OptimizeReport], None]] = None,
     resume: bool = False,
+    hnsw_graph: str = "reuse",
 ) -> Any:
     """Execute a plan as a tree and commit once.
 
@@ -410,6 +413,8 @@ def run_plan(
     _check_progress(progress)
     if window_rows is not None:
         _int(window_rows, "window_rows", 1, 2**31 - 1)
+    if hnsw_graph not in ("reuse", "rebuild"):
+        raise InvalidInputError(f"hnsw_graph must be 'reuse' or 'rebuild', got {_show(hnsw_graph)}")
     result = _run_plan(
         dataset,
         plan,
@@ -421,6 +426,7 @@ def run_plan(
         window_rows=window_rows,
         on_report=on_report,
         resume=resume,
+        hnsw_graph=hnsw_graph,
     )
     return _at_version(given, dataset, result.version)
 
@@ -437,6 +443,7 @@ def _run_plan(
     window_rows: Optional[int] = None,
     on_report: Optional[Callable[[OptimizeReport], None]] = None,
     resume: bool = False,
+    hnsw_graph: str = "reuse",
 ) -> RunResult:
     """run_plan on a checked Dataset pinned to the plan's version, returning
     the run's counters (maintain reads them)."""
@@ -453,7 +460,7 @@ def _run_plan(
         return result
     if plan.policy == "tiered":
         target_segments = max(target_segments, len(plan.tasks))
-    options: dict[str, Any] = {"requantize_sq": plan.requantize_sq}
+    options: dict[str, Any] = {"requantize_sq": plan.requantize_sq, "hnsw_graph": hnsw_graph}
     if window_rows is not None:
         options["window_rows"] = window_rows
     if isinstance(executor, str) and executor == "auto":
@@ -461,7 +468,7 @@ def _run_plan(
     result.executor = _executor_name(executor)
     journal: Optional[RunJournal] = None
     if resume:
-        params = {"fan_in": fan_in, "target_segments": target_segments, "requantize_sq": plan.requantize_sq}
+        params = {"fan_in": fan_in, "target_segments": target_segments, "requantize_sq": plan.requantize_sq, "hnsw_graph": hnsw_graph}
         journal = RunJournal.start(dataset, plan, params)
     pool = resolve_executor(executor, max_workers)
     report = _Reporter(progress)
@@ -598,6 +605,7 @@ def optimize(
     storage_options: Optional[Mapping[str, str]] = None,
     on_report: Optional[Callable[[OptimizeReport], None]] = None,
     resume: bool = False,
+    hnsw_graph: str = "reuse",
 ) -> Dataset: ...
 
 
@@ -618,6 +626,7 @@ def optimize(
     storage_options: Optional[Mapping[str, str]] = None,
     on_report: Optional[Callable[[OptimizeReport], None]] = None,
     resume: bool = False,
+    hnsw_graph: str = "reuse",
 ) -> "LanceDataset": ...
 
 
@@ -637,6 +646,7 @@ def optimize(
     storage_options: Optional[Mapping[str, str]] = None,
     on_report: Optional[Callable[[OptimizeReport], None]] = None,
     resume: bool = False,
+    hnsw_graph: str = "reuse",
 ) -> Any:
     """Merge the segments of a vector index into one, distributed, and
     commit once.
@@ -687,6 +697,10 @@ def optimize(
     on_report : callable, optional
         Receives the :class:`~lance_segmerge.tree.OptimizeReport` of the
         run (see :func:`optimize_with_report`).
+    hnsw_graph : {"reuse", "rebuild"}, default "reuse"
+        IVF_HNSW_* only: whether each merge starts every partition's graph
+        from its largest input's graph, or builds it from nothing (see
+        :func:`merge_existing_index_segments`).
     resume : bool, default False
         Keep a run journal (see :func:`run_plan`): after a crash, the next
         ``optimize(..., resume=True)`` with the same parameters reuses the
@@ -735,6 +749,7 @@ def optimize(
         window_rows=window_rows,
         on_report=on_report,
         resume=resume,
+        hnsw_graph=hnsw_graph,
     )
     return _at_version(dataset, ds, out.version)
 
