@@ -158,7 +158,7 @@ def test_merge_deltas_matches_pylance_optimize(tmp_path, deltas, pylance_optimiz
     # Reused edges keep the distances pylance stored (equal to float rounding).
     assert all(g["unreachable"] == 0 and g["max_distance_error"] < 1e-5 for g in graphs)
     assert [g["rows"] for g in graphs] == [n for n in merged.partition_graph_rows if n]
-    version = ls.commit_existing_index_segments(uri, "vec_idx", "vec", [merged], replaces=segs)
+    version = ls.commit_existing_index_segments(uri, "vec_idx", "vec", [merged], replaces=segs).version
     pds = lance.dataset(uri)
     assert pds.version == version and len(pds.describe_indices()[0].segments) == 1
     ours = recalls(uri, built.vectors, kind)
@@ -226,7 +226,7 @@ def test_chains_and_trees(tmp_path, kind):
         assert _cli.main(["optimize", built.uri, "--index", "vec_idx", "--fan-in", "2", "--no-progress", "--hnsw-graph", "rebuild"]) == 0
         version = lance.dataset(built.uri).version
     else:
-        version = ls.optimize(built.uri, "vec_idx", fan_in=2, progress=False)
+        version = ls.optimize(built.uri, "vec_idx", fan_in=2, progress=False).version
     pds = lance.dataset(built.uri)
     assert pds.version == version and len(pds.describe_indices()[0].segments) == 1
     (seg,) = ls.open(built.uri).list_index_segments("vec_idx")

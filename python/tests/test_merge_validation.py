@@ -75,7 +75,7 @@ def world(tmp_path_factory):
         (["pq0", "sq2"], ls.InvalidInputError, "index type"),
         (["rq2", "rq3"], ls.InvalidInputError, "RQ rotation"),
         (["hflat4", "hflat5_m12"], ls.InvalidInputError, "HNSW parameters .*m=12.* m=20"),
-        (["hflat4", "flat5"], ls.InvalidInputError, "index type IVF_FLAT, not IVF_HNSW_FLAT"),
+        (["hflat4", "flat5"], ls.InvalidInputError, "index type IVF_FLAT, where segment .* has IVF_HNSW_FLAT"),
     ],
 )
 def test_refused(world, pick, exc, match):
