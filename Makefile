@@ -13,6 +13,13 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 GO     ?= go
 
+# The Go toolchain's SIMD package (simd/archsimd) backs the hot distance
+# kernels of HNSW graph builds (gokernel/hnsw/sqdist_simd.go, behind a build
+# tag, AVX2 detected at run time); every kernel has a portable fallback,
+# which test-go also runs (GOEXPERIMENT= ...). GOEXPERIMENT= make build
+# builds without it.
+export GOEXPERIMENT ?= simd
+
 PY_DEPS := pybindgen==0.22.1 "setuptools>=68" wheel \
            pylance==14.0.2 "pyarrow>=17" "numpy>=1.24" "pytest>=8" "mypy>=1.10" \
            "ray>=2.40" "dask>=2024.1" "distributed>=2024.1" "tqdm>=4.60" \
@@ -41,10 +48,13 @@ vet:
 # Go and Python tests run next to local object-store emulators on loopback
 # (moto for S3, fake-gcs-server for GCS, Azurite for Azure Blob), which
 # tools/with_emulators.py starts and stops. The Go fault suites (disk full,
-# SIGKILL during merge and commit) run on their own, with their counts.
+# SIGKILL during merge and commit) run on their own, with their counts. The
+# SIMD kernels' packages are tested a second time without GOEXPERIMENT=simd
+# (their portable fallback).
 test-go: vet venv emulators
 	$(PY) tools/with_emulators.py -- $(GO) test -skip '^(TestFault|TestKillDuring)' ./...
 	GO=$(GO) sh tools/faults.sh
+	GOEXPERIMENT= $(GO) test ./gokernel/hnsw/ ./gokernel/vecmath/
 	$(MAKE) fuzz FUZZTIME=$(CI_FUZZTIME)
 
 test-py: build emulators

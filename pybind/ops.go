@@ -24,7 +24,14 @@ var (
 	// cancelledEarly remembers Cancel calls that arrived before the
 	// operation began (the Python thread may not have entered Go yet).
 	cancelledEarly = map[string]bool{}
+	// finished keeps the last counters of operations that ended, until
+	// Progress reads them once (at most maxFinished, oldest dropped first),
+	// so that the caller sees the final counts.
+	finished      = map[string]segment.Snapshot{}
+	finishedOrder []string
 )
+
+const maxFinished = 256
 
 // beginOp registers an operation; done unregisters it.
 func beginOp(id string) (ctx context.Context, prog *segment.Progress, done func()) {
@@ -42,21 +49,40 @@ func beginOp(id string) (ctx context.Context, prog *segment.Progress, done func(
 	return ctx, prog, func() {
 		opsMu.Lock()
 		delete(ops, id)
+		if id != "" {
+			finished[id] = prog.Snapshot()
+			finishedOrder = append(finishedOrder, id)
+			if len(finishedOrder) > maxFinished {
+				delete(finished, finishedOrder[0])
+				finishedOrder = finishedOrder[1:]
+			}
+		}
 		opsMu.Unlock()
 		cancel()
 	}
 }
 
-// Progress returns the counters of a running operation as JSON, or "" when
-// no operation has that id (not started yet, or finished).
+// Progress returns the counters of a running operation as JSON; for an
+// operation that ended, its final counters, once; "" when no operation has
+// that id (not started yet, or finished and already read).
 func Progress(opID string) string {
 	opsMu.Lock()
 	op := ops[opID]
+	last, ended := finished[opID]
+	if op == nil && ended {
+		delete(finished, opID) // its order entry ages out
+	}
 	opsMu.Unlock()
-	if op == nil {
+	var snap segment.Snapshot
+	switch {
+	case op != nil:
+		snap = op.prog.Snapshot()
+	case ended:
+		snap = last
+	default:
 		return ""
 	}
-	b, _ := json.Marshal(op.prog.Snapshot())
+	b, _ := json.Marshal(snap)
 	return string(b)
 }
 

@@ -64,6 +64,14 @@ type Stats struct {
 	// StaleRows estimates the rows a merge would drop: deleted, or of
 	// fragments no longer in the dataset (see StaleRows).
 	StaleRows uint64 `json:"stale_rows"`
+	// IVF_HNSW_*: the graphs' build parameters (max_level is the level
+	// cap), the most levels a partition's graph has, and each
+	// partition's graph rows in index.idx (one per node and level).
+	HNSWM              int      `json:"hnsw_m,omitempty"`
+	HNSWEfConstruction int      `json:"hnsw_ef_construction,omitempty"`
+	HNSWMaxLevel       int      `json:"hnsw_max_level,omitempty"`
+	HNSWLevels         int      `json:"hnsw_levels,omitempty"`
+	PartitionGraphRows []uint32 `json:"partition_graph_rows,omitempty"`
 }
 
 // Describe builds the Info of one index entry without reading its files.
@@ -119,6 +127,11 @@ func ReadStats(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*St
 	}
 	if s.PartitionRows == nil {
 		s.PartitionRows = []uint32{}
+	}
+	if f.Type.HNSW() {
+		if err := hnswStats(f, s); err != nil {
+			return nil, fmt.Errorf("segment %s: %w", table.IndexUUID(im), err)
+		}
 	}
 	if q := f.Quant; q != nil {
 		switch f.Type.Quantizer() {

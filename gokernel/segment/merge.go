@@ -36,7 +36,8 @@ type MergeOptions struct {
 	// written). Default 131072 (for 16-byte PQ codes and row ids, about
 	// 3 MiB read per window, plus the same again for the merged partition).
 	WindowRows int `json:"window_rows"`
-	// Parallelism bounds the input segments read concurrently. Default 4.
+	// Parallelism bounds the input segments read concurrently, and the
+	// HNSW partition graphs built concurrently. Default 4.
 	Parallelism int `json:"parallelism"`
 	// StrictSQ refuses IVF_SQ inputs whose bounds differ. By default (false)
 	// they are merged (each create_index_uncommitted segment trains its own
@@ -53,6 +54,11 @@ type MergeOptions struct {
 	// with that count. A single input named here is rewritten even when
 	// it has no stale rows.
 	Layouts map[string]int `json:"-"`
+	// HNSWGraph chooses how IVF_HNSW_* partition graphs are made: "reuse"
+	// (the default) starts from the graph of the input with the most rows
+	// in the partition and inserts the others' rows; "rebuild" builds
+	// every graph from nothing, as Lance's merger does.
+	HNSWGraph string `json:"hnsw_graph"`
 	// Progress receives counters as the merge goes (optional).
 	Progress *Progress `json:"-"`
 }
@@ -66,6 +72,9 @@ func (o MergeOptions) withDefaults() MergeOptions {
 	}
 	if o.Progress == nil {
 		o.Progress = &Progress{}
+	}
+	if o.HNSWGraph == "" {
+		o.HNSWGraph = HNSWReuse
 	}
 	return o
 }
@@ -175,6 +184,9 @@ type merger struct {
 	// sets: one for the window being merged, one for the window read
 	// ahead. A set is reused two windows later.
 	readBufs [2][][]byte
+	// hn writes index.idx of IVF_HNSW_* merges, graph by graph (nil for
+	// the other types).
+	hn *hnswMerge
 }
 
 func (mg *merger) run(ctx context.Context) (mergeOutput, error) {
@@ -182,13 +194,26 @@ func (mg *merger) run(ctx context.Context) (mergeOutput, error) {
 	prog := mg.opts.Progress
 	prog.SetStage("merge")
 	prog.PartitionsTotal.Store(int64(mg.m.nparts))
+	if mg.m.typ.HNSW() {
+		prog.SetStage("build_graph")
+		var err error
+		if mg.hn, err = newHNSWMerge(ctx, mg); err != nil {
+			return out, fmt.Errorf("write %s: %w", ivf.IndexFileName, err)
+		}
+		defer mg.hn.abort()
+	}
 	size, err := mg.writeAux(ctx)
 	if err != nil {
 		return out, fmt.Errorf("write %s: %w", ivf.AuxiliaryFileName, err)
 	}
 	out.auxBytes = size
 	prog.SetStage("write_index")
-	if out.indexBytes, err = mg.writeIndex(ctx); err != nil {
+	if mg.hn != nil {
+		out.indexBytes, err = mg.hn.finish()
+	} else {
+		out.indexBytes, err = mg.writeIndex(ctx)
+	}
+	if err != nil {
 		return out, fmt.Errorf("write %s: %w", ivf.IndexFileName, err)
 	}
 	prog.BytesWritten.Add(out.indexBytes)
@@ -482,6 +507,7 @@ func (mg *merger) mergeWindow(ctx context.Context, w *lancefile.Writer, win wind
 		}
 		parts := make([][]*lancefile.Array, len(m.fields))
 		var layouts []bool // per part: code column still in its input's query layout
+		var pieces []hnswPiece
 		for i, s := range mg.srcs {
 			iv := s.files.IVF
 			lo := int(iv.Offsets[p] - shards[i].start)
@@ -500,7 +526,8 @@ func (mg *merger) mergeWindow(ctx context.Context, w *lancefile.Writer, win wind
 				cols[codeCol] = undoLayout(m.typ.Quantizer(), cols[codeCol], s.depth)
 				laid, rowMajor = false, true
 			}
-			if keep := keptRows(cols[rowidCol], s); keep != nil {
+			keep := keptRows(cols[rowidCol], s)
+			if keep != nil {
 				// Rows are dropped: undo the layout first, then take rows.
 				if codeCol >= 0 && !rowMajor {
 					cols[codeCol] = mg.toRowMajor(s, cols[codeCol])
@@ -519,6 +546,7 @@ func (mg *merger) mergeWindow(ctx context.Context, w *lancefile.Writer, win wind
 				parts[c] = append(parts[c], cols[c])
 			}
 			layouts = append(layouts, laid)
+			pieces = append(pieces, hnswPiece{src: i, rows: n, keep: keep})
 		}
 		if len(parts[0]) == 0 {
 			mg.opts.Progress.PartitionsDone.Add(1)
@@ -530,6 +558,11 @@ func (mg *merger) mergeWindow(ctx context.Context, w *lancefile.Writer, win wind
 		for _, a := range parts[rowidCol] {
 			n += a.Len
 		}
+		if mg.hn != nil {
+			if err := mg.hn.add(ctx, p, parts, layouts, pieces); err != nil {
+				return err
+			}
+		}
 		if codeCol >= 0 {
 			parts[codeCol] = []*lancefile.Array{mg.mergeCodes(parts[codeCol], layouts)}
 		}
@@ -539,6 +572,9 @@ func (mg *merger) mergeWindow(ctx context.Context, w *lancefile.Writer, win wind
 		lengths[p] = uint32(n)
 		mg.opts.Progress.RowsWritten.Add(int64(n))
 		mg.opts.Progress.PartitionsDone.Add(1)
+	}
+	if mg.hn != nil {
+		return mg.hn.drain(false)
 	}
 	return nil
 }

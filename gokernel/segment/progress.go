@@ -10,8 +10,9 @@ import (
 // concurrently by whoever polls it (the Python driver). All fields are safe
 // for concurrent use; a nil *Progress is valid and counts nothing.
 type Progress struct {
-	// Stage names what the operation does now ("validate", "merge",
-	// "write_index", "commit", "done").
+	// Stage names what the operation does now ("validate", "merge" (or
+	// "build_graph" for IVF_HNSW_*: partitions merge and their graphs
+	// build together), "write_index", "commit", "done").
 	stage atomic.Value
 	// PartitionsTotal and PartitionsDone count IVF partitions (merge).
 	PartitionsTotal atomic.Int64
@@ -21,6 +22,12 @@ type Progress struct {
 	RowsWritten atomic.Int64
 	// BytesWritten counts bytes of output files.
 	BytesWritten atomic.Int64
+	// GraphRowsInserted counts IVF_HNSW_* rows inserted into partition
+	// graphs by search; GraphRowsReused rows kept from an input's graph;
+	// GraphDistances the distances computed to build the graphs.
+	GraphRowsInserted atomic.Int64
+	GraphRowsReused   atomic.Int64
+	GraphDistances    atomic.Int64
 
 	notesMu sync.Mutex
 	notes   []string
@@ -71,6 +78,10 @@ type Snapshot struct {
 	RowsRead        int64  `json:"rows_read"`
 	RowsWritten     int64  `json:"rows_written"`
 	BytesWritten    int64  `json:"bytes_written"`
+	// IVF_HNSW_* merges ("build_graph" stage).
+	GraphRowsInserted int64 `json:"graph_rows_inserted"`
+	GraphRowsReused   int64 `json:"graph_rows_reused"`
+	GraphDistances    int64 `json:"graph_distances"`
 }
 
 // Snapshot copies the counters.
@@ -85,10 +96,18 @@ func (p *Progress) Snapshot() Snapshot {
 		RowsRead:        p.RowsRead.Load(),
 		RowsWritten:     p.RowsWritten.Load(),
 		BytesWritten:    p.BytesWritten.Load(),
+
+		GraphRowsInserted: p.GraphRowsInserted.Load(),
+		GraphRowsReused:   p.GraphRowsReused.Load(),
+		GraphDistances:    p.GraphDistances.Load(),
 	}
 }
 
 func (s Snapshot) String() string {
-	return fmt.Sprintf("%s: partitions %d/%d, rows read %d, written %d, %d bytes",
+	out := fmt.Sprintf("%s: partitions %d/%d, rows read %d, written %d, %d bytes",
 		s.Stage, s.PartitionsDone, s.PartitionsTotal, s.RowsRead, s.RowsWritten, s.BytesWritten)
+	if s.GraphRowsInserted+s.GraphRowsReused > 0 {
+		out += fmt.Sprintf("; graph rows inserted %d, reused %d, %d distances", s.GraphRowsInserted, s.GraphRowsReused, s.GraphDistances)
+	}
+	return out
 }

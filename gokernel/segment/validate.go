@@ -65,6 +65,8 @@ type model struct {
 	// they differ and re-quantizing was asked for.
 	sqLo, sqHi float64
 	requantize bool
+	// hnsw is what IVF_HNSW_* inputs share (nil for other types).
+	hnsw *hnswModel
 }
 
 func closeSources(srcs []*source) {
@@ -252,9 +254,6 @@ func sharedModel(srcs []*source, requantizeSQ bool) (*model, error) {
 		quant: f0.Quant, codebook: srcs[0].codebook, rotation: srcs[0].rotation,
 		fields: f0.Aux.Fields(), version: f0.Aux.Version(),
 	}
-	if m.typ.HNSW() {
-		return nil, fmt.Errorf("%w: segment %s is %s: merging HNSW segments needs a graph rebuild, which lance-segmerge does not do yet", errkind.Unsupported, srcs[0].uuid, m.typ)
-	}
 	if err := srcs[0].checkModel(); err != nil {
 		return nil, err
 	}
@@ -306,6 +305,12 @@ func sharedModel(srcs []*source, requantizeSQ bool) (*model, error) {
 		}
 		if mm != nil {
 			return nil, differs(mm)
+		}
+	}
+	if m.typ.HNSW() {
+		var err error
+		if m.hnsw, err = sharedHNSW(srcs, m); err != nil {
+			return nil, err
 		}
 	}
 	return m, nil

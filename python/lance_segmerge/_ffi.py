@@ -132,6 +132,10 @@ def run_operation(
             _active.discard(op_id)
     if "error" in box:
         raise box["error"]
+    if on_progress is not None:
+        final = progress_snapshot(op_id)  # the counters as the operation ended
+        if final is not None:
+            on_progress(final)
     return box["value"]
 
 

@@ -41,6 +41,7 @@ def merge_task(job: dict[str, Any]) -> dict[str, Any]:
         requantize_sq=bool(job.get("requantize_sq", True)),
         window_rows=job.get("window_rows"),
         parallelism=job.get("parallelism"),
+        hnsw_graph=job.get("hnsw_graph", "reuse"),
     )
     _failpoint("after", job, task)
     return seg.to_dict()

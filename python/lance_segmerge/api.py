@@ -220,6 +220,7 @@ class Dataset:
         window_rows: Optional[int] = None,
         parallelism: Optional[int] = None,
         requantize_sq: bool = True,
+        hnsw_graph: str = "reuse",
     ) -> IndexSegment:
         """Merge segments into one new, uncommitted segment.
 
@@ -233,6 +234,7 @@ class Dataset:
             window_rows=window_rows,
             parallelism=parallelism,
             requantize_sq=requantize_sq,
+            hnsw_graph=hnsw_graph,
         )
 
     def commit_existing_index_segments(
@@ -482,6 +484,7 @@ def merge_existing_index_segments(
     window_rows: Optional[int] = None,
     parallelism: Optional[int] = None,
     requantize_sq: bool = True,
+    hnsw_graph: str = "reuse",
 ) -> IndexSegment:
     """Merge segments of one vector index into one new, uncommitted segment.
 
@@ -525,7 +528,8 @@ def merge_existing_index_segments(
         Rows (over all inputs) per window; default 131072. Two windows are
         in memory at once: one being read while the other is written.
     parallelism : int, optional
-        Input segments read concurrently; default 4.
+        Input segments read concurrently, and IVF_HNSW_* partition graphs
+        built concurrently; default 4.
     requantize_sq : bool, default True
         IVF_SQ only: inputs whose SQ bounds differ (every
         ``create_index_uncommitted`` segment trains its own) are merged by
@@ -533,6 +537,16 @@ def merge_existing_index_segments(
         logs it at INFO. ``False`` refuses such inputs
         (:class:`InvalidInputError`) instead. pylance decodes them all with
         the first input's bounds, which silently distorts distances.
+    hnsw_graph : {"reuse", "rebuild"}, default "reuse"
+        IVF_HNSW_* only: how each merged partition gets its graph.
+        ``"reuse"`` starts from the graph of the input with the most rows in
+        the partition (its nodes renumbered, rows that were dropped removed
+        and their neighbours' lists repaired) and inserts only the other
+        inputs' rows; ``"rebuild"`` builds every graph from nothing, as
+        pylance's ``optimize_indices`` does. Both use the inputs' HNSW
+        parameters (``m``, ``ef_construction``, ``max_level``), which must
+        agree, and the distances pylance's search computes on the merged
+        storage.
 
     Returns
     -------
@@ -546,7 +560,8 @@ def merge_existing_index_segments(
         models (centroids, PQ codebook, SQ bounds, RQ rotation), overlapping
         fragments, duplicates. The message names the segment at fault.
     UnsupportedError
-        IVF_HNSW_* segments.
+        Segment kinds or layouts lance-segmerge does not read (HNSW graphs
+        of float16 or binary vectors).
     NotFoundError, CorruptError
         An input's files are missing or damaged.
     CancelledError
@@ -554,7 +569,9 @@ def merge_existing_index_segments(
     """
     ds = as_dataset(dataset)
     segs = _to_segments(segments_or_task, ds)
-    opts: dict[str, Any] = {"strict_sq": not _bool(requantize_sq, "requantize_sq")}
+    if hnsw_graph not in ("reuse", "rebuild"):
+        raise InvalidInputError(f"hnsw_graph must be 'reuse' or 'rebuild', got {_show(hnsw_graph)}")
+    opts: dict[str, Any] = {"strict_sq": not _bool(requantize_sq, "requantize_sq"), "hnsw_graph": hnsw_graph}
     if index_uuid is not None:
         opts["index_uuid"] = _uuid(index_uuid, "index_uuid")
     for key, val in (("window_rows", window_rows), ("parallelism", parallelism)):
@@ -835,7 +852,7 @@ def plan_index_segment_merge(
     InvalidInputError
         Bad arguments, or segments that cannot be merged together.
     UnsupportedError
-        IVF_HNSW_* segments.
+        Segment kinds lance-segmerge does not read.
     """
     ds = as_dataset(dataset)
     pol = _policy_options(policy, segments_per_tier, max_segment_rows, floor_rows, deletes_pct_allowed)

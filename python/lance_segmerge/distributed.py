@@ -315,6 +315,7 @@ def run_plan(
     window_rows: Optional[int] = None,
     on_report: Optional[Callable[[OptimizeReport], None]] = None,
     resume: bool = False,
+    hnsw_graph: str = "reuse",
     verify: bool = True,
 ) -> Dataset: ...
 
@@ -332,6 +333,7 @@ def run_plan(
     window_rows: Optional[int] = None,
     on_report: Optional[Callable[[OptimizeReport], None]] = None,
     resume: bool = False,
+    hnsw_graph: str = "reuse",
     verify: bool = True,
 ) -> "LanceDataset": ...
 
@@ -348,6 +350,7 @@ def run_plan(
     window_rows: Optional[int] = None,
     on_report: Optional[Callable[[OptimizeReport], None]] = None,
     resume: bool = False,
+    hnsw_graph: str = "reuse",
     verify: bool = True,
 ) -> Any:
     """Execute a plan as a tree and commit once.
@@ -420,6 +423,8 @@ def run_plan(
     _bool(verify, "verify")
     if window_rows is not None:
         _int(window_rows, "window_rows", 1, 2**31 - 1)
+    if hnsw_graph not in ("reuse", "rebuild"):
+        raise InvalidInputError(f"hnsw_graph must be 'reuse' or 'rebuild', got {_show(hnsw_graph)}")
     result = _run_plan(
         dataset,
         plan,
@@ -431,6 +436,7 @@ def run_plan(
         window_rows=window_rows,
         on_report=on_report,
         resume=resume,
+        hnsw_graph=hnsw_graph,
         verify=verify,
     )
     return _at_version(given, dataset, result.version)
@@ -448,6 +454,7 @@ def _run_plan(
     window_rows: Optional[int] = None,
     on_report: Optional[Callable[[OptimizeReport], None]] = None,
     resume: bool = False,
+    hnsw_graph: str = "reuse",
     verify: bool = True,
 ) -> RunResult:
     """run_plan on a checked Dataset pinned to the plan's version, returning
@@ -465,7 +472,7 @@ def _run_plan(
         return result
     if plan.policy == "tiered":
         target_segments = max(target_segments, len(plan.tasks))
-    options: dict[str, Any] = {"requantize_sq": plan.requantize_sq}
+    options: dict[str, Any] = {"requantize_sq": plan.requantize_sq, "hnsw_graph": hnsw_graph}
     if window_rows is not None:
         options["window_rows"] = window_rows
     if isinstance(executor, str) and executor == "auto":
@@ -473,7 +480,7 @@ def _run_plan(
     result.executor = _executor_name(executor)
     journal: Optional[RunJournal] = None
     if resume:
-        params = {"fan_in": fan_in, "target_segments": target_segments, "requantize_sq": plan.requantize_sq}
+        params = {"fan_in": fan_in, "target_segments": target_segments, "requantize_sq": plan.requantize_sq, "hnsw_graph": hnsw_graph}
         journal = RunJournal.start(dataset, plan, params)
     pool = resolve_executor(executor, max_workers)
     report = _Reporter(progress)
@@ -625,6 +632,7 @@ def optimize(
     storage_options: Optional[Mapping[str, str]] = None,
     on_report: Optional[Callable[[OptimizeReport], None]] = None,
     resume: bool = False,
+    hnsw_graph: str = "reuse",
     verify: bool = True,
 ) -> Dataset: ...
 
@@ -646,6 +654,7 @@ def optimize(
     storage_options: Optional[Mapping[str, str]] = None,
     on_report: Optional[Callable[[OptimizeReport], None]] = None,
     resume: bool = False,
+    hnsw_graph: str = "reuse",
     verify: bool = True,
 ) -> "LanceDataset": ...
 
@@ -666,6 +675,7 @@ def optimize(
     storage_options: Optional[Mapping[str, str]] = None,
     on_report: Optional[Callable[[OptimizeReport], None]] = None,
     resume: bool = False,
+    hnsw_graph: str = "reuse",
     verify: bool = True,
 ) -> Any:
     """Merge the segments of a vector index into one, distributed, and
@@ -717,6 +727,10 @@ def optimize(
     on_report : callable, optional
         Receives the :class:`~lance_segmerge.tree.OptimizeReport` of the
         run (see :func:`optimize_with_report`).
+    hnsw_graph : {"reuse", "rebuild"}, default "reuse"
+        IVF_HNSW_* only: whether each merge starts every partition's graph
+        from its largest input's graph, or builds it from nothing (see
+        :func:`merge_existing_index_segments`).
     resume : bool, default False
         Keep a run journal (see :func:`run_plan`): after a crash, the next
         ``optimize(..., resume=True)`` with the same parameters reuses the
@@ -769,6 +783,7 @@ def optimize(
         window_rows=window_rows,
         on_report=on_report,
         resume=resume,
+        hnsw_graph=hnsw_graph,
         verify=verify,
     )
     return _at_version(dataset, ds, out.version)

@@ -160,6 +160,14 @@ class IndexSegment:
         Lance file format version of the index files (``"2.0"``…``"2.2"``).
     index_file_bytes, auxiliary_file_bytes : int, optional
         Sizes of ``index.idx`` and ``auxiliary.idx``.
+    hnsw_m, hnsw_ef_construction, hnsw_max_level : int, optional
+        IVF_HNSW_*: the graphs' build parameters (``max_level`` caps the
+        number of levels).
+    hnsw_levels : int, optional
+        IVF_HNSW_*: the most levels any partition's graph has.
+    partition_graph_rows : tuple of int
+        IVF_HNSW_*: rows of each partition's graph in ``index.idx`` (one per
+        node and level).
     format_version : int
         Serialisation version of this class.
     stale_rows : int, optional
@@ -195,6 +203,11 @@ class IndexSegment:
     file_version: Optional[str] = None
     index_file_bytes: Optional[int] = None
     auxiliary_file_bytes: Optional[int] = None
+    hnsw_m: Optional[int] = None
+    hnsw_ef_construction: Optional[int] = None
+    hnsw_max_level: Optional[int] = None
+    hnsw_levels: Optional[int] = None
+    partition_graph_rows: tuple[int, ...] = field(default=(), repr=False)
     format_version: int = SEGMENT_FORMAT_VERSION
     stale_rows: Optional[int] = None
 
@@ -229,8 +242,10 @@ class IndexSegment:
         for name in ("index_type", "distance_type", "file_version"):
             _opt_str(getattr(self, name), f"{what} {name}")
         for name in ("num_partitions", "num_rows", "num_bits", "num_sub_vectors", "dimension",
-                     "index_file_bytes", "auxiliary_file_bytes", "stale_rows"):
+                     "index_file_bytes", "auxiliary_file_bytes", "stale_rows",
+                     "hnsw_m", "hnsw_ef_construction", "hnsw_max_level", "hnsw_levels"):
             _opt_int(getattr(self, name), f"{what} {name}")
+        set_(self, "partition_graph_rows", tuple(_int(x, f"{what} partition_graph_rows", 0, _U32) for x in _seq(self.partition_graph_rows, f"{what} partition_graph_rows")))
         set_(self, "partition_rows", tuple(_int(x, f"{what} partition_rows", 0, _U32) for x in _seq(self.partition_rows, f"{what} partition_rows")))
         _opt_bool(self.pq_transposed, f"{what} pq_transposed")
         _opt_bool(self.rq_packed, f"{what} rq_packed")
@@ -275,6 +290,11 @@ class IndexSegment:
                 "index_file_bytes": self.index_file_bytes,
                 "auxiliary_file_bytes": self.auxiliary_file_bytes,
                 "stale_rows": self.stale_rows,
+                "hnsw_m": self.hnsw_m,
+                "hnsw_ef_construction": self.hnsw_ef_construction,
+                "hnsw_max_level": self.hnsw_max_level,
+                "hnsw_levels": self.hnsw_levels,
+                "partition_graph_rows": list(self.partition_graph_rows),
             },
         }
 
@@ -326,6 +346,11 @@ class IndexSegment:
             file_version=stats.get("file_version"),
             index_file_bytes=stats.get("index_file_bytes"),
             auxiliary_file_bytes=stats.get("auxiliary_file_bytes"),
+            hnsw_m=stats.get("hnsw_m") or None,
+            hnsw_ef_construction=stats.get("hnsw_ef_construction") or None,
+            hnsw_max_level=stats.get("hnsw_max_level") or None,
+            hnsw_levels=stats.get("hnsw_levels") or None,
+            partition_graph_rows=ints(stats.get("partition_graph_rows"), "partition_graph_rows"),
             format_version=d.get("format_version", SEGMENT_FORMAT_VERSION),
             stale_rows=stats.get("stale_rows"),
         )
@@ -585,14 +610,20 @@ class OperationProgress:
     Parameters
     ----------
     stage : str
-        ``"validate"``, ``"merge"``, ``"write_index"``, ``"commit"`` or
-        ``"done"``.
+        ``"validate"``, ``"merge"`` (``"build_graph"`` for IVF_HNSW_*, whose
+        partitions merge and get their graphs together), ``"write_index"``,
+        ``"commit"`` or ``"done"``.
     partitions_done, partitions_total : int
         IVF partitions merged so far, and in all.
     rows_read, rows_written : int
         Input rows read, output rows written.
     bytes_written : int
         Bytes of output files written.
+    graph_rows_inserted, graph_rows_reused : int
+        IVF_HNSW_*: rows inserted into the merged partitions' graphs by
+        search, and rows kept with their edges from an input's graph.
+    graph_distances : int
+        IVF_HNSW_*: distances computed to build the graphs.
     """
 
     stage: str = ""
@@ -601,6 +632,9 @@ class OperationProgress:
     rows_read: int = 0
     rows_written: int = 0
     bytes_written: int = 0
+    graph_rows_inserted: int = 0
+    graph_rows_reused: int = 0
+    graph_distances: int = 0
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "OperationProgress":
@@ -611,6 +645,9 @@ class OperationProgress:
             rows_read=int(d.get("rows_read", 0)),
             rows_written=int(d.get("rows_written", 0)),
             bytes_written=int(d.get("bytes_written", 0)),
+            graph_rows_inserted=int(d.get("graph_rows_inserted", 0)),
+            graph_rows_reused=int(d.get("graph_rows_reused", 0)),
+            graph_distances=int(d.get("graph_distances", 0)),
         )
 
 

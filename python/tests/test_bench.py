@@ -65,3 +65,20 @@ def test_executor_auto_smoke(tmp_path):
     for pt in res["points"]:
         assert all(pt["median"][e] > 0 for e in ("local", "processes", "auto"))
     assert "Constants for" in (tmp_path / report.name.replace(".json", ".md")).read_text()
+
+
+def test_bench_hnsw_smoke(tmp_path):
+    out = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "bench_hnsw.py"), "--preset", "smoke", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    (report,) = tmp_path.glob("hnsw-smoke-*.json")
+    summary = json.loads(report.read_text())["types"]["IVF_HNSW_SQ"]["summary"]
+    for name in ("pylance_optimize", "ours_reuse", "ours_rebuild", "ours_reuse_small_window"):
+        assert summary[name]["seconds"] > 0 and summary[name]["peak_rss_mib"] > 0
+    for name in ("pylance_optimize", "ours_reuse", "ours_rebuild"):
+        assert all(0 < r <= 1 for r in summary[name]["recall"].values()), summary[name]
+    assert summary["ours_reuse"]["rows_reused"] == 6000 and summary["ours_rebuild"]["rows_reused"] == 0
+    assert summary["ours_reuse"]["distances_per_inserted_row"] > 0
+    assert "optimize_indices" in (tmp_path / report.name.replace(".json", ".md")).read_text()

@@ -52,6 +52,9 @@ def world(tmp_path_factory):
         "rq3": mk(3, "IVF_RQ", rabitq_model=native_indices.build_rq_model(lancegen.DIM), **common),
         "hnsw4": mk(4, "IVF_HNSW_SQ", **common),
         "hnsw5": mk(5, "IVF_HNSW_SQ", **common),
+        "hflat4": mk(4, "IVF_HNSW_FLAT", **common),
+        "hflat5_m12": mk(5, "IVF_HNSW_FLAT", m=12, **common),
+        "flat5": mk(5, "IVF_FLAT", **common),
     }
     ods = ls.open(uri)
     s["m01"] = ods.merge_existing_index_segments([s["pq0"], s["pq1"]])
@@ -71,7 +74,8 @@ def world(tmp_path_factory):
         (["pq0", "pq2_cosine"], ls.InvalidInputError, "distance type"),
         (["pq0", "sq2"], ls.InvalidInputError, "index type"),
         (["rq2", "rq3"], ls.InvalidInputError, "RQ rotation"),
-        (["hnsw4", "hnsw5"], ls.UnsupportedError, "HNSW"),
+        (["hflat4", "hflat5_m12"], ls.InvalidInputError, "HNSW parameters .*m=12.* m=20"),
+        (["hflat4", "flat5"], ls.InvalidInputError, "index type IVF_FLAT, where segment .* has IVF_HNSW_FLAT"),
     ],
 )
 def test_refused(world, pick, exc, match):
@@ -106,6 +110,12 @@ def test_sq_bounds_requantized_by_default_strict_on_request(world, caplog):
     with caplog.at_level(logging.INFO, logger="lance_segmerge"):
         plan = ls.api.plan_segments(ls.open(uri), [ls.IndexSegment.from_lance_index(s[k]) for k in ("sq2", "sq3")], 2)
     assert plan.requantize_sq and len(plan.tasks) == 1
+    # IVF_HNSW_SQ shards with their own bounds: re-quantized by default too,
+    # refused on request.
+    out = ls.merge_existing_index_segments(uri, [s["hnsw4"], s["hnsw5"]])
+    assert out.fragment_ids == (4, 5) and out.num_rows == 1000 and out.index_type == "IVF_HNSW_SQ"
+    with pytest.raises(ls.InvalidInputError, match="SQ bounds.*requantize_sq=False refuses"):
+        ls.merge_existing_index_segments(uri, [s["hnsw4"], s["hnsw5"]], requantize_sq=False)
 
 
 def test_missing_and_damaged_inputs(world, tmp_path):

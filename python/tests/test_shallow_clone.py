@@ -57,7 +57,7 @@ def test_merge_and_commit_a_shallow_clone(tmp_path, stable):
     (merged,) = ls.open(clone).list_index_segments("vec_idx")
     assert merged.base_id is None and sorted(os.listdir(os.path.join(clone, "_indices", merged.uuid))) == ["auxiliary.idx", "index.idx"]
     live = 2900 - 60
-    assert merged.num_rows == (live if stable else 2900)  # addresses: deleted rows stay (as Lance keeps them)
+    assert merged.num_rows == live  # deleted rows are dropped (stable ids: not owned; addresses: the deletion files)
 
     # pylance queries the clone, as it queries a clone it merged itself.
     lance.dataset(ref).optimize.optimize_indices(num_indices_to_merge=4)
