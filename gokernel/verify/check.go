@@ -186,7 +186,7 @@ func verifyMetas(ctx context.Context, st storage.Store, snap *table.Snapshot, in
 		if err != nil {
 			return nil, fmt.Errorf("segment %s: %w", table.IndexUUID(im), err)
 		}
-		sr.finish(indexName)
+		sr.finish(indexName, columnOf(snap, im))
 		if rep.IndexType == "" && sr.IndexType != "" {
 			rep.IndexType = sr.IndexType
 		}
@@ -203,12 +203,21 @@ func verifyMetas(ctx context.Context, st storage.Store, snap *table.Snapshot, in
 		if rep.Metric == "" {
 			rep.Metric = metricOf(im)
 		}
-		if rep.Column == "" && len(im.GetFields()) > 0 {
-			rep.Column = snap.FieldPath(im.GetFields()[0])
+		if rep.Column == "" {
+			rep.Column = columnOf(snap, im)
 		}
 	}
 	prog.SetStage("done")
 	return rep, nil
+}
+
+// columnOf is the path of the column an index entry indexes ("" when it
+// names none).
+func columnOf(snap *table.Snapshot, im *pb.IndexMetadata) string {
+	if len(im.GetFields()) == 0 {
+		return ""
+	}
+	return snap.FieldPath(im.GetFields()[0])
 }
 
 // metricOf reads the metric of an index entry's details, "" when it has
@@ -288,7 +297,11 @@ func verifySegment(ctx context.Context, st storage.Store, snap *table.Snapshot, 
 	}
 	var rd *vecdata.Reader
 	if *col == "" {
-		*col = snap.FieldPath(im.GetFields()[0])
+		*col = columnOf(snap, im)
+	}
+	if *col == "" {
+		sr.add(Check{Name: "codes", Verdict: Skipped, Message: "the segment names no indexed column"})
+		return sr, nil
 	}
 	if !snap.HasStableRowIDs() {
 		if rd, err = vecdata.NewReader(st, snap, *col); err != nil {

@@ -134,7 +134,7 @@ func (s *SegmentReport) add(c Check) {
 }
 
 // finish settles the segment's verdict, rescue and advice.
-func (s *SegmentReport) finish(indexName string) {
+func (s *SegmentReport) finish(indexName, column string) {
 	failed, unverified := false, false
 	for _, c := range s.Checks {
 		switch c.Verdict {
@@ -172,8 +172,8 @@ func (s *SegmentReport) finish(indexName string) {
 		s.Advice = fmt.Sprintf("rescuable: repair_index rewrites it with the layout applied once (lance-segmerge repair URI --index %s --apply)", indexName)
 		return
 	}
-	s.Advice = fmt.Sprintf("rebuild this segment: build_index_segment(uri, column, %q, fragment_ids=%v, read_index_model(uri, %q)) and commit it with replaces=[%q], or drop and recreate the index with pylance",
-		s.IndexType, s.FragmentIDs, indexName, s.UUID)
+	s.Advice = fmt.Sprintf("rebuild this segment: build_index_segment(uri, %q, %q, fragment_ids=%v, read_index_model(uri, %q)) and commit it with replaces=[%q], or drop and recreate the index with pylance",
+		column, s.IndexType, s.FragmentIDs, indexName, s.UUID)
 }
 
 // Summary is one line per segment, for logs.

@@ -426,7 +426,7 @@ def verify_index(
         reporter.close()
     rep = _from_kernel(out, ds.display_uri, time.perf_counter() - t0)
     for s in rep.damaged:
-        logger.warning("index %s segment %s is damaged (%s): %s", index_name, s.uuid, ", ".join(s.damage), s.advice)
+        logger.info("index %s segment %s is damaged (%s): %s", index_name, s.uuid, ", ".join(s.damage), s.advice)
     logger.info("verified %s at version %d: %d segments, %d damaged in %.1fs", index_name, rep.version,
                 len(rep.segments), len(rep.damaged), rep.seconds)
     return rep
