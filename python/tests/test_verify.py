@@ -156,6 +156,17 @@ def test_verify_rejects_bad_arguments(pq_deltas):
             ls.verify_index(pq_deltas.uri, "vec_idx", **bad)
 
 
+def test_search_segment_refuses_bad_queries(pq_deltas):
+    seg = ls.open(pq_deltas.uri).list_index_segments("vec_idx")[0]
+    ids, dists = ls.search_segment(pq_deltas.uri, "vec_idx", seg, pq_deltas.vectors[0], k=3, nprobes=2)
+    assert len(ids) == len(dists) == 1 and len(ids[0]) == 3 and dists[0] == sorted(dists[0])
+    for bad in (np.zeros((2, 3)), np.zeros((2, 2, 32)), [[float("nan")] * 32]):
+        with pytest.raises(InvalidInputError):
+            ls.search_segment(pq_deltas.uri, "vec_idx", seg, bad)
+    with pytest.raises(NotFoundError):
+        ls.search_segment(pq_deltas.uri, "vec_idx", "00000000-0000-0000-0000-000000000000", pq_deltas.vectors[0])
+
+
 def test_report_is_frozen_picklable_json_and_a_table(pq_deltas):
     rep = ls.verify_index(pq_deltas.uri, "vec_idx", queries=4, nprobes=2)
     assert pickle.loads(pickle.dumps(rep)) == rep
@@ -301,7 +312,8 @@ def test_cli_verify_and_repair(pq_deltas, tmp_path, capsys):
     assert _cli.main(["repair", uri, "--index", "vec_idx"]) == _cli.EXIT_DAMAGED
     out = capsys.readouterr().out
     assert f"rewrite {bad}" in out and "dry run" in out
-    assert _cli.main(["repair", uri, "--index", "vec_idx", "--apply"]) == 0
+    # The rewrite runs on a spawned worker process (the job pickles).
+    assert _cli.main(["repair", uri, "--index", "vec_idx", "--apply", "--executor", "processes", "--workers", "1"]) == 0
     assert "committed version" in capsys.readouterr().out
     assert _cli.main(["verify", uri, "--index", "vec_idx", "--queries", "0"]) == 0
     assert _cli.main(["verify", uri, "--index", "nope"]) == 4
