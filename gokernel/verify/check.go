@@ -259,7 +259,7 @@ func verifySegment(ctx context.Context, st storage.Store, snap *table.Snapshot, 
 	if !checkFiles(ctx, ist, im, sr) {
 		return sr, nil
 	}
-	o, why, err := openSegment(ctx, st, snap, im)
+	o, err := openSegment(ctx, st, snap, im)
 	if err != nil {
 		if ctx.Err() != nil || errkind.Tag(err) == "io" {
 			return nil, err
@@ -271,7 +271,7 @@ func verifySegment(ctx context.Context, st storage.Store, snap *table.Snapshot, 
 	f := o.files
 	sr.IndexType = string(f.Type)
 	sr.NumRows = f.Aux.NumRows()
-	if !checkStructure(o, why, sr) {
+	if !checkStructure(o, sr) {
 		return sr, nil
 	}
 	live, err := newLiveSet(ctx, st, snap, im)
@@ -287,7 +287,7 @@ func verifySegment(ctx context.Context, st storage.Store, snap *table.Snapshot, 
 		models.check(o, sr)
 	}
 	if o.model == nil {
-		msg := why.Error()
+		msg := o.noModel.Error()
 		if i := len("unsupported: "); len(msg) > i && msg[:i] == "unsupported: " {
 			msg = msg[i:]
 		}
@@ -384,7 +384,8 @@ func joinProblems(p []string) string {
 // checkStructure checks what the opened files say about themselves: the
 // partitions against the centroids, the columns against the model. It
 // reports false when the codes cannot be read.
-func checkStructure(o *opened, why error, sr *SegmentReport) bool {
+func checkStructure(o *opened, sr *SegmentReport) bool {
+	why := o.noModel
 	f := o.files
 	c := f.Centroids()
 	switch {
@@ -407,7 +408,7 @@ func checkStructure(o *opened, why error, sr *SegmentReport) bool {
 		damage := DamageColumns
 		if errors.Is(err, errkind.Unsupported) {
 			sr.add(Check{Name: "structure", Verdict: Skipped, Message: err.Error()})
-			o.model = nil
+			o.model, o.noModel = nil, err
 			return true
 		}
 		sr.add(Check{Name: "structure", Verdict: Failed, Damage: damage, Message: err.Error()})

@@ -40,7 +40,7 @@ func readModels(ctx context.Context, st storage.Store, snap *table.Snapshot, met
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		o, _, err := openSegment(ctx, st, snap, im)
+		o, err := openSegment(ctx, st, snap, im)
 		if err != nil {
 			if errkind.Tag(err) == "io" {
 				return nil, err

@@ -26,6 +26,8 @@ type opened struct {
 	// fresh is the model a fresh build of the segment's rows uses (its
 	// own, unless the codes check found it encoded otherwise).
 	fresh *encode.Model
+	// noModel says why model is nil.
+	noModel error
 }
 
 func (o *opened) close() {
@@ -37,34 +39,37 @@ func (o *opened) close() {
 // openSegment opens a segment's files where it lives (the dataset root or
 // the base path it names) and reads its model. A segment whose files open
 // but whose model does not (HNSW, a broken quantizer) comes back with
-// model nil and the reason.
-func openSegment(ctx context.Context, st storage.Store, snap *table.Snapshot, im *pb.IndexMetadata) (*opened, error, error) {
+// model nil and the reason in noModel.
+func openSegment(ctx context.Context, st storage.Store, snap *table.Snapshot, im *pb.IndexMetadata) (*opened, error) {
 	o := &opened{meta: im, uuid: table.IndexUUID(im)}
 	ist := st
 	if im.BaseId != nil {
 		var err error
 		if ist, err = snap.IndexStore(ctx, st, im); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
 	f, err := ivf.OpenFiles(ctx, ist, table.IndexDir(im), lancefile.Options{})
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	o.files = f
 	if f.Type.HNSW() {
-		return o, fmt.Errorf("%w: %s segments are checked for structure only (their HNSW graphs are not searched here)", errkind.Unsupported, f.Type), nil
+		o.noModel = fmt.Errorf("%w: %s segments are checked for structure only (their HNSW graphs are not searched here)", errkind.Unsupported, f.Type)
+		return o, nil
 	}
 	m, err := modelio.FromFiles(ctx, f, o.uuid)
 	if err != nil {
-		return o, err, nil
+		o.noModel = err
+		return o, nil
 	}
 	ix, err := search.New(m)
 	if err != nil {
-		return o, err, nil
+		o.noModel = err
+		return o, nil
 	}
 	o.model, o.index = m, ix
-	return o, nil, nil
+	return o, nil
 }
 
 // FindSegment returns the manifest entry of a segment of an index.
@@ -101,13 +106,13 @@ func SearchSegment(ctx context.Context, st storage.Store, snap *table.Snapshot, 
 	if err != nil {
 		return nil, err
 	}
-	o, why, err := openSegment(ctx, st, snap, im)
+	o, err := openSegment(ctx, st, snap, im)
 	if err != nil {
 		return nil, fmt.Errorf("segment %s: %w", segUUID, err)
 	}
 	defer o.close()
-	if why != nil {
-		return nil, fmt.Errorf("segment %s: %w", segUUID, why)
+	if o.noModel != nil {
+		return nil, fmt.Errorf("segment %s: %w", segUUID, o.noModel)
 	}
 	dim := o.model.Dim
 	if dim == 0 || len(queries)%dim != 0 {

@@ -26,10 +26,7 @@
 // (segment.Merge with MergeOptions.Layouts) and verifies the rewrite.
 package verify
 
-import (
-	"fmt"
-	"strings"
-)
+import "fmt"
 
 // Verdicts of a check and of a segment.
 const (
@@ -174,14 +171,4 @@ func (s *SegmentReport) finish(indexName, column string) {
 	}
 	s.Advice = fmt.Sprintf("rebuild this segment: build_index_segment(uri, %q, %q, fragment_ids=%v, read_index_model(uri, %q)) and commit it with replaces=[%q], or drop and recreate the index with pylance",
 		column, s.IndexType, s.FragmentIDs, indexName, s.UUID)
-}
-
-// Summary is one line per segment, for logs.
-func (r *Report) Summary() string {
-	var b strings.Builder
-	for _, s := range r.Segments {
-		fmt.Fprintf(&b, "%s %s %s", s.UUID, s.Verdict, strings.Join(s.Damage, ","))
-		b.WriteByte('\n')
-	}
-	return b.String()
 }
