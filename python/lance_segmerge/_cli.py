@@ -175,6 +175,7 @@ def cmd_optimize(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         resume=args.resume,
         hnsw_graph=args.hnsw_graph,
+        verify=not args.no_verify,
     )
     version = report.version
     after_segs = _open(args, version).list_index_segments(args.index, with_stats=bool(args.plot))
@@ -383,6 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     op.add_argument("--max-segments", type=int, help="merge only the newest N segments")
     op.add_argument("--no-progress", action="store_true")
     op.add_argument("--resume", action="store_true", help="keep a run journal; resume an interrupted run")
+    op.add_argument("--no-verify", action="store_true", help="commit without checking the merge outputs against the data first")
     op.add_argument("--hnsw-graph", default="reuse", choices=["reuse", "rebuild"],
                     help="IVF_HNSW_*: start each partition's graph from its largest input's (default) or rebuild it")
     op.add_argument("--plot", metavar="FILE", help="write a picture of the result (PNG, SVG or PDF)")

@@ -254,6 +254,8 @@ def test_optimize_refuses_an_output_that_does_not_verify(pq_deltas, tmp_path):
     after = ls.open(uri)
     assert after.version == before.version
     assert set((Path(uri) / "_indices").iterdir()) == dirs  # the outputs were removed
+    assert _cli.main(["optimize", uri, "--index", "vec_idx", "--executor", "local", "--no-progress"]) == 5
+    assert ls.open(uri).version == before.version
     # Without the check, the damage is committed (what verify exists for).
     ds = ls.optimize(uri, "vec_idx", executor="local", progress=False, verify=False)
     assert ds.version == before.version + 1
