@@ -91,7 +91,11 @@ type Options struct {
 
 // Search runs every query over one segment: each query probes its
 // NProbes nearest partitions, and each partition is read once for all
-// the queries that probe it. It returns each query's hits, nearest first.
+// the queries that probe it. As in Lance, a query's partitions are scored
+// nearest first into one heap, each partition's rows in their stored
+// order, and a row never displaces one of equal distance: which of tied
+// rows is returned (quantized distances tie often) follows that order.
+// It returns each query's hits, nearest first.
 func Search(ctx context.Context, ix *Index, f *ivf.Files, queries []*Query, opts Options) ([][]Hit, error) {
 	if opts.K <= 0 {
 		opts.K = 10
@@ -107,12 +111,16 @@ func Search(ctx context.Context, ix *Index, f *ivf.Files, queries []*Query, opts
 	if err != nil {
 		return nil, err
 	}
-	probers := make([][]int, ix.NumPartitions())
-	tops := make([]*TopK, len(queries))
+	type prober struct{ query, rank int }
+	probers := make([][]prober, ix.NumPartitions())
+	// local[q][rank]: query q's best rows of its rank-th partition, in
+	// stored order.
+	local := make([][][]posHit, len(queries))
 	for qi, q := range queries {
-		tops[qi] = NewTopK(opts.K)
-		for _, p := range q.Probe(opts.NProbes) {
-			probers[p] = append(probers[p], qi)
+		probes := q.Probe(opts.NProbes)
+		local[qi] = make([][]posHit, len(probes))
+		for rank, p := range probes {
+			probers[p] = append(probers[p], prober{qi, rank})
 		}
 	}
 	var dist []float32
@@ -127,18 +135,80 @@ func Search(ctx context.Context, ix *Index, f *ivf.Files, queries []*Query, opts
 		if err != nil {
 			return nil, err
 		}
-		for _, qi := range qs {
-			dist = queries[qi].Distances(part, opts.K, dist)
+		for _, pr := range qs {
+			dist = queries[pr.query].Distances(part, opts.K, dist)
+			lt := newPosTopK(opts.K)
 			for i, d := range dist {
 				if opts.Keep == nil || opts.Keep(part.RowIDs[i]) {
-					tops[qi].Push(part.RowIDs[i], d)
+					lt.push(posHit{pos: i, Hit: Hit{part.RowIDs[i], d}})
 				}
 			}
+			local[pr.query][pr.rank] = lt.inOrder()
 		}
 	}
 	out := make([][]Hit, len(queries))
-	for i, t := range tops {
-		out[i] = t.Sorted()
+	for qi := range queries {
+		t := NewTopK(opts.K)
+		for _, hits := range local[qi] {
+			for _, h := range hits {
+				t.Push(h.RowID, h.Dist)
+			}
+		}
+		out[qi] = t.Sorted()
 	}
 	return out, nil
+}
+
+// posHit is a hit and its row's position in its partition.
+type posHit struct {
+	Hit
+	pos int
+}
+
+// posTopK keeps a partition's k best rows as TopK does (equal distances
+// keep the earlier row), remembering positions.
+type posTopK struct {
+	k int
+	h posHeap
+}
+
+func newPosTopK(k int) *posTopK { return &posTopK{k: k} }
+
+func (t *posTopK) push(x posHit) {
+	if math.IsNaN(float64(x.Dist)) {
+		return
+	}
+	if len(t.h) < t.k {
+		heap.Push(&t.h, x)
+		return
+	}
+	if x.Dist < t.h[0].Dist {
+		t.h[0] = x
+		heap.Fix(&t.h, 0)
+	}
+}
+
+// inOrder returns the kept rows in their stored order.
+func (t *posTopK) inOrder() []posHit {
+	out := append([]posHit(nil), t.h...)
+	sort.Slice(out, func(a, b int) bool { return out[a].pos < out[b].pos })
+	return out
+}
+
+type posHeap []posHit
+
+func (h posHeap) Len() int { return len(h) }
+func (h posHeap) Less(i, j int) bool {
+	if h[i].Dist != h[j].Dist {
+		return h[i].Dist > h[j].Dist
+	}
+	return h[i].pos > h[j].pos // of equal rows, the later one leaves first
+}
+func (h posHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *posHeap) Push(x any)   { *h = append(*h, x.(posHit)) }
+func (h *posHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
