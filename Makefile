@@ -13,6 +13,13 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 GO     ?= go
 
+# The Go toolchain's SIMD package (simd/archsimd) backs the hot distance
+# kernels (gokernel/vecmath/nearest_simd.go: IVF assignment, PQ encoding,
+# k-means; behind a build tag, AVX2 or AVX-512 detected at run time);
+# every kernel has a portable fallback, which test-go also runs
+# (GOEXPERIMENT= ...). GOEXPERIMENT= make build builds without it.
+export GOEXPERIMENT ?= simd
+
 PY_DEPS := pybindgen==0.22.1 "setuptools>=68" wheel \
            pylance==14.0.2 "pyarrow>=17" "numpy>=1.24" "pytest>=8" "mypy>=1.10" \
            "ray>=2.40" "dask>=2024.1" "distributed>=2024.1" "tqdm>=4.60" \
@@ -43,6 +50,7 @@ vet:
 # tools/with_emulators.py starts and stops.
 test-go: vet venv emulators
 	$(PY) tools/with_emulators.py -- $(GO) test ./...
+	GOEXPERIMENT= $(GO) test ./gokernel/vecmath/ ./gokernel/encode/ ./gokernel/train/
 	$(MAKE) fuzz FUZZTIME=$(CI_FUZZTIME)
 
 test-py: build emulators

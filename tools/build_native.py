@@ -53,6 +53,9 @@ def main() -> int:
     env = dict(os.environ)
     env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
     env.setdefault("CGO_ENABLED", "1")
+    # simd/archsimd kernels (behind a build tag, with portable fallbacks);
+    # GOEXPERIMENT= (empty) builds without them.
+    env.setdefault("GOEXPERIMENT", "simd")
     run([go, "build", "-o", os.path.join(bindir, "gopy"), "github.com/go-python/gopy"], env)
     run([go, "build", "-o", os.path.join(bindir, "goimports"), "golang.org/x/tools/cmd/goimports"], env)
 
