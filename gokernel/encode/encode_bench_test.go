@@ -44,35 +44,39 @@ func benchModel(rng *rand.Rand, t ivf.IndexType, metric Metric, k, dim int, data
 }
 
 // BenchmarkEncode encodes a window of rows on one goroutine (a build
-// worker's per-core throughput): 1024 partitions × 128-d.
+// worker's per-core throughput): 1024 partitions × 128-d (the issue's
+// target), and 64 × 64-d (bench_build.py's small preset).
 func BenchmarkEncode(b *testing.B) {
-	const k, dim, n = 1024, 128, 2048
-	for _, t := range []ivf.IndexType{ivf.IVFFlat, ivf.IVFSQ, ivf.IVFPQ, ivf.IVFRQ} {
-		for _, metric := range []Metric{L2, Dot} {
-			b.Run(fmt.Sprintf("%s/%s", t, metric), func(b *testing.B) {
-				rng := rand.New(rand.NewPCG(1, 2))
-				_, data := benchData(rng, n, k, dim)
-				m := benchModel(rng, t, metric, k, dim, data)
-				e, err := NewEncoder(m)
-				if err != nil {
-					b.Fatal(err)
-				}
-				out := make([][]byte, len(e.Columns()))
-				for c, col := range e.Columns() {
-					out[c] = make([]byte, n*col.Width())
-				}
-				parts := make([]int32, n)
-				vecs := make([]float32, len(data))
-				var s Scratch
-				b.SetBytes(int64(n * dim * 4))
-				b.ReportAllocs()
-				b.ResetTimer()
-				for i := 0; i < b.N; i++ {
-					copy(vecs, data)
-					e.Encode(&s, vecs, parts, out)
-				}
-				b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "rows/s")
-			})
+	const n = 2048
+	for _, shape := range []struct{ k, dim int }{{1024, 128}, {64, 64}} {
+		k, dim := shape.k, shape.dim
+		for _, t := range []ivf.IndexType{ivf.IVFFlat, ivf.IVFSQ, ivf.IVFPQ, ivf.IVFRQ} {
+			for _, metric := range []Metric{L2, Dot} {
+				b.Run(fmt.Sprintf("k%dd%d/%s/%s", k, dim, t, metric), func(b *testing.B) {
+					rng := rand.New(rand.NewPCG(1, 2))
+					_, data := benchData(rng, n, k, dim)
+					m := benchModel(rng, t, metric, k, dim, data)
+					e, err := NewEncoder(m)
+					if err != nil {
+						b.Fatal(err)
+					}
+					out := make([][]byte, len(e.Columns()))
+					for c, col := range e.Columns() {
+						out[c] = make([]byte, n*col.Width())
+					}
+					parts := make([]int32, n)
+					vecs := make([]float32, len(data))
+					var s Scratch
+					b.SetBytes(int64(n * dim * 4))
+					b.ReportAllocs()
+					b.ResetTimer()
+					for i := 0; i < b.N; i++ {
+						copy(vecs, data)
+						e.Encode(&s, vecs, parts, out)
+					}
+					b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "rows/s")
+				})
+			}
 		}
 	}
 }

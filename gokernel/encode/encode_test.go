@@ -219,3 +219,26 @@ func TestRQCodes(t *testing.T) {
 		t.Fatalf("extended codes align %v, signs alone %v", cosEx, cos1)
 	}
 }
+
+// sortEvents orders events exactly as a comparison sort does, whatever
+// their spread (clustered, equal thresholds, outside [tStart, tEnd)).
+func TestSortEvents(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, n := range []int{0, 10, 64, 65, 500, 3000} {
+		for _, spread := range []float32{1e-6, 0.1, 1, 3} {
+			var s exScratch
+			for i := 0; i < n; i++ {
+				v := 2 + spread*float32(rng.Float64())
+				if i%7 == 0 && i > 0 { // repeated thresholds
+					v = math.Float32frombits(uint32(s.events[i-1] >> 32))
+				}
+				s.events = append(s.events, uint64(math.Float32bits(v))<<32|uint64(rng.IntN(1000)))
+			}
+			want := slices.Clone(s.events)
+			slices.Sort(want)
+			if got := sortEvents(&s, 2.2, 4); !slices.Equal(got, want) {
+				t.Fatalf("n %d spread %v: not sorted like slices.Sort", n, spread)
+			}
+		}
+	}
+}

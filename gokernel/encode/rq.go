@@ -68,6 +68,9 @@ type exScratch struct {
 	abs     []float32
 	codes   []int
 	events  []uint64
+	sorted  []uint64
+	bucket  []uint32
+	count   []int32
 	values  []byte
 	blocked [exBlockDims]byte
 }
@@ -110,10 +113,10 @@ func bestExRescale(s *exScratch, abs []float32, exBits int) float32 {
 			}
 		}
 	}
-	slices.Sort(s.events)
+	events := sortEvents(s, tStart, tEnd)
 	best := num / float32(math.Sqrt(float64(sqDen)))
 	bestT := tStart
-	for _, e := range s.events {
+	for _, e := range events {
 		idx := uint32(e)
 		s.codes[idx]++
 		u := s.codes[idx]
@@ -124,6 +127,51 @@ func bestExRescale(s *exScratch, abs []float32, exBits int) float32 {
 		}
 	}
 	return bestT
+}
+
+// sortEvents orders s.events (threshold bits << 32 | dimension) as
+// slices.Sort would, in linear time: a counting sort into buckets of
+// equal width over [tStart, tEnd) (the bucket of t is monotone in t, so
+// buckets are in order), then an insertion sort inside each bucket (about
+// one event each).
+func sortEvents(s *exScratch, tStart, tEnd float32) []uint64 {
+	n := len(s.events)
+	if n < 64 {
+		slices.Sort(s.events)
+		return s.events
+	}
+	nb := n
+	scale := float32(nb) / (tEnd - tStart)
+	s.bucket = slices.Grow(s.bucket[:0], n)[:n]
+	s.count = slices.Grow(s.count[:0], nb+1)[:nb+1]
+	clear(s.count)
+	for i, e := range s.events {
+		b := int(float32(math.Float32frombits(uint32(e>>32))-tStart) * scale)
+		b = min(max(b, 0), nb-1)
+		s.bucket[i] = uint32(b)
+		s.count[b+1]++
+	}
+	for b := 1; b <= nb; b++ {
+		s.count[b] += s.count[b-1]
+	}
+	s.sorted = slices.Grow(s.sorted[:0], n)[:n]
+	for i, e := range s.events {
+		b := s.bucket[i]
+		s.sorted[s.count[b]] = e
+		s.count[b]++
+	}
+	// s.count[b] is now the end of bucket b; the start of b is the end of b-1.
+	start := int32(0)
+	for b := 0; b < nb; b++ {
+		end := s.count[b]
+		for i := start + 1; i < end; i++ {
+			for j := i; j > start && s.sorted[j] < s.sorted[j-1]; j-- {
+				s.sorted[j], s.sorted[j-1] = s.sorted[j-1], s.sorted[j]
+			}
+		}
+		start = end
+	}
+	return s.sorted
 }
 
 // clampCode is floor(x) clamped to [0, maxCode], as Rust's saturating

@@ -159,16 +159,10 @@ func (s *Searcher) Nearest(x []float32, stride, n int, idx []int32, dist []float
 			scoreBlock(s, xb, stride, rows, j0, j1, scores, kc)
 			for r := 0; r < rows; r++ {
 				row := scores[r*kc : r*kc+(min(j1, s.k)-j0)]
-				for _, v := range row {
-					if v < low[r] {
-						low[r] = v
-					}
-				}
+				low[r] = min(low[r], rowMin(row))
 				thr := s.threshold(low[r], norm[r])
-				for jj, v := range row {
-					if float64(v) <= thr {
-						sc.cands[r] = append(sc.cands[r], candidate{int32(j0 + jj), v})
-					}
+				if !math.IsNaN(thr) {
+					sc.cands[r] = appendBelow(sc.cands[r], row, j0, roundUp32(thr))
 				}
 			}
 		}
@@ -274,6 +268,41 @@ func (s *Searcher) scanRow(v []float32, i int, idx []int32, dist []float32) {
 	if dist != nil {
 		dist[i] = bestD
 	}
+}
+
+// roundUp32 is the smallest float32 at least x: a float32 score v is at
+// most x exactly when it is at most roundUp32(x).
+func roundUp32(x float64) float32 {
+	f := float32(x)
+	if float64(f) < x {
+		f = math.Nextafter32(f, float32(math.Inf(1)))
+	}
+	return f
+}
+
+// rowMin is the smallest value of v that is a number (+Inf for none).
+var rowMin = rowMinGeneric
+
+func rowMinGeneric(v []float32) float32 {
+	m := float32(math.Inf(1))
+	for _, x := range v {
+		if x < m {
+			m = x
+		}
+	}
+	return m
+}
+
+// appendBelow appends a candidate for every v[i] <= thr, row base+i.
+var appendBelow = appendBelowGeneric
+
+func appendBelowGeneric(dst []candidate, v []float32, base int, thr float32) []candidate {
+	for i, x := range v {
+		if x <= thr {
+			dst = append(dst, candidate{int32(base + i), x})
+		}
+	}
+	return dst
 }
 
 // scoreBlock writes, for the rows vectors of x (vector r at x[r*stride:],

@@ -2,7 +2,11 @@
 
 package vecmath
 
-import "simd/archsimd"
+import (
+	"math"
+	bits8 "math/bits"
+	"simd/archsimd"
+)
 
 func init() {
 	switch {
@@ -11,6 +15,49 @@ func init() {
 	case archsimd.X86.AVX2() && archsimd.X86.FMA():
 		scoreBlock = scoreBlockAVX2
 	}
+	if archsimd.X86.AVX2() {
+		rowMin = rowMinAVX2
+		appendBelow = appendBelowAVX2
+	}
+}
+
+// rowMinAVX2 is rowMin 8 lanes at a time. VMINPS keeps its second
+// operand when either is NaN: the running minimum is the first operand,
+// so a NaN value is skipped, as rowMinGeneric skips it.
+func rowMinAVX2(v []float32) float32 {
+	inf := float32(math.Inf(1))
+	m := archsimd.BroadcastFloat32x8(inf)
+	i := 0
+	for ; i+8 <= len(v); i += 8 {
+		m = archsimd.LoadFloat32x8((*[8]float32)(v[i:])).Min(m)
+	}
+	var lanes [8]float32
+	m.Store(&lanes)
+	archsimd.ClearAVXUpperBits()
+	out := rowMinGeneric(lanes[:])
+	for ; i < len(v); i++ {
+		if v[i] < out {
+			out = v[i]
+		}
+	}
+	return out
+}
+
+// appendBelowAVX2 is appendBelow, 8 comparisons at a time; only lanes
+// that pass are looked at (nearly always none).
+func appendBelowAVX2(dst []candidate, v []float32, base int, thr float32) []candidate {
+	t := archsimd.BroadcastFloat32x8(thr)
+	i := 0
+	for ; i+8 <= len(v); i += 8 {
+		bits := archsimd.LoadFloat32x8((*[8]float32)(v[i:])).LessEqual(t).ToBits()
+		for bits != 0 {
+			j := i + bits8.TrailingZeros8(bits)
+			dst = append(dst, candidate{int32(base + j), v[j]})
+			bits &= bits - 1
+		}
+	}
+	archsimd.ClearAVXUpperBits()
+	return appendBelowGeneric(dst, v[i:], base+i, thr)
 }
 
 // scoreBlockAVX2 is scoreBlock with AVX2 fused multiply-adds over the
@@ -67,71 +114,57 @@ func scoreBlockAVX2(s *Searcher, x []float32, stride, rows, j0, j1 int, out []fl
 	archsimd.ClearAVXUpperBits()
 }
 
-// scoreBlockAVX512 is scoreBlock with 16-lane fused multiply-adds: four
-// vectors against two blocks (32 matrix rows) at a time.
+// scoreBlockAVX512 is scoreBlock with 16-lane fused multiply-adds: two
+// vectors against two blocks (32 matrix rows) at a time. (Wider tiles,
+// four vectors or more blocks, and unrolled loops measured slower: the
+// compiler spills their registers.)
 func scoreBlockAVX512(s *Searcher, x []float32, stride, rows, j0, j1 int, out []float32, ld int) {
 	dim := s.dim
-	if rows < 4 {
-		scoreBlockGeneric(s, x, stride, rows, j0, j1, out, ld)
-		return
-	}
-	x0 := x[:dim]
-	x1 := x[stride : stride+dim][:len(x0)]
-	x2 := x[2*stride : 2*stride+dim][:len(x0)]
-	x3 := x[3*stride : 3*stride+dim][:len(x0)]
-	o0 := out[:j1-j0]
-	o1 := out[ld : ld+j1-j0]
-	o2 := out[2*ld : 2*ld+j1-j0]
-	o3 := out[3*ld : 3*ld+j1-j0]
-	j := j0
-	for ; j+2*blockRows <= j1; j += 2 * blockRows {
-		p := s.packed[j*dim : (j+2*blockRows)*dim]
-		pa, pb := p[:dim*blockRows], p[dim*blockRows:]
-		var a0, b0, a1, b1, a2, b2, a3, b3 archsimd.Float32x16
-		for t, v0 := range x0 {
-			ca := archsimd.LoadFloat32x16((*[16]float32)(pa[t*blockRows:]))
-			cb := archsimd.LoadFloat32x16((*[16]float32)(pb[t*blockRows:]))
-			v := archsimd.BroadcastFloat32x16(v0)
-			a0 = ca.MulAdd(v, a0)
-			b0 = cb.MulAdd(v, b0)
-			v = archsimd.BroadcastFloat32x16(x1[t])
-			a1 = ca.MulAdd(v, a1)
-			b1 = cb.MulAdd(v, b1)
-			v = archsimd.BroadcastFloat32x16(x2[t])
-			a2 = ca.MulAdd(v, a2)
-			b2 = cb.MulAdd(v, b2)
-			v = archsimd.BroadcastFloat32x16(x3[t])
-			a3 = ca.MulAdd(v, a3)
-			b3 = cb.MulAdd(v, b3)
+	r := 0
+	for ; r+2 <= rows; r += 2 {
+		x0 := x[r*stride : r*stride+dim]
+		x1 := x[(r+1)*stride : (r+1)*stride+dim][:len(x0)]
+		o0 := out[r*ld : r*ld+j1-j0]
+		o1 := out[(r+1)*ld : (r+1)*ld+j1-j0]
+		j := j0
+		for ; j+2*blockRows <= j1; j += 2 * blockRows {
+			pa := s.packed[j*dim : (j+blockRows)*dim]
+			pb := s.packed[(j+blockRows)*dim : (j+2*blockRows)*dim]
+			var a0, b0, a1, b1 archsimd.Float32x16
+			for t, v0 := range x0 {
+				v := archsimd.BroadcastFloat32x16(v0)
+				w := archsimd.BroadcastFloat32x16(x1[t])
+				ca := archsimd.LoadFloat32x16((*[16]float32)(pa[t*blockRows:]))
+				cb := archsimd.LoadFloat32x16((*[16]float32)(pb[t*blockRows:]))
+				a0 = v.MulAdd(ca, a0)
+				b0 = v.MulAdd(cb, b0)
+				a1 = w.MulAdd(ca, a1)
+				b1 = w.MulAdd(cb, b1)
+			}
+			ha := archsimd.LoadFloat32x16((*[16]float32)(s.half[j:]))
+			hb := archsimd.LoadFloat32x16((*[16]float32)(s.half[j+16:]))
+			o := j - j0
+			ha.Sub(a0).Store((*[16]float32)(o0[o:]))
+			hb.Sub(b0).Store((*[16]float32)(o0[o+16:]))
+			ha.Sub(a1).Store((*[16]float32)(o1[o:]))
+			hb.Sub(b1).Store((*[16]float32)(o1[o+16:]))
 		}
-		ha := archsimd.LoadFloat32x16((*[16]float32)(s.half[j:]))
-		hb := archsimd.LoadFloat32x16((*[16]float32)(s.half[j+16:]))
-		o := j - j0
-		ha.Sub(a0).Store((*[16]float32)(o0[o:]))
-		hb.Sub(b0).Store((*[16]float32)(o0[o+16:]))
-		ha.Sub(a1).Store((*[16]float32)(o1[o:]))
-		hb.Sub(b1).Store((*[16]float32)(o1[o+16:]))
-		ha.Sub(a2).Store((*[16]float32)(o2[o:]))
-		hb.Sub(b2).Store((*[16]float32)(o2[o+16:]))
-		ha.Sub(a3).Store((*[16]float32)(o3[o:]))
-		hb.Sub(b3).Store((*[16]float32)(o3[o+16:]))
-	}
-	for ; j < j1; j += blockRows {
-		p := s.packed[j*dim : (j+blockRows)*dim]
-		var a0, a1, a2, a3 archsimd.Float32x16
-		for t, v0 := range x0 {
-			c := archsimd.LoadFloat32x16((*[16]float32)(p[t*blockRows:]))
-			a0 = c.MulAdd(archsimd.BroadcastFloat32x16(v0), a0)
-			a1 = c.MulAdd(archsimd.BroadcastFloat32x16(x1[t]), a1)
-			a2 = c.MulAdd(archsimd.BroadcastFloat32x16(x2[t]), a2)
-			a3 = c.MulAdd(archsimd.BroadcastFloat32x16(x3[t]), a3)
+		for ; j < j1; j += blockRows {
+			p := s.packed[j*dim : (j+blockRows)*dim]
+			var a0, a1 archsimd.Float32x16
+			for t, v0 := range x0 {
+				c := archsimd.LoadFloat32x16((*[16]float32)(p[t*blockRows:]))
+				a0 = archsimd.BroadcastFloat32x16(v0).MulAdd(c, a0)
+				a1 = archsimd.BroadcastFloat32x16(x1[t]).MulAdd(c, a1)
+			}
+			h := archsimd.LoadFloat32x16((*[16]float32)(s.half[j:]))
+			o := j - j0
+			h.Sub(a0).Store((*[16]float32)(o0[o:]))
+			h.Sub(a1).Store((*[16]float32)(o1[o:]))
 		}
-		h := archsimd.LoadFloat32x16((*[16]float32)(s.half[j:]))
-		o := j - j0
-		h.Sub(a0).Store((*[16]float32)(o0[o:]))
-		h.Sub(a1).Store((*[16]float32)(o1[o:]))
-		h.Sub(a2).Store((*[16]float32)(o2[o:]))
-		h.Sub(a3).Store((*[16]float32)(o3[o:]))
 	}
 	archsimd.ClearAVXUpperBits()
+	if r < rows {
+		scoreBlockGeneric(s, x[r*stride:], stride, rows-r, j0, j1, out[r*ld:], ld)
+	}
 }
