@@ -137,7 +137,19 @@ func Train(ctx context.Context, rd *vecdata.Reader, p Params) (*encode.Model, St
 	if p.Metric == encode.Dot {
 		ivfMetric = encode.Dot
 	}
-	km, err := KMeans(ctx, data, rows, dim, p.NumPartitions, KMeansOptions{Metric: ivfMetric, MaxIters: p.MaxIters, Rng: rng, Workers: p.Workers})
+	// IVF trains on NumPartitions × SampleRate vectors (a random subset
+	// when the PQ sample drew more), as Lance's sample sizes are.
+	ivfData, ivfRows := data, rows
+	if want := p.NumPartitions * p.SampleRate; rows > want {
+		pick := rng.Perm(rows)[:want]
+		slices.Sort(pick)
+		ivfData = make([]float32, 0, want*dim)
+		for _, r := range pick {
+			ivfData = append(ivfData, data[r*dim:(r+1)*dim]...)
+		}
+		ivfRows = want
+	}
+	km, err := KMeans(ctx, ivfData, ivfRows, dim, p.NumPartitions, KMeansOptions{Metric: ivfMetric, MaxIters: p.MaxIters, Rng: rng, Workers: p.Workers})
 	if err != nil {
 		return nil, st, err
 	}

@@ -4,9 +4,14 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/encode"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/ivf"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/vecdata"
 )
 
 func clustered(rng *rand.Rand, n, k, dim int) []float32 {
@@ -39,6 +44,44 @@ func BenchmarkKMeans(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
+			}
+		})
+	}
+}
+
+// BenchmarkTrainReal trains IVF_PQ models on a real dataset
+// (SEGMERGE_BENCH_BUILD_DATASET, float32 column "vec"), as create_index
+// does on its driver: SEGMERGE_BENCH_TRAIN="partitions,sample_rate,iters"
+// (default 1024,256,50).
+func BenchmarkTrainReal(b *testing.B) {
+	uri := os.Getenv("SEGMERGE_BENCH_BUILD_DATASET")
+	if uri == "" {
+		b.Skip("set SEGMERGE_BENCH_BUILD_DATASET to a dataset with a float32 vector column \"vec\"")
+	}
+	k, rate, iters := 1024, 256, 50
+	if v := os.Getenv("SEGMERGE_BENCH_TRAIN"); v != "" {
+		if _, err := fmt.Sscanf(v, "%d,%d,%d", &k, &rate, &iters); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	st := storage.NewLocal(uri, uri)
+	snap, err := table.Open(ctx, st, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rd, err := vecdata.NewReader(st, snap, "vec")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, t := range []ivf.IndexType{ivf.IVFFlat, ivf.IVFPQ} {
+		b.Run(string(t), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				_, st, err := Train(ctx, rd, Params{IndexType: t, Metric: encode.L2, NumPartitions: k, SampleRate: rate, MaxIters: iters, Seed: uint64(i)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(st.IVFIters), "ivf-iters")
 			}
 		})
 	}

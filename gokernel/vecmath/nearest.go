@@ -60,7 +60,8 @@ type Searcher struct {
 	half   []float32 // ‖c‖²/2 (L2) or 0 (dot), +Inf past k up to a whole block
 	packed []float32 // blocks of blockRows rows, interleaved by dimension
 	maxC   float64   // the largest row norm
-	exact  bool      // only exact scans (rows too large for the bound)
+	bound  bound
+	exact  bool // only exact scans (rows too large for the bound)
 }
 
 // NewSearcher prepares a search over the k = len(m)/dim rows of m for
@@ -101,6 +102,7 @@ func NewSearcher(m []float32, dim int, dist Distance) *Searcher {
 		s.exact = true
 	}
 	s.maxC *= 1 + 1e-6
+	s.bound = newBound(dim, s.maxC)
 	return s
 }
 
@@ -146,6 +148,7 @@ func (s *Searcher) Nearest(x []float32, stride, n int, idx []int32, dist []float
 	scores := sc.scores[:4*kc]
 	var norm [4]float64
 	var low [4]float32
+	var mins [4]float32
 	for i0 := 0; i0 < n; i0 += 4 {
 		rows := min(4, n-i0)
 		xb := x[i0*stride:]
@@ -156,10 +159,11 @@ func (s *Searcher) Nearest(x []float32, stride, n int, idx []int32, dist []float
 		}
 		for j0 := 0; j0 < len(s.half); j0 += kc {
 			j1 := min(j0+kc, len(s.half))
-			scoreBlock(s, xb, stride, rows, j0, j1, scores, kc)
+			mins = low
+			scoreBlock(s, xb, stride, rows, j0, j1, scores, kc, mins[:])
 			for r := 0; r < rows; r++ {
 				row := scores[r*kc : r*kc+(min(j1, s.k)-j0)]
-				low[r] = min(low[r], rowMin(row))
+				low[r] = mins[r]
 				thr := s.threshold(low[r], norm[r])
 				if !math.IsNaN(thr) {
 					sc.cands[r] = appendBelow(sc.cands[r], row, j0, roundUp32(thr))
@@ -227,25 +231,34 @@ func rowNorm(v []float32) float64 {
 //   - dot: Lance compares fl(1 - q) of its dot q, which can tie rows whose
 //     dots differ by up to 2u·|1 - q|: s_j ≤ low + 2e + 2.02u(1 + |low| + e).
 func (s *Searcher) threshold(low float32, x float64) float64 {
-	if math.IsInf(float64(low), 0) || math.IsNaN(float64(low)) || math.IsNaN(x) || math.IsInf(x, 0) || x > 1e17 {
+	m := float64(low)
+	if !(x <= 1e17 && math.Abs(m) <= math.MaxFloat32) { // NaN fails too
 		return math.NaN()
 	}
-	d := float64(s.dim)
-	g := (d + 4) * unitRoundoff * 1.05
-	tiny := (4*d + 16) * tinyAbs
-	m, c := float64(low), s.maxC
+	b := &s.bound
 	var thr float64
 	if s.dist == DistDot {
-		e := 2*g*x*c + tiny
+		e := b.g2*x*s.maxC + b.tiny
 		thr = m + 2*e + 2.02*unitRoundoff*(1+math.Abs(m)+e)
 	} else {
-		e := g*(x*c+c*c) + tiny
-		tau := (2*d + 8) * tinyAbs
+		// The condition above, solved: s_j ≤ (g·X² + (1+g)·low + 2e + τ) / (1-g).
+		e := b.g*(x*s.maxC+b.c2) + b.tiny
 		x2 := x * x
-		thr = ((1+g)*(x2+2*m+2*e) - (1-g)*x2 + 2*(1-g)*e + 2*tau) / (2 * (1 - g))
-		thr += 1e-9 * (x2 + e)
+		thr = (b.g*x2+(1+b.g)*m+2*e+b.tau)*b.inv + 1e-9*(x2+e)
 	}
-	return thr + 1e-9*(math.Abs(thr)+math.Abs(m)) + tiny
+	return thr + 1e-9*(math.Abs(thr)+math.Abs(m)) + b.tiny
+}
+
+// bound holds a Searcher's constants of threshold.
+type bound struct {
+	g, g2, inv, c2, tiny, tau float64
+}
+
+func newBound(dim int, maxC float64) bound {
+	d := float64(dim)
+	g := (d + 4) * unitRoundoff * 1.05
+	return bound{g: g, g2: 2 * g, inv: 1 / (1 - g), c2: maxC * maxC,
+		tiny: (4*d + 16) * tinyAbs, tau: (2*d + 8) * tinyAbs}
 }
 
 func (s *Searcher) exactDist(v []float32, j int) float32 {
@@ -280,9 +293,8 @@ func roundUp32(x float64) float32 {
 	return f
 }
 
-// rowMin is the smallest value of v that is a number (+Inf for none).
-var rowMin = rowMinGeneric
-
+// rowMinGeneric is the smallest value of v that is a number (+Inf for
+// none).
 func rowMinGeneric(v []float32) float32 {
 	m := float32(math.Inf(1))
 	for _, x := range v {
@@ -307,15 +319,21 @@ func appendBelowGeneric(dst []candidate, v []float32, base int, thr float32) []c
 
 // scoreBlock writes, for the rows vectors of x (vector r at x[r*stride:],
 // rows ≤ 4) and matrix rows j0 ≤ j < j1 (whole blocks),
-// out[r*ld + j - j0] = half[j] - x_r·c_j. The portable kernel; the SIMD
-// build replaces it where the CPU allows.
+// out[r*ld + j - j0] = half[j] - x_r·c_j, and lowers mins[r] to the
+// smallest of them that is a number. The portable kernel; the SIMD build
+// replaces it where the CPU allows.
 var scoreBlock = scoreBlockGeneric
 
 // scoreBlockGeneric works from the row-major matrix, two vectors against
 // four rows at a time in registers.
-func scoreBlockGeneric(s *Searcher, x []float32, stride, rows, j0, j1 int, out []float32, ld int) {
+func scoreBlockGeneric(s *Searcher, x []float32, stride, rows, j0, j1 int, out []float32, ld int, mins []float32) {
 	dim := s.dim
 	jEnd := min(j1, s.k)
+	defer func() {
+		for r := 0; r < rows; r++ {
+			mins[r] = min(mins[r], rowMinGeneric(out[r*ld:r*ld+jEnd-j0]))
+		}
+	}()
 	r := 0
 	for ; r+2 <= rows; r += 2 {
 		x0 := x[r*stride : r*stride+dim]

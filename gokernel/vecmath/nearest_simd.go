@@ -16,31 +16,8 @@ func init() {
 		scoreBlock = scoreBlockAVX2
 	}
 	if archsimd.X86.AVX2() {
-		rowMin = rowMinAVX2
 		appendBelow = appendBelowAVX2
 	}
-}
-
-// rowMinAVX2 is rowMin 8 lanes at a time. VMINPS keeps its second
-// operand when either is NaN: the running minimum is the first operand,
-// so a NaN value is skipped, as rowMinGeneric skips it.
-func rowMinAVX2(v []float32) float32 {
-	inf := float32(math.Inf(1))
-	m := archsimd.BroadcastFloat32x8(inf)
-	i := 0
-	for ; i+8 <= len(v); i += 8 {
-		m = archsimd.LoadFloat32x8((*[8]float32)(v[i:])).Min(m)
-	}
-	var lanes [8]float32
-	m.Store(&lanes)
-	archsimd.ClearAVXUpperBits()
-	out := rowMinGeneric(lanes[:])
-	for ; i < len(v); i++ {
-		if v[i] < out {
-			out = v[i]
-		}
-	}
-	return out
 }
 
 // appendBelowAVX2 is appendBelow, 8 comparisons at a time; only lanes
@@ -65,12 +42,14 @@ func appendBelowAVX2(dst []candidate, v []float32, base int, thr float32) []cand
 // dimension; four vectors' values are broadcast against them, eight
 // accumulators in registers. (Fused multiply-adds round once per step:
 // within the bound Searcher.threshold assumes.)
-func scoreBlockAVX2(s *Searcher, x []float32, stride, rows, j0, j1 int, out []float32, ld int) {
+func scoreBlockAVX2(s *Searcher, x []float32, stride, rows, j0, j1 int, out []float32, ld int, mins []float32) {
 	dim := s.dim
 	if rows < 4 {
-		scoreBlockGeneric(s, x, stride, rows, j0, j1, out, ld)
+		scoreBlockGeneric(s, x, stride, rows, j0, j1, out, ld, mins)
 		return
 	}
+	inf := archsimd.BroadcastFloat32x8(float32(math.Inf(1)))
+	m0, m1, m2, m3 := inf, inf, inf, inf
 	x0 := x[:dim]
 	x1 := x[stride : stride+dim][:len(x0)]
 	x2 := x[2*stride : 2*stride+dim][:len(x0)]
@@ -102,26 +81,48 @@ func scoreBlockAVX2(s *Searcher, x []float32, stride, rows, j0, j1 int, out []fl
 		hl := archsimd.LoadFloat32x8((*[8]float32)(s.half[j : j+8]))
 		hh := archsimd.LoadFloat32x8((*[8]float32)(s.half[j+8 : j+16]))
 		o := j - j0
-		hl.Sub(a0l).Store((*[8]float32)(o0[o : o+8]))
-		hh.Sub(a0h).Store((*[8]float32)(o0[o+8 : o+16]))
-		hl.Sub(a1l).Store((*[8]float32)(o1[o : o+8]))
-		hh.Sub(a1h).Store((*[8]float32)(o1[o+8 : o+16]))
-		hl.Sub(a2l).Store((*[8]float32)(o2[o : o+8]))
-		hh.Sub(a2h).Store((*[8]float32)(o2[o+8 : o+16]))
-		hl.Sub(a3l).Store((*[8]float32)(o3[o : o+8]))
-		hh.Sub(a3h).Store((*[8]float32)(o3[o+8 : o+16]))
+		m0 = store8(hl.Sub(a0l), o0[o:o+8], m0)
+		m0 = store8(hh.Sub(a0h), o0[o+8:o+16], m0)
+		m1 = store8(hl.Sub(a1l), o1[o:o+8], m1)
+		m1 = store8(hh.Sub(a1h), o1[o+8:o+16], m1)
+		m2 = store8(hl.Sub(a2l), o2[o:o+8], m2)
+		m2 = store8(hh.Sub(a2h), o2[o+8:o+16], m2)
+		m3 = store8(hl.Sub(a3l), o3[o:o+8], m3)
+		m3 = store8(hh.Sub(a3h), o3[o+8:o+16], m3)
+	}
+	var lanes [8]float32
+	for r, m := range [4]archsimd.Float32x8{m0, m1, m2, m3} {
+		m.Store(&lanes)
+		mins[r] = min(mins[r], rowMinGeneric(lanes[:]))
 	}
 	archsimd.ClearAVXUpperBits()
+}
+
+// store8 stores scores and folds them into a running minimum. VMINPS
+// returns its second operand when either is NaN, so NaN scores are
+// skipped, as rowMinGeneric skips them.
+func store8(v archsimd.Float32x8, dst []float32, m archsimd.Float32x8) archsimd.Float32x8 {
+	v.Store((*[8]float32)(dst))
+	return v.Min(m)
+}
+
+// store16 is store8 for 16 lanes.
+func store16(v archsimd.Float32x16, dst []float32, m archsimd.Float32x16) archsimd.Float32x16 {
+	v.Store((*[16]float32)(dst))
+	return v.Min(m)
 }
 
 // scoreBlockAVX512 is scoreBlock with 16-lane fused multiply-adds: two
 // vectors against two blocks (32 matrix rows) at a time. (Wider tiles,
 // four vectors or more blocks, and unrolled loops measured slower: the
 // compiler spills their registers.)
-func scoreBlockAVX512(s *Searcher, x []float32, stride, rows, j0, j1 int, out []float32, ld int) {
+func scoreBlockAVX512(s *Searcher, x []float32, stride, rows, j0, j1 int, out []float32, ld int, mins []float32) {
 	dim := s.dim
+	inf := archsimd.BroadcastFloat32x16(float32(math.Inf(1)))
+	var lanes [16]float32
 	r := 0
 	for ; r+2 <= rows; r += 2 {
+		m0, m1 := inf, inf
 		x0 := x[r*stride : r*stride+dim]
 		x1 := x[(r+1)*stride : (r+1)*stride+dim][:len(x0)]
 		o0 := out[r*ld : r*ld+j1-j0]
@@ -144,10 +145,10 @@ func scoreBlockAVX512(s *Searcher, x []float32, stride, rows, j0, j1 int, out []
 			ha := archsimd.LoadFloat32x16((*[16]float32)(s.half[j:]))
 			hb := archsimd.LoadFloat32x16((*[16]float32)(s.half[j+16:]))
 			o := j - j0
-			ha.Sub(a0).Store((*[16]float32)(o0[o:]))
-			hb.Sub(b0).Store((*[16]float32)(o0[o+16:]))
-			ha.Sub(a1).Store((*[16]float32)(o1[o:]))
-			hb.Sub(b1).Store((*[16]float32)(o1[o+16:]))
+			m0 = store16(ha.Sub(a0), o0[o:o+16], m0)
+			m0 = store16(hb.Sub(b0), o0[o+16:o+32], m0)
+			m1 = store16(ha.Sub(a1), o1[o:o+16], m1)
+			m1 = store16(hb.Sub(b1), o1[o+16:o+32], m1)
 		}
 		for ; j < j1; j += blockRows {
 			p := s.packed[j*dim : (j+blockRows)*dim]
@@ -159,12 +160,16 @@ func scoreBlockAVX512(s *Searcher, x []float32, stride, rows, j0, j1 int, out []
 			}
 			h := archsimd.LoadFloat32x16((*[16]float32)(s.half[j:]))
 			o := j - j0
-			h.Sub(a0).Store((*[16]float32)(o0[o:]))
-			h.Sub(a1).Store((*[16]float32)(o1[o:]))
+			m0 = store16(h.Sub(a0), o0[o:o+16], m0)
+			m1 = store16(h.Sub(a1), o1[o:o+16], m1)
 		}
+		m0.Store(&lanes)
+		mins[r] = min(mins[r], rowMinGeneric(lanes[:]))
+		m1.Store(&lanes)
+		mins[r+1] = min(mins[r+1], rowMinGeneric(lanes[:]))
 	}
 	archsimd.ClearAVXUpperBits()
 	if r < rows {
-		scoreBlockGeneric(s, x[r*stride:], stride, rows-r, j0, j1, out[r*ld:], ld)
+		scoreBlockGeneric(s, x[r*stride:], stride, rows-r, j0, j1, out[r*ld:], ld, mins[r:])
 	}
 }

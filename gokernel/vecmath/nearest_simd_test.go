@@ -10,8 +10,8 @@ import (
 )
 
 // simdKernels are the SIMD score kernels this CPU can run.
-func simdKernels() map[string]func(*Searcher, []float32, int, int, int, int, []float32, int) {
-	k := map[string]func(*Searcher, []float32, int, int, int, int, []float32, int){}
+func simdKernels() map[string]func(*Searcher, []float32, int, int, int, int, []float32, int, []float32) {
+	k := map[string]func(*Searcher, []float32, int, int, int, int, []float32, int, []float32){}
 	if archsimd.X86.AVX2() && archsimd.X86.FMA() {
 		k["avx2"] = scoreBlockAVX2
 	}
