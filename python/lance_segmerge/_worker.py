@@ -34,6 +34,16 @@ def ping(_: Any = None) -> str:
     return kernel_version()
 
 
+def warm_build(_: Any = None) -> str:
+    """Import the build path (numpy, pyarrow, the model and the native
+    kernel) in a worker, so that a pool started early is ready when the
+    build tasks arrive (create_index does this while it trains)."""
+    from . import build  # noqa: F401
+    from . import kernel_version
+
+    return kernel_version()
+
+
 def build_task(job: dict[str, Any]) -> dict[str, Any]:
     """Build one segment over a group of fragments; ``job`` holds the
     dataset, column, index type, fragments, the (picklable) IndexModel, the

@@ -62,6 +62,14 @@ class FuturesExecutor:
             raise
         return [f.result() for f in futures]
 
+    def warm(self, fn: Callable[[Any], Any], n: int) -> None:
+        """Start a process pool's workers now, each running ``fn`` (an
+        import, say) without waiting for it: the caller goes on with its
+        own work while the processes spawn. Thread pools need nothing."""
+        if isinstance(self._pool, cf.ProcessPoolExecutor):
+            for _ in range(n):
+                self._pool.submit(fn, None)
+
     def cancel(self) -> None:
         for f in self._futures:
             f.cancel()
