@@ -242,3 +242,29 @@ func TestSortEvents(t *testing.T) {
 		}
 	}
 }
+
+// fwht gives, bit for bit, what butterflies applied stage by stage give.
+func TestFWHTMatchesStageByStage(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for n := 1; n <= 512; n *= 2 {
+		v := randVec(rng, n)
+		for i := range v {
+			v[i] *= float32(math.Pow(10, float64(rng.IntN(9)-4))) // rounding shows
+		}
+		want := slices.Clone(v)
+		for half := 1; half < n; half *= 2 {
+			for i := 0; i < n; i += 2 * half {
+				for j := i; j < i+half; j++ {
+					x, y := want[j], want[j+half]
+					want[j], want[j+half] = x+y, x-y
+				}
+			}
+		}
+		fwht(v)
+		for i := range v {
+			if math.Float32bits(v[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("n %d: value %d is %v, want %v", n, i, v[i], want[i])
+			}
+		}
+	}
+}

@@ -105,12 +105,14 @@ func bestExRescale(s *exScratch, abs []float32, exBits int) float32 {
 		sqDen += float32(cur*cur + cur)
 		num += float32((float32(cur) + 0.5) * v)
 		for next := cur + 1; next <= maxCode; next++ {
-			if t := float32(next) / v; t < tEnd {
-				// Positive floats order as their bits: (t, dimension) in
-				// one key. Equal thresholds keep emission order (by
-				// dimension; one dimension's thresholds strictly grow).
-				s.events = append(s.events, uint64(math.Float32bits(t))<<32|uint64(i))
+			t := float32(next) / v
+			if !(t < tEnd) {
+				break // t grows with next (rounding is monotone)
 			}
+			// Positive floats order as their bits: (t, dimension) in one
+			// key. Equal thresholds keep emission order (by dimension; one
+			// dimension's thresholds strictly grow).
+			s.events = append(s.events, uint64(math.Float32bits(t))<<32|uint64(i))
 		}
 	}
 	events := sortEvents(s, tStart, tEnd)
