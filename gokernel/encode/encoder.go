@@ -50,24 +50,59 @@ type Encoder struct {
 	pqSearch  []*vecmath.Searcher
 	// PQ
 	subDim int
+	// half: float16 vectors (see NewHalfEncoder).
+	half bool
 	// RQ
 	exBits       int
 	rotCentroids []float32 // raw query: the rotated centroids
 	centNormSq   []float32 // residual query, dot: ‖c‖²
 }
 
-// NewEncoder validates the model and prepares what encoding needs.
-func NewEncoder(m *Model) (*Encoder, error) {
+// NewEncoder validates the model and prepares what encoding needs, for
+// float32 vectors.
+func NewEncoder(m *Model) (*Encoder, error) { return newEncoder(m, false) }
+
+// NewHalfEncoder is NewEncoder for a float16 column. Lance computes in the
+// column's type there: the model's centroids and codebook are float16
+// (rounded here, a copy), a cosine vector is normalised in float32 and
+// rounded to float16, PQ and RQ residuals are float16 differences, and
+// IVF_FLAT rows are float16. Distances are float32 sums of the float16
+// values.
+func NewHalfEncoder(m *Model) (*Encoder, error) {
 	if err := m.Validate(); err != nil {
 		return nil, err
 	}
-	e := &Encoder{m: m, metric: m.Metric.indexMetric(), k: m.NumPartitions()}
+	h := *m
+	h.Centroids = halfCopy(m.Centroids)
+	if m.PQ != nil {
+		pq := *m.PQ
+		pq.Codebook = halfCopy(pq.Codebook)
+		h.PQ = &pq
+	}
+	return newEncoder(&h, true)
+}
+
+func halfCopy(v []float32) []float32 {
+	out := slices.Clone(v)
+	vecmath.RoundToHalf(out)
+	return out
+}
+
+func newEncoder(m *Model, half bool) (*Encoder, error) {
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	e := &Encoder{m: m, metric: m.Metric.indexMetric(), k: m.NumPartitions(), half: half}
 	e.ivfSearch = vecmath.NewSearcher(m.Centroids, m.Dim, e.distance())
 	u8 := func(n int) lancefile.DataType { return lancefile.FixedSizeList(lancefile.KindUint8, n) }
 	f32 := lancefile.Primitive(lancefile.KindFloat32)
 	switch m.Type {
 	case ivf.IVFFlat:
-		e.cols = []Column{{ColFlat, lancefile.FixedSizeList(lancefile.KindFloat32, m.Dim), false}}
+		elem := lancefile.KindFloat32
+		if half {
+			elem = lancefile.KindFloat16
+		}
+		e.cols = []Column{{ColFlat, lancefile.FixedSizeList(elem, m.Dim), false}}
 	case ivf.IVFSQ:
 		e.cols = []Column{{ColSQ, u8(m.Dim), true}}
 	case ivf.IVFPQ:
@@ -107,8 +142,12 @@ func NewEncoder(m *Model) (*Encoder, error) {
 	return e, nil
 }
 
-// Model is the encoder's model.
+// Model is the encoder's model (for a float16 encoder, the model rounded
+// to float16).
 func (e *Encoder) Model() *Model { return e.m }
+
+// Half reports whether the encoder is for float16 vectors.
+func (e *Encoder) Half() bool { return e.half }
 
 // distance is the IVF's distance: Lance's dot distance for dot, squared
 // L2 otherwise (cosine vectors are normalised first).
@@ -144,6 +183,9 @@ func (e *Encoder) Prepare(v []float32) bool {
 	n := float32(math.Sqrt(float64(normSqSeq(v))))
 	for i := range v {
 		v[i] /= n
+	}
+	if e.half {
+		vecmath.RoundToHalf(v)
 	}
 	return n != 0 && !math.IsInf(float64(n), 0) && !math.IsNaN(float64(n))
 }
@@ -225,6 +267,9 @@ func (e *Encoder) residual(s *Scratch, v []float32, p int) []float32 {
 	for j := range s.resid {
 		s.resid[j] = v[j] - c[j]
 	}
+	if e.half {
+		vecmath.RoundToHalf(s.resid)
+	}
 	return s.resid
 }
 
@@ -232,6 +277,13 @@ func (e *Encoder) encodeRow(s *Scratch, v []float32, p int, dist float32, out []
 	dim := e.m.Dim
 	switch e.m.Type {
 	case ivf.IVFFlat:
+		if e.half {
+			row := out[0][i*2*dim : (i+1)*2*dim]
+			for j, x := range v {
+				binary.LittleEndian.PutUint16(row[2*j:], vecmath.Float32ToHalf(x))
+			}
+			return
+		}
 		row := out[0][i*4*dim : (i+1)*4*dim]
 		for j, x := range v {
 			putF32(row[4*j:], x)
@@ -286,6 +338,9 @@ func (e *Encoder) encodePQBatch(s *Scratch, vectors []float32, parts []int32, ds
 			c := e.m.Centroids[int(p)*dim : (int(p)+1)*dim]
 			for j, v := range vectors[i*dim : (i+1)*dim] {
 				r[j] = v - c[j]
+			}
+			if e.half {
+				vecmath.RoundToHalf(r)
 			}
 		}
 	}

@@ -98,10 +98,15 @@ func Build(ctx context.Context, st storage.Store, snap *table.Snapshot, model *e
 		return nil, err
 	}
 	col := rd.Column()
-	if col.Elem != lancefile.KindFloat32 {
-		return nil, fmt.Errorf("%w: build: column %q holds float16 vectors; building their segments is not supported yet", errkind.Unsupported, col.Name)
+	var enc *encode.Encoder
+	switch col.Elem {
+	case lancefile.KindFloat32:
+		enc, err = encode.NewEncoder(model)
+	case lancefile.KindFloat16:
+		enc, err = encode.NewHalfEncoder(model)
+	default:
+		err = fmt.Errorf("%w: build: column %q: segments are built for float32 and float16 vectors only", errkind.Unsupported, col.Name)
 	}
-	enc, err := encode.NewEncoder(model)
 	if err != nil {
 		return nil, err
 	}
@@ -271,7 +276,7 @@ func (b *builder) run(ctx context.Context) (buildOutput, error) {
 		return out, fmt.Errorf("write %s: %w", ivf.AuxiliaryFileName, err)
 	}
 	prog.SetStage("write_index")
-	centroids := ivf.Float32Tensor(k, m.Dim, m.Centroids)
+	centroids := b.tensor(k, m.Dim, m.Centroids)
 	if out.indexBytes, err = writeFlatIndex(ctx, b.st, b.dir, b.version, m.Type, string(m.Metric), centroids, k); err != nil {
 		return out, fmt.Errorf("write %s: %w", ivf.IndexFileName, err)
 	}
@@ -491,6 +496,15 @@ func (b *builder) columnsOf(rows []byte, n int) [][]*lancefile.Array {
 	return out
 }
 
+// tensor is a model matrix in the column's type (Lance keeps a float16
+// column's centroids and codebook in float16).
+func (b *builder) tensor(rows, cols int, v []float32) *ivf.Tensor {
+	if b.enc.Half() {
+		return ivf.Float16Tensor(rows, cols, v)
+	}
+	return ivf.Float32Tensor(rows, cols, v)
+}
+
 // quantizerJSON adds the codebook or rotation buffer and returns the
 // quantizer metadata, keys in pylance's order.
 func (b *builder) quantizerJSON(w *lancefile.Writer) ([]byte, error) {
@@ -510,7 +524,7 @@ func (b *builder) quantizerJSON(w *lancefile.Writer) ([]byte, error) {
 		}{m.SQ.Lo, m.SQ.Hi}}}
 	case ivf.IVFPQ:
 		nc := 1 << m.PQ.NumBits
-		cb, err := ivf.EncodeTensor(ivf.Float32Tensor(nc, m.Dim, m.PQ.Codebook))
+		cb, err := ivf.EncodeTensor(b.tensor(nc, m.Dim, m.PQ.Codebook))
 		if err != nil {
 			return nil, err
 		}

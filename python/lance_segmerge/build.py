@@ -80,7 +80,8 @@ def build_index_segment(
     dataset : Dataset or str
         The dataset, at the version to index.
     column : str
-        The vector column (fixed-size list of float32).
+        The vector column (fixed-size list of float32 or float16; float16
+        segments are computed and stored in float16, as pylance's).
     index_type : str
         ``IVF_FLAT``, ``IVF_SQ``, ``IVF_PQ`` or ``IVF_RQ``; must be the
         model's.
@@ -113,7 +114,7 @@ def build_index_segment(
         A model that does not fit (kind, metric, dimension, parameters),
         unknown or repeated fragments, a column that is not a float vector.
     UnsupportedError
-        float16 vectors, stable row ids, shallow clones.
+        Vectors of another element type, stable row ids, shallow clones.
     CancelledError
         The build was cancelled; nothing it wrote is left.
     """

@@ -120,6 +120,55 @@ def test_codes_agree_with_create_index_uncommitted(two_frags: tuple[str, np.ndar
     assert seg.pq_transposed in (None, False) and seg.rq_packed in (None, False)
 
 
+@pytest.fixture(scope="module")
+def two_frags16(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, np.ndarray]:
+    """A float16 vector column (pylance 14 indexes those too)."""
+    root = str(tmp_path_factory.mktemp("build16") / "ds")
+    x = lancegen.vectors(6000, dim=DIM, seed=4).astype(np.float16)
+    vec = pa.FixedSizeListArray.from_arrays(pa.array(x.ravel(), pa.float16()), DIM)
+    lance.write_dataset(pa.table({"id": pa.array(np.arange(len(x))), "vec": vec}), root, max_rows_per_file=3000)
+    return root, x
+
+
+CASES16 = [(t, m) for t in ("IVF_FLAT", "IVF_SQ", "IVF_PQ", "IVF_RQ") for m in ("l2", "cosine", "dot")]
+
+
+@pytest.mark.parametrize("index_type,metric", CASES16)
+def test_float16_codes_agree_with_create_index_uncommitted(two_frags16: tuple[str, np.ndarray], index_type: str, metric: str) -> None:
+    """On a float16 column pylance computes in float16 where it stores:
+    float16 centroids and codebook (FLOAT16 tensors), cosine vectors
+    normalised in float32 and rounded to float16, float16 residuals,
+    float16 IVF_FLAT rows. Partitions and every code byte agree with ours;
+    RQ factors agree to float32 rounding (pylance sums float16 distances
+    in a C kernel whose order follows the dimension)."""
+    root, _ = two_frags16
+    ds = lance.dataset(root)
+    kw, ours = pylance_model(ds, index_type, metric)
+    theirs = ds.create_index_uncommitted("vec", index_type, name="p", fragment_ids=[1], **kw)
+    tinfo, trid, tpart = read_aux(root, theirs.uuid)
+    if index_type == "IVF_SQ":
+        meta = json.loads(json.loads(base64.b64decode(tinfo["metadata"]["storage_metadata"]))[0])
+        ours["sq_bounds"] = (meta["bounds"]["start"], meta["bounds"]["end"])
+    model = IndexModel.from_arrays(index_type, metric, ours.pop("centroids"), **ours)
+    seg = build_index_segment(ds, "vec", index_type, [1], model, name="o")
+    oinfo, orid, opart = read_aux(root, seg.uuid)
+    ti, oi = np.argsort(trid), np.argsort(orid)
+    np.testing.assert_array_equal(trid[ti], orid[oi])
+    assert [(f["name"], f["type"]) for f in tinfo["fields"]] == [(f["name"], f["type"]) for f in oinfo["fields"]]
+    assert tinfo["metadata"] == oinfo["metadata"]
+    np.testing.assert_array_equal(tpart[ti], opart[oi])
+    n = len(trid)
+    for f in tinfo["fields"]:
+        if f["name"] == "_rowid":
+            continue
+        a, b = column_rows(tinfo, f["name"], n)[ti], column_rows(oinfo, f["name"], n)[oi]
+        if f["type"] == "float":
+            fa, fb = a.copy().view(np.float32).ravel(), b.copy().view(np.float32).ravel()
+            np.testing.assert_allclose(fb, fa, rtol=2e-5, atol=1e-6, err_msg=f["name"])
+        else:
+            assert (a == b).all(), f"{f['name']}: {int((~(a == b).all(axis=1)).sum())} of {n} rows differ"
+
+
 @pytest.mark.parametrize("index_type,metric", [("IVF_PQ", "l2"), ("IVF_SQ", "cosine"), ("IVF_RQ", "dot"), ("IVF_FLAT", "l2")])
 def test_pylance_merges_commits_and_queries_our_segments(tmp_path: Path, two_frags: tuple[str, np.ndarray], index_type: str, metric: str) -> None:
     src, x = two_frags

@@ -86,6 +86,29 @@ def test_dot_pq_codebook_stays_on_raw_vector_scale(base: tuple[str, np.ndarray])
     assert 0.7 <= np.abs(dot.codebook).mean() / np.abs(theirs).mean() <= 1.3
 
 
+def test_create_index_float16(tmp_path: Path, base: tuple[str, np.ndarray]) -> None:
+    """float16 columns: pylance 14 indexes them, and so do we (float16
+    centroids and codebooks, float16 residuals and IVF_FLAT rows); pylance
+    opens what we commit and its recall matches its own index's."""
+    _, x32 = base
+    x = x32.astype(np.float16)
+    src = str(tmp_path / "src16")
+    vec = pa.FixedSizeListArray.from_arrays(pa.array(x.ravel(), pa.float16()), DIM)
+    lance.write_dataset(pa.table({"id": pa.array(np.arange(N)), "vec": vec}), src, max_rows_per_file=2000)
+    xf = x.astype(np.float32)
+    for index_type, metric in (("IVF_FLAT", "cosine"), ("IVF_PQ", "l2"), ("IVF_RQ", "dot"), ("IVF_SQ", "l2")):
+        kw = {"num_partitions": 8}
+        if index_type == "IVF_PQ":
+            kw["num_sub_vectors"] = 8
+        ours, theirs = copy(src, tmp_path, f"o-{index_type}"), copy(src, tmp_path, f"t-{index_type}")
+        ls.create_index(ours, "vec", index_type, metric=metric, progress=False, seed=2, **kw)
+        lance.dataset(theirs).create_index("vec", index_type, name="vec_idx", metric=metric, **kw)
+        r_ours = lancegen.recall(lance.dataset(ours), xf, QUERIES[:50], metric=metric, nprobes=8)
+        r_theirs = lancegen.recall(lance.dataset(theirs), xf, QUERIES[:50], metric=metric, nprobes=8)
+        slack = 0.08 if index_type == "IVF_PQ" else 0.05
+        assert r_ours >= r_theirs - slack, (index_type, r_ours, r_theirs)
+
+
 def test_dot_pq_follows_pylance_create_index(tmp_path: Path, base: tuple[str, np.ndarray]) -> None:
     """What pylance's create_index does for dot PQ, and that we do the
     same: partitions by largest inner product, the codebook trained by L2
