@@ -34,6 +34,23 @@ def ping(_: Any = None) -> str:
     return kernel_version()
 
 
+def cancel_running(timeout: float = 60.0) -> int:
+    """Cancel the kernel operations running in this worker process and wait
+    (up to ``timeout`` seconds) until they have stopped and cleaned up;
+    returns how many were running. Nothing is loaded if the kernel is not."""
+    import sys
+    import time
+
+    ffi = sys.modules.get(__package__ + "._ffi")
+    if ffi is None:
+        return 0
+    n = int(ffi.cancel_all())
+    deadline = time.monotonic() + timeout
+    while ffi.running() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return n
+
+
 def warm_build(_: Any = None) -> str:
     """Import the build path (numpy, pyarrow, the model and the native
     kernel) in a worker, so that a pool started early is ready when the
