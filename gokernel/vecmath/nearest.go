@@ -148,7 +148,7 @@ func (s *Searcher) Nearest(x []float32, stride, n int, idx []int32, dist []float
 	scores := sc.scores[:4*kc]
 	var norm [4]float64
 	var low [4]float32
-	var mins [4]float32
+	var lanes [4 * blockRows]float32 // per vector, the minimum of each lane (j mod 16)
 	for i0 := 0; i0 < n; i0 += 4 {
 		rows := min(4, n-i0)
 		xb := x[i0*stride:]
@@ -159,14 +159,29 @@ func (s *Searcher) Nearest(x []float32, stride, n int, idx []int32, dist []float
 		}
 		for j0 := 0; j0 < len(s.half); j0 += kc {
 			j1 := min(j0+kc, len(s.half))
-			mins = low
-			scoreBlock(s, xb, stride, rows, j0, j1, scores, kc, mins[:])
+			for l := range lanes {
+				lanes[l] = float32(math.Inf(1))
+			}
+			scoreBlock(s, xb, stride, rows, j0, j1, scores, kc, lanes[:])
 			for r := 0; r < rows; r++ {
 				row := scores[r*kc : r*kc+(min(j1, s.k)-j0)]
-				low[r] = mins[r]
+				lm := (*[blockRows]float32)(lanes[r*blockRows:])
+				low[r] = min(low[r], rowMinGeneric(lm[:]))
 				thr := s.threshold(low[r], norm[r])
-				if !math.IsNaN(thr) {
-					sc.cands[r] = appendBelow(sc.cands[r], row, j0, roundUp32(thr))
+				if math.IsNaN(thr) {
+					continue
+				}
+				// Only a lane whose minimum passes can hold a candidate.
+				t32 := roundUp32(thr)
+				for l, m := range lm {
+					if !(m <= t32) {
+						continue
+					}
+					for jj := l; jj < len(row); jj += blockRows {
+						if row[jj] <= t32 {
+							sc.cands[r] = append(sc.cands[r], candidate{int32(j0 + jj), row[jj]})
+						}
+					}
 				}
 			}
 		}
@@ -184,7 +199,8 @@ func (s *Searcher) Nearest(x []float32, stride, n int, idx []int32, dist []float
 				if float64(c.score) > thr {
 					continue
 				}
-				if d := s.exactDist(v, int(c.row)); d < bestD {
+				// Candidates come lane by lane: the lowest row wins ties.
+				if d := s.exactDist(v, int(c.row)); d < bestD || d == bestD && c.row < best {
 					best, bestD = c.row, d
 				}
 			}
@@ -305,33 +321,27 @@ func rowMinGeneric(v []float32) float32 {
 	return m
 }
 
-// appendBelow appends a candidate for every v[i] <= thr, row base+i.
-var appendBelow = appendBelowGeneric
-
-func appendBelowGeneric(dst []candidate, v []float32, base int, thr float32) []candidate {
-	for i, x := range v {
-		if x <= thr {
-			dst = append(dst, candidate{int32(base + i), x})
-		}
-	}
-	return dst
-}
-
 // scoreBlock writes, for the rows vectors of x (vector r at x[r*stride:],
 // rows ≤ 4) and matrix rows j0 ≤ j < j1 (whole blocks),
-// out[r*ld + j - j0] = half[j] - x_r·c_j, and lowers mins[r] to the
-// smallest of them that is a number. The portable kernel; the SIMD build
-// replaces it where the CPU allows.
+// out[r*ld + j - j0] = half[j] - x_r·c_j, and lowers lanes[r*16 + j%16]
+// to the smallest of them that is a number, lane by lane (rows past the
+// matrix score +Inf). The portable kernel; the SIMD build replaces it
+// where the CPU allows.
 var scoreBlock = scoreBlockGeneric
 
 // scoreBlockGeneric works from the row-major matrix, two vectors against
 // four rows at a time in registers.
-func scoreBlockGeneric(s *Searcher, x []float32, stride, rows, j0, j1 int, out []float32, ld int, mins []float32) {
+func scoreBlockGeneric(s *Searcher, x []float32, stride, rows, j0, j1 int, out []float32, ld int, lanes []float32) {
 	dim := s.dim
 	jEnd := min(j1, s.k)
 	defer func() {
 		for r := 0; r < rows; r++ {
-			mins[r] = min(mins[r], rowMinGeneric(out[r*ld:r*ld+jEnd-j0]))
+			lm := lanes[r*blockRows : (r+1)*blockRows]
+			for jj, v := range out[r*ld : r*ld+jEnd-j0] {
+				if l := jj % blockRows; v < lm[l] {
+					lm[l] = v
+				}
+			}
 		}
 	}()
 	r := 0

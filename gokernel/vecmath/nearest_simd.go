@@ -4,7 +4,6 @@ package vecmath
 
 import (
 	"math"
-	bits8 "math/bits"
 	"simd/archsimd"
 )
 
@@ -15,26 +14,6 @@ func init() {
 	case archsimd.X86.AVX2() && archsimd.X86.FMA():
 		scoreBlock = scoreBlockAVX2
 	}
-	if archsimd.X86.AVX2() {
-		appendBelow = appendBelowAVX2
-	}
-}
-
-// appendBelowAVX2 is appendBelow, 8 comparisons at a time; only lanes
-// that pass are looked at (nearly always none).
-func appendBelowAVX2(dst []candidate, v []float32, base int, thr float32) []candidate {
-	t := archsimd.BroadcastFloat32x8(thr)
-	i := 0
-	for ; i+8 <= len(v); i += 8 {
-		bits := archsimd.LoadFloat32x8((*[8]float32)(v[i:])).LessEqual(t).ToBits()
-		for bits != 0 {
-			j := i + bits8.TrailingZeros8(bits)
-			dst = append(dst, candidate{int32(base + j), v[j]})
-			bits &= bits - 1
-		}
-	}
-	archsimd.ClearAVXUpperBits()
-	return appendBelowGeneric(dst, v[i:], base+i, thr)
 }
 
 // scoreBlockAVX2 is scoreBlock with AVX2 fused multiply-adds over the
@@ -42,14 +21,13 @@ func appendBelowAVX2(dst []candidate, v []float32, base int, thr float32) []cand
 // dimension; four vectors' values are broadcast against them, eight
 // accumulators in registers. (Fused multiply-adds round once per step:
 // within the bound Searcher.threshold assumes.)
-func scoreBlockAVX2(s *Searcher, x []float32, stride, rows, j0, j1 int, out []float32, ld int, mins []float32) {
+func scoreBlockAVX2(s *Searcher, x []float32, stride, rows, j0, j1 int, out []float32, ld int, lanes []float32) {
 	dim := s.dim
 	if rows < 4 {
-		scoreBlockGeneric(s, x, stride, rows, j0, j1, out, ld, mins)
+		scoreBlockGeneric(s, x, stride, rows, j0, j1, out, ld, lanes)
 		return
 	}
-	inf := archsimd.BroadcastFloat32x8(float32(math.Inf(1)))
-	m0, m1, m2, m3 := inf, inf, inf, inf
+
 	x0 := x[:dim]
 	x1 := x[stride : stride+dim][:len(x0)]
 	x2 := x[2*stride : 2*stride+dim][:len(x0)]
@@ -81,32 +59,31 @@ func scoreBlockAVX2(s *Searcher, x []float32, stride, rows, j0, j1 int, out []fl
 		hl := archsimd.LoadFloat32x8((*[8]float32)(s.half[j : j+8]))
 		hh := archsimd.LoadFloat32x8((*[8]float32)(s.half[j+8 : j+16]))
 		o := j - j0
-		m0 = store8(hl.Sub(a0l), o0[o:o+8], m0)
-		m0 = store8(hh.Sub(a0h), o0[o+8:o+16], m0)
-		m1 = store8(hl.Sub(a1l), o1[o:o+8], m1)
-		m1 = store8(hh.Sub(a1h), o1[o+8:o+16], m1)
-		m2 = store8(hl.Sub(a2l), o2[o:o+8], m2)
-		m2 = store8(hh.Sub(a2h), o2[o+8:o+16], m2)
-		m3 = store8(hl.Sub(a3l), o3[o:o+8], m3)
-		m3 = store8(hh.Sub(a3h), o3[o+8:o+16], m3)
-	}
-	var lanes [8]float32
-	for r, m := range [4]archsimd.Float32x8{m0, m1, m2, m3} {
-		m.Store(&lanes)
-		mins[r] = min(mins[r], rowMinGeneric(lanes[:]))
+		// Scores stored, and folded into the lane minima in memory (live
+		// registers across the loop would spill).
+		store8(hl.Sub(a0l), o0[o:o+8], lanes[0:8])
+		store8(hh.Sub(a0h), o0[o+8:o+16], lanes[8:16])
+		store8(hl.Sub(a1l), o1[o:o+8], lanes[16:24])
+		store8(hh.Sub(a1h), o1[o+8:o+16], lanes[24:32])
+		store8(hl.Sub(a2l), o2[o:o+8], lanes[32:40])
+		store8(hh.Sub(a2h), o2[o+8:o+16], lanes[40:48])
+		store8(hl.Sub(a3l), o3[o:o+8], lanes[48:56])
+		store8(hh.Sub(a3h), o3[o+8:o+16], lanes[56:64])
 	}
 	archsimd.ClearAVXUpperBits()
 }
 
-// store8 stores scores and folds them into a running minimum. VMINPS
+// store8 stores scores and lowers the lane minima lm to them. VMINPS
 // returns its second operand when either is NaN, so NaN scores are
 // skipped, as rowMinGeneric skips them.
-func store8(v archsimd.Float32x8, dst []float32, m archsimd.Float32x8) archsimd.Float32x8 {
+func store8(v archsimd.Float32x8, dst, lm []float32) {
 	v.Store((*[8]float32)(dst))
-	return v.Min(m)
+	m := (*[8]float32)(lm)
+	v.Min(archsimd.LoadFloat32x8(m)).Store(m)
 }
 
-// store16 is store8 for 16 lanes.
+// store16 stores scores and folds them into the running lane minima m
+// (NaN scores skipped, as in store8).
 func store16(v archsimd.Float32x16, dst []float32, m archsimd.Float32x16) archsimd.Float32x16 {
 	v.Store((*[16]float32)(dst))
 	return v.Min(m)
@@ -116,13 +93,12 @@ func store16(v archsimd.Float32x16, dst []float32, m archsimd.Float32x16) archsi
 // vectors against two blocks (32 matrix rows) at a time. (Wider tiles,
 // four vectors or more blocks, and unrolled loops measured slower: the
 // compiler spills their registers.)
-func scoreBlockAVX512(s *Searcher, x []float32, stride, rows, j0, j1 int, out []float32, ld int, mins []float32) {
+func scoreBlockAVX512(s *Searcher, x []float32, stride, rows, j0, j1 int, out []float32, ld int, lanes []float32) {
 	dim := s.dim
 	inf := archsimd.BroadcastFloat32x16(float32(math.Inf(1)))
-	var lanes [16]float32
 	r := 0
 	for ; r+2 <= rows; r += 2 {
-		m0, m1 := inf, inf
+		m0, m1 := inf, inf // lane minima, in registers (measured faster than in memory here)
 		x0 := x[r*stride : r*stride+dim]
 		x1 := x[(r+1)*stride : (r+1)*stride+dim][:len(x0)]
 		o0 := out[r*ld : r*ld+j1-j0]
@@ -163,13 +139,13 @@ func scoreBlockAVX512(s *Searcher, x []float32, stride, rows, j0, j1 int, out []
 			m0 = store16(h.Sub(a0), o0[o:o+16], m0)
 			m1 = store16(h.Sub(a1), o1[o:o+16], m1)
 		}
-		m0.Store(&lanes)
-		mins[r] = min(mins[r], rowMinGeneric(lanes[:]))
-		m1.Store(&lanes)
-		mins[r+1] = min(mins[r+1], rowMinGeneric(lanes[:]))
+		d0 := (*[16]float32)(lanes[r*16:])
+		m0.Min(archsimd.LoadFloat32x16(d0)).Store(d0)
+		d1 := (*[16]float32)(lanes[(r+1)*16:])
+		m1.Min(archsimd.LoadFloat32x16(d1)).Store(d1)
 	}
 	archsimd.ClearAVXUpperBits()
 	if r < rows {
-		scoreBlockGeneric(s, x[r*stride:], stride, rows-r, j0, j1, out[r*ld:], ld, mins[r:])
+		scoreBlockGeneric(s, x[r*stride:], stride, rows-r, j0, j1, out[r*ld:], ld, lanes[r*16:])
 	}
 }
