@@ -113,10 +113,11 @@ func Train(ctx context.Context, rd *vecdata.Reader, p Params) (*encode.Model, St
 	}
 	m := &encode.Model{Type: p.IndexType, Metric: p.Metric, Dim: dim}
 	// Prepare (cosine: normalise; Lance drops what does not normalise).
-	data := sample.Vectors[:0:0]
-	for i := 0; i < sample.Len(); i++ {
-		v := sample.Vectors[i*dim : (i+1)*dim]
-		if p.Metric == encode.Cosine {
+	data := sample.Vectors
+	if p.Metric == encode.Cosine { // normalised in place, zero vectors dropped
+		data = data[:0]
+		for i := 0; i < sample.Len(); i++ {
+			v := sample.Vectors[i*dim : (i+1)*dim]
 			nrm := float32(math.Sqrt(float64(vecmath.Dot(v, v))))
 			if nrm == 0 {
 				continue
@@ -124,8 +125,8 @@ func Train(ctx context.Context, rd *vecdata.Reader, p Params) (*encode.Model, St
 			for j := range v {
 				v[j] /= nrm
 			}
+			data = append(data, v...) // never past v: in place
 		}
-		data = append(data, v...)
 	}
 	rows := len(data) / dim
 	st.SampleRows = rows
@@ -368,10 +369,12 @@ func kmeansHierarchical(ctx context.Context, data []float32, n, dim, k int, o KM
 	next := 0
 	var clusters []*cluster
 	var total *KMeansResult
+	var buf []float32 // a cluster's vectors, reused from split to split
 	split := func(rows []int32, parts int) ([]*cluster, error) {
 		sub := data
 		if len(rows) != n {
-			sub = make([]float32, len(rows)*dim)
+			buf = slices.Grow(buf[:0], len(rows)*dim)[:len(rows)*dim]
+			sub = buf
 			for i, r := range rows {
 				copy(sub[i*dim:(i+1)*dim], data[int(r)*dim:(int(r)+1)*dim])
 			}

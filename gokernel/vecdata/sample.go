@@ -59,6 +59,8 @@ func (r *Reader) Sample(ctx context.Context, ids []uint64, n int, seed uint64) (
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	pos := floyd(rng, physical, k)
 	slices.Sort(pos)
+	out.RowIDs = make([]uint64, 0, len(pos))
+	out.Vectors = make([]float32, 0, len(pos)*r.col.Dim)
 
 	si := 0
 	var buf []byte

@@ -12,7 +12,21 @@ package vecmath
 
 // L2Sq16 returns the squared Euclidean distance between a and b[:len(a)],
 // summed as Lance's f32 L2 kernel sums it.
-func L2Sq16(a, b []float32) float32 {
+func L2Sq16(a, b []float32) float32 { return l2Sq16(a, b[:len(a)]) }
+
+// Dot16 returns the inner product of a and b[:len(a)], summed as Lance's
+// f32 dot kernel sums it.
+func Dot16(a, b []float32) float32 { return dot16(a, b[:len(a)]) }
+
+// The implementations; the SIMD build replaces them with kernels that keep
+// the 16 running sums in one register (or two), the same operations in
+// the same order, so the same bits.
+var (
+	l2Sq16 = l2Sq16Generic
+	dot16  = dot16Generic
+)
+
+func l2Sq16Generic(a, b []float32) float32 {
 	b = b[:len(a)]
 	whole := len(a) &^ 15
 	var tail float32
@@ -35,9 +49,7 @@ func L2Sq16(a, b []float32) float32 {
 	return tail + lanes
 }
 
-// Dot16 returns the inner product of a and b[:len(a)], summed as Lance's
-// f32 dot kernel sums it.
-func Dot16(a, b []float32) float32 {
+func dot16Generic(a, b []float32) float32 {
 	b = b[:len(a)]
 	whole := len(a) &^ 15
 	var tail float32

@@ -217,8 +217,12 @@ func (s *Searcher) Nearest(x []float32, stride, n int, idx []int32, dist []float
 	}
 }
 
-// rowNorm is ‖v‖ in float64, or NaN/Inf for a vector with such values.
-func rowNorm(v []float32) float64 {
+// rowNorm is ‖v‖ or a little more (the bound only needs an upper
+// bound), or NaN/Inf for a vector with such values.
+var rowNorm = rowNormGeneric
+
+// rowNormGeneric is ‖v‖ in float64.
+func rowNormGeneric(v []float32) float64 {
 	var n2 float64
 	for _, x := range v {
 		n2 += float64(x) * float64(x)

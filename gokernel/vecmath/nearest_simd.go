@@ -14,6 +14,15 @@ func init() {
 	case archsimd.X86.AVX2() && archsimd.X86.FMA():
 		scoreBlock = scoreBlockAVX2
 	}
+	if archsimd.X86.AVX2() {
+		rowNorm = rowNormAVX2
+	}
+	switch {
+	case archsimd.X86.AVX512():
+		l2Sq16, dot16 = l2Sq16AVX512, dot16AVX512
+	case archsimd.X86.AVX2():
+		l2Sq16, dot16 = l2Sq16AVX2, dot16AVX2
+	}
 }
 
 // scoreBlockAVX2 is scoreBlock with AVX2 fused multiply-adds over the
@@ -148,4 +157,129 @@ func scoreBlockAVX512(s *Searcher, x []float32, stride, rows, j0, j1 int, out []
 	if r < rows {
 		scoreBlockGeneric(s, x[r*stride:], stride, rows-r, j0, j1, out[r*ld:], ld, lanes[r*16:])
 	}
+}
+
+// l2Sq16AVX512 is l2Sq16Generic with its 16 running sums in one register:
+// each lane subtracts, squares (rounded) and adds (rounded) exactly as the
+// scalar lane does; the tail and the final sum of the lanes stay scalar
+// and sequential.
+func l2Sq16AVX512(a, b []float32) float32 {
+	b = b[:len(a)]
+	whole := len(a) &^ 15
+	var tail float32
+	for i := whole; i < len(a); i++ {
+		d := a[i] - b[i]
+		tail += float32(d * d)
+	}
+	var acc archsimd.Float32x16
+	for i := 0; i < whole; i += 16 {
+		d := archsimd.LoadFloat32x16((*[16]float32)(a[i:])).Sub(archsimd.LoadFloat32x16((*[16]float32)(b[i:])))
+		acc = acc.Add(d.Mul(d))
+	}
+	var s [16]float32
+	acc.Store(&s)
+	archsimd.ClearAVXUpperBits()
+	var lanes float32
+	for _, v := range s {
+		lanes += v
+	}
+	return tail + lanes
+}
+
+func dot16AVX512(a, b []float32) float32 {
+	b = b[:len(a)]
+	whole := len(a) &^ 15
+	var tail float32
+	for i := whole; i < len(a); i++ {
+		tail += float32(a[i] * b[i])
+	}
+	var acc archsimd.Float32x16
+	for i := 0; i < whole; i += 16 {
+		acc = acc.Add(archsimd.LoadFloat32x16((*[16]float32)(a[i:])).Mul(archsimd.LoadFloat32x16((*[16]float32)(b[i:]))))
+	}
+	var s [16]float32
+	acc.Store(&s)
+	archsimd.ClearAVXUpperBits()
+	var lanes float32
+	for _, v := range s {
+		lanes += v
+	}
+	return tail + lanes
+}
+
+// l2Sq16AVX2 is l2Sq16AVX512 with the 16 sums in two 8-lane registers.
+func l2Sq16AVX2(a, b []float32) float32 {
+	b = b[:len(a)]
+	whole := len(a) &^ 15
+	var tail float32
+	for i := whole; i < len(a); i++ {
+		d := a[i] - b[i]
+		tail += float32(d * d)
+	}
+	var lo, hi archsimd.Float32x8
+	for i := 0; i < whole; i += 16 {
+		dl := archsimd.LoadFloat32x8((*[8]float32)(a[i:])).Sub(archsimd.LoadFloat32x8((*[8]float32)(b[i:])))
+		dh := archsimd.LoadFloat32x8((*[8]float32)(a[i+8:])).Sub(archsimd.LoadFloat32x8((*[8]float32)(b[i+8:])))
+		lo = lo.Add(dl.Mul(dl))
+		hi = hi.Add(dh.Mul(dh))
+	}
+	var s [16]float32
+	lo.Store((*[8]float32)(s[:8]))
+	hi.Store((*[8]float32)(s[8:]))
+	archsimd.ClearAVXUpperBits()
+	var lanes float32
+	for _, v := range s {
+		lanes += v
+	}
+	return tail + lanes
+}
+
+func dot16AVX2(a, b []float32) float32 {
+	b = b[:len(a)]
+	whole := len(a) &^ 15
+	var tail float32
+	for i := whole; i < len(a); i++ {
+		tail += float32(a[i] * b[i])
+	}
+	var lo, hi archsimd.Float32x8
+	for i := 0; i < whole; i += 16 {
+		lo = lo.Add(archsimd.LoadFloat32x8((*[8]float32)(a[i:])).Mul(archsimd.LoadFloat32x8((*[8]float32)(b[i:]))))
+		hi = hi.Add(archsimd.LoadFloat32x8((*[8]float32)(a[i+8:])).Mul(archsimd.LoadFloat32x8((*[8]float32)(b[i+8:]))))
+	}
+	var s [16]float32
+	lo.Store((*[8]float32)(s[:8]))
+	hi.Store((*[8]float32)(s[8:]))
+	archsimd.ClearAVXUpperBits()
+	var lanes float32
+	for _, v := range s {
+		lanes += v
+	}
+	return tail + lanes
+}
+
+// rowNormAVX2 is an upper bound of ‖v‖ from a float32 sum of squares in 8
+// lanes, raised by the sum's worst relative error ((len+2)·2^-24, here
+// doubled). Sums small enough for squares to underflow, and inputs that
+// are not finite, go to the float64 path.
+func rowNormAVX2(v []float32) float64 {
+	var acc archsimd.Float32x8
+	i := 0
+	for ; i+8 <= len(v); i += 8 {
+		x := archsimd.LoadFloat32x8((*[8]float32)(v[i:]))
+		acc = acc.Add(x.Mul(x))
+	}
+	var s [8]float32
+	acc.Store(&s)
+	archsimd.ClearAVXUpperBits()
+	var n2 float64
+	for _, x := range s {
+		n2 += float64(x)
+	}
+	for ; i < len(v); i++ {
+		n2 += float64(v[i]) * float64(v[i])
+	}
+	if !(n2 >= 1e-30 && n2 <= 1e36) {
+		return rowNormGeneric(v)
+	}
+	return math.Sqrt(n2 * (1 + 2*float64(len(v)+2)*unitRoundoff))
 }

@@ -4,6 +4,8 @@ package vecmath
 
 import (
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"testing"
 
 	"simd/archsimd"
@@ -43,5 +45,34 @@ func BenchmarkScoreKernels(b *testing.B) {
 	for name, kern := range kernels {
 		scoreBlock = kern
 		b.Run(name, BenchmarkNearest)
+	}
+}
+
+// The SIMD Lance-order kernels give the portable ones' bits.
+func TestL2Sq16Dot16SIMD(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 9))
+	type pair struct{ l2, dot func(a, b []float32) float32 }
+	impls := map[string]pair{}
+	if archsimd.X86.AVX2() {
+		impls["avx2"] = pair{l2Sq16AVX2, dot16AVX2}
+	}
+	if archsimd.X86.AVX512() {
+		impls["avx512"] = pair{l2Sq16AVX512, dot16AVX512}
+	}
+	for name, impl := range impls {
+		for _, dim := range []int{0, 1, 8, 15, 16, 17, 32, 40, 100, 128, 769} {
+			for rep := 0; rep < 20; rep++ {
+				a, b := randVec(r, dim), randVec(r, dim)
+				for i := range a {
+					a[i] *= float32(math.Pow(10, float64(r.IntN(7)-3)))
+				}
+				if g, w := impl.l2(a, b), l2Sq16Generic(a, b); math.Float32bits(g) != math.Float32bits(w) {
+					t.Fatalf("%s dim %d: L2 %v, want %v", name, dim, g, w)
+				}
+				if g, w := impl.dot(a, b), dot16Generic(a, b); math.Float32bits(g) != math.Float32bits(w) {
+					t.Fatalf("%s dim %d: dot %v, want %v", name, dim, g, w)
+				}
+			}
+		}
 	}
 }
