@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/encode"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/ivf"
@@ -39,6 +41,8 @@ func BenchmarkKMeans(b *testing.B) {
 			data := clustered(rng, n, tc.k, tc.dim)
 			b.ReportAllocs()
 			b.ResetTimer()
+			c0 := cpuTime()
+			defer func() { b.ReportMetric(float64((cpuTime()-c0).Milliseconds())/float64(b.N), "cpu-ms/op") }()
 			for i := 0; i < b.N; i++ {
 				_, err := KMeans(context.Background(), data, n, tc.dim, tc.k, KMeansOptions{Metric: encode.L2, MaxIters: tc.iters, Tolerance: 1e-12, Rng: rand.New(rand.NewPCG(3, 4)), Workers: 1})
 				if err != nil {
@@ -76,6 +80,7 @@ func BenchmarkTrainReal(b *testing.B) {
 	}
 	for _, t := range []ivf.IndexType{ivf.IVFFlat, ivf.IVFPQ} {
 		b.Run(string(t), func(b *testing.B) {
+			c0 := cpuTime()
 			for i := 0; i < b.N; i++ {
 				_, st, err := Train(ctx, rd, Params{IndexType: t, Metric: encode.L2, NumPartitions: k, SampleRate: rate, MaxIters: iters, Seed: uint64(i)})
 				if err != nil {
@@ -83,6 +88,15 @@ func BenchmarkTrainReal(b *testing.B) {
 				}
 				b.ReportMetric(float64(st.IVFIters), "ivf-iters")
 			}
+			b.ReportMetric(float64((cpuTime()-c0).Milliseconds())/float64(b.N), "cpu-ms/op")
 		})
 	}
+}
+
+// cpuTime is the process's user+system CPU time (steadier than wall time
+// on a shared machine).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
