@@ -268,3 +268,29 @@ func TestFWHTMatchesStageByStage(t *testing.T) {
 		}
 	}
 }
+
+// The prepared rotator gives FastRotate's bits.
+func TestRotatorMatchesFastRotate(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	for _, dim := range []int{8, 16, 32, 64, 128, 256, 1024, 40, 72, 200} {
+		signs := make([]byte, FastRotationSignBytes(dim))
+		for i := range signs {
+			signs[i] = byte(rng.Uint32())
+		}
+		r := newRotator(dim, signs)
+		for rep := 0; rep < 10; rep++ {
+			v := randVec(rng, dim)
+			for i := range v {
+				v[i] *= float32(math.Pow(10, float64(rng.IntN(9)-4)))
+			}
+			want, got := make([]float32, dim), make([]float32, dim)
+			FastRotate(want, v, signs)
+			r.rotate(got, v)
+			for i := range got {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("dim %d: value %d is %v, want %v", dim, i, got[i], want[i])
+				}
+			}
+		}
+	}
+}

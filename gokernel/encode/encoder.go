@@ -55,6 +55,7 @@ type Encoder struct {
 	// RQ
 	exBits       int
 	rotCentroids []float32 // raw query: the rotated centroids
+	rot          *rotator  // fast rotation, prepared
 	centNormSq   []float32 // residual query, dot: ‖c‖²
 }
 
@@ -119,6 +120,9 @@ func newEncoder(m *Model, half bool) (*Encoder, error) {
 	case ivf.IVFRQ:
 		r := m.RQ
 		e.exBits = r.NumBits - 1
+		if r.Rotation == RotationFast {
+			e.rot = newRotator(m.Dim, r.Signs)
+		}
 		e.cols = []Column{{ColRQ, u8(RQCodeBytes(m.Dim)), true}, {ColRQAdd, f32, true}, {ColRQScale, f32, true}}
 		if r.QueryEstimator == RawQuery {
 			e.cols = append(e.cols, Column{ColRQError, f32, true})
@@ -216,7 +220,7 @@ func (e *Encoder) rotate(out, v []float32) {
 		matrixRotate(out, v, e.m.RQ.Matrix)
 		return
 	}
-	FastRotate(out, v, e.m.RQ.Signs)
+	e.rot.rotate(out, v)
 }
 
 // Encode encodes n = len(parts) vectors (n×Dim values, prepared in place).

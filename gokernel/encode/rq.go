@@ -134,8 +134,8 @@ func bestExRescale(s *exScratch, abs []float32, exBits int) float32 {
 // sortEvents orders s.events (threshold bits << 32 | dimension) as
 // slices.Sort would, in linear time: a counting sort into buckets of
 // equal width over [tStart, tEnd) (the bucket of t is monotone in t, so
-// buckets are in order), then an insertion sort inside each bucket (about
-// one event each).
+// buckets are in order), then one insertion pass, which only reorders
+// events within a bucket (about one each).
 func sortEvents(s *exScratch, tStart, tEnd float32) []uint64 {
 	n := len(s.events)
 	if n < 64 {
@@ -162,18 +162,15 @@ func sortEvents(s *exScratch, tStart, tEnd float32) []uint64 {
 		s.sorted[s.count[b]] = e
 		s.count[b]++
 	}
-	// s.count[b] is now the end of bucket b; the start of b is the end of b-1.
-	start := int32(0)
-	for b := 0; b < nb; b++ {
-		end := s.count[b]
-		for i := start + 1; i < end; i++ {
-			for j := i; j > start && s.sorted[j] < s.sorted[j-1]; j-- {
-				s.sorted[j], s.sorted[j-1] = s.sorted[j-1], s.sorted[j]
-			}
+	// Buckets are in order; one insertion pass orders each bucket (an event
+	// never moves past its bucket's start: everything before is smaller).
+	a := s.sorted
+	for i := 1; i < len(a); i++ {
+		for j := i; j > 0 && a[j] < a[j-1]; j-- {
+			a[j], a[j-1] = a[j-1], a[j]
 		}
-		start = end
 	}
-	return s.sorted
+	return a
 }
 
 // clampCode is floor(x) clamped to [0, maxCode], as Rust's saturating
