@@ -164,7 +164,9 @@ def test_float16_codes_agree_with_create_index_uncommitted(two_frags16: tuple[st
         a, b = column_rows(tinfo, f["name"], n)[ti], column_rows(oinfo, f["name"], n)[oi]
         if f["type"] == "float":
             fa, fb = a.copy().view(np.float32).ravel(), b.copy().view(np.float32).ravel()
-            np.testing.assert_allclose(fb, fa, rtol=2e-5, atol=1e-6, err_msg=f["name"])
+            # a last-bit difference in ‖r‖² survives cancellation in the
+            # additive factors: tolerate a few float32 ulps of the column's scale
+            np.testing.assert_allclose(fb, fa, rtol=2e-5, atol=1e-6 * float(np.abs(fa).max()), err_msg=f["name"])
         else:
             assert (a == b).all(), f"{f['name']}: {int((~(a == b).all(axis=1)).sum())} of {n} rows differ"
 
@@ -237,3 +239,22 @@ def test_index_model_pickles_and_hashes(two_frags: tuple[str, np.ndarray]) -> No
         m.centroids[0, 0] = 1.0  # read-only
     other = IndexModel.from_arrays("IVF_RQ", "l2", ours["centroids"], rabitq_model=native_indices.build_rq_model(DIM))
     assert other.content_hash != m.content_hash
+
+
+@pytest.mark.parametrize("index_type", ["IVF_PQ", "IVF_RQ"])
+def test_windows_and_spills_give_the_same_segment(two_frags: tuple[str, np.ndarray], index_type: str) -> None:
+    """Small windows (read while the previous one is encoded) and a tiny
+    memory budget (rows spilled to a temporary file in partition order)
+    give the rows, in the same order, that one window in memory gives."""
+    root, _ = two_frags
+    ds = lance.dataset(root)
+    _, ours = pylance_model(ds, index_type, "l2")
+    model = IndexModel.from_arrays(index_type, "l2", ours.pop("centroids"), **ours)
+    one = build_index_segment(ds, "vec", index_type, [0, 1], model, name="w")
+    many = build_index_segment(ds, "vec", index_type, [0, 1], model, name="w", window_rows=97, memory_bytes=20_000)
+    a, ra, pa_ = read_aux(root, one.uuid)
+    b, rb, pb_ = read_aux(root, many.uuid)
+    np.testing.assert_array_equal(ra, rb)
+    np.testing.assert_array_equal(pa_, pb_)
+    for f in a["fields"]:
+        assert a["columns"][f["name"]]["values"] == b["columns"][f["name"]]["values"], f["name"]
