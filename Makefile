@@ -14,10 +14,11 @@ PY     := $(VENV)/bin/python
 GO     ?= go
 
 # The Go toolchain's SIMD package (simd/archsimd) backs the hot distance
-# kernels of HNSW graph builds (gokernel/hnsw/sqdist_simd.go, behind a build
-# tag, AVX2 detected at run time); every kernel has a portable fallback,
-# which test-go also runs (GOEXPERIMENT= ...). GOEXPERIMENT= make build
-# builds without it.
+# kernels of IVF assignment, PQ encoding and k-means
+# (gokernel/vecmath/nearest_simd.go) and of HNSW graph builds
+# (gokernel/hnsw/sqdist_simd.go), behind a build tag, AVX2 or AVX-512
+# detected at run time; every kernel has a portable fallback, which test-go
+# also runs (GOEXPERIMENT= ...). GOEXPERIMENT= make build builds without it.
 export GOEXPERIMENT ?= simd
 
 PY_DEPS := pybindgen==0.22.1 "setuptools>=68" wheel \
@@ -54,7 +55,7 @@ vet:
 test-go: vet venv emulators
 	$(PY) tools/with_emulators.py -- $(GO) test -skip '^(TestFault|TestKillDuring)' ./...
 	GO=$(GO) sh tools/faults.sh
-	GOEXPERIMENT= $(GO) test ./gokernel/hnsw/ ./gokernel/vecmath/
+	GOEXPERIMENT= $(GO) test ./gokernel/hnsw/ ./gokernel/vecmath/ ./gokernel/encode/ ./gokernel/train/
 	$(MAKE) fuzz FUZZTIME=$(CI_FUZZTIME)
 
 test-py: build emulators

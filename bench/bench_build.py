@@ -10,7 +10,9 @@ same run:
   ``create_index`` (wall time, recall@10 of both against brute force);
 * peak RSS of one build worker (a fresh process per run).
 
-Every timed run is a fresh process. Usage::
+Every timed run is a fresh process; the clock starts after the imports
+(pylance's native library loads with ``import lance``, ours is loaded
+before the clock too). Usage::
 
     PYTHONPATH=python .venv/bin/python bench/bench_build.py --preset small
 
@@ -52,6 +54,7 @@ os.environ.setdefault("LANCE_LOG", "error")
 import numpy as np, pyarrow as pa, lance
 import lance_segmerge as ls
 from lance_segmerge.model import IndexModel
+ls.kernel_version()  # load the native kernel, as `import lance` loads pylance's
 job = json.loads(sys.argv[1])
 uri, kind = job["uri"], job["kind"]
 m = None

@@ -18,8 +18,10 @@ rows and 1000 deltas) on clusters of N workers, using the tree that
     python bench/cost_model.py                    # IVF_RQ, about 20 minutes on 2 cores
     python bench/cost_model.py --quick            # a smaller sweep, a few minutes
     python bench/cost_model.py --type IVF_PQ
+    python bench/cost_model.py --build [--quick] [--type IVF_PQ]   # the build path (cost_build.py)
 
-The report (markdown and JSON) goes to bench/results/cost-<type>-<date>.*.
+The report (markdown and JSON) goes to bench/results/cost-<type>-<date>.*
+(``cost-build-<type>-<date>.*`` for ``--build``).
 """
 
 from __future__ import annotations
@@ -128,7 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(HERE / "results"))
     ap.add_argument("--work", help="scratch directory (kept, and reused, when given)")
     ap.add_argument("--from-json", help="re-analyse the measurements of an earlier report instead of measuring")
+    ap.add_argument("--build", action="store_true", help="the build path's cost model instead (cost_build.py; IVF_PQ unless --type)")
     args = ap.parse_args(argv)
+    args.build_type_given = any(a == "--type" or a.startswith("--type=") for a in (argv if argv is not None else sys.argv[1:]))
+    if args.build:
+        return build_cost_model(args)
     if args.from_json:
         report = json.loads(Path(args.from_json).read_text())
         analyse(report, int(args.target_rows), args.target_deltas)
@@ -177,6 +183,31 @@ def main(argv: list[str] | None = None) -> int:
     write_report(report, Path(args.out) / f"cost-{t}-{stamp}")
     if not args.work:
         shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def build_cost_model(args: Any) -> int:
+    import cost_build as cb
+
+    if args.from_json:
+        res = json.loads(Path(args.from_json).read_text())
+        cb.analyse(res, args.target_rows)
+        base = Path(args.from_json).with_suffix("")
+    else:
+        work = Path(args.work or tempfile.mkdtemp(prefix="segmerge-cost-build-"))
+        work.mkdir(parents=True, exist_ok=True)
+        if not args.no_prefault:
+            bm.prefault_memory()
+        res = cb.run(args, Path(args.out), work)
+        if not args.work:
+            shutil.rmtree(work, ignore_errors=True)
+        base = Path(args.out) / f"cost-build-{res['type']}-{time.strftime('%Y%m%d-%H%M%S')}"
+    base.parent.mkdir(parents=True, exist_ok=True)
+    base.with_suffix(".json").write_text(json.dumps(res, indent=2))
+    md = cb.markdown(res)
+    base.with_suffix(".md").write_text(md)
+    print(md)
+    print(f"report: {base}.md / .json")
     return 0
 
 

@@ -219,3 +219,78 @@ func TestRQCodes(t *testing.T) {
 		t.Fatalf("extended codes align %v, signs alone %v", cosEx, cos1)
 	}
 }
+
+// sortEvents orders events exactly as a comparison sort does, whatever
+// their spread (clustered, equal thresholds, outside [tStart, tEnd)).
+func TestSortEvents(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, n := range []int{0, 10, 64, 65, 500, 3000} {
+		for _, spread := range []float32{1e-6, 0.1, 1, 3} {
+			var s exScratch
+			for i := 0; i < n; i++ {
+				v := 2 + spread*float32(rng.Float64())
+				if i%7 == 0 && i > 0 { // repeated thresholds
+					v = math.Float32frombits(uint32(s.events[i-1] >> 32))
+				}
+				s.events = append(s.events, uint64(math.Float32bits(v))<<32|uint64(rng.IntN(1000)))
+			}
+			want := slices.Clone(s.events)
+			slices.Sort(want)
+			if got := sortEvents(&s, 2.2, 4); !slices.Equal(got, want) {
+				t.Fatalf("n %d spread %v: not sorted like slices.Sort", n, spread)
+			}
+		}
+	}
+}
+
+// fwht gives, bit for bit, what butterflies applied stage by stage give.
+func TestFWHTMatchesStageByStage(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for n := 1; n <= 512; n *= 2 {
+		v := randVec(rng, n)
+		for i := range v {
+			v[i] *= float32(math.Pow(10, float64(rng.IntN(9)-4))) // rounding shows
+		}
+		want := slices.Clone(v)
+		for half := 1; half < n; half *= 2 {
+			for i := 0; i < n; i += 2 * half {
+				for j := i; j < i+half; j++ {
+					x, y := want[j], want[j+half]
+					want[j], want[j+half] = x+y, x-y
+				}
+			}
+		}
+		fwht(v)
+		for i := range v {
+			if math.Float32bits(v[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("n %d: value %d is %v, want %v", n, i, v[i], want[i])
+			}
+		}
+	}
+}
+
+// The prepared rotator gives FastRotate's bits.
+func TestRotatorMatchesFastRotate(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	for _, dim := range []int{8, 16, 32, 64, 128, 256, 1024, 40, 72, 200} {
+		signs := make([]byte, FastRotationSignBytes(dim))
+		for i := range signs {
+			signs[i] = byte(rng.Uint32())
+		}
+		r := newRotator(dim, signs)
+		for rep := 0; rep < 10; rep++ {
+			v := randVec(rng, dim)
+			for i := range v {
+				v[i] *= float32(math.Pow(10, float64(rng.IntN(9)-4)))
+			}
+			want, got := make([]float32, dim), make([]float32, dim)
+			FastRotate(want, v, signs)
+			r.rotate(got, v)
+			for i := range got {
+				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+					t.Fatalf("dim %d: value %d is %v, want %v", dim, i, got[i], want[i])
+				}
+			}
+		}
+	}
+}

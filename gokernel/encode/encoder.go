@@ -45,33 +45,84 @@ type Encoder struct {
 	metric Metric // the metric after preparation: cosine is L2
 	k      int
 	cols   []Column
+	// ivfSearch finds partitions; pqSearch the codes, one per sub-vector.
+	ivfSearch *vecmath.Searcher
+	pqSearch  []*vecmath.Searcher
 	// PQ
 	subDim int
+	// half: float16 vectors (see NewHalfEncoder).
+	half bool
 	// RQ
 	exBits       int
 	rotCentroids []float32 // raw query: the rotated centroids
+	rot          *rotator  // fast rotation, prepared
 	centNormSq   []float32 // residual query, dot: ‖c‖²
 }
 
-// NewEncoder validates the model and prepares what encoding needs.
-func NewEncoder(m *Model) (*Encoder, error) {
+// NewEncoder validates the model and prepares what encoding needs, for
+// float32 vectors.
+func NewEncoder(m *Model) (*Encoder, error) { return newEncoder(m, false) }
+
+// NewHalfEncoder is NewEncoder for a float16 column. Lance computes in the
+// column's type there: the model's centroids and codebook are float16
+// (rounded here, a copy), a cosine vector is normalised in float32 and
+// rounded to float16, PQ and RQ residuals are float16 differences, and
+// IVF_FLAT rows are float16. Distances are float32 sums of the float16
+// values.
+func NewHalfEncoder(m *Model) (*Encoder, error) {
 	if err := m.Validate(); err != nil {
 		return nil, err
 	}
-	e := &Encoder{m: m, metric: m.Metric.indexMetric(), k: m.NumPartitions()}
+	h := *m
+	h.Centroids = halfCopy(m.Centroids)
+	if m.PQ != nil {
+		pq := *m.PQ
+		pq.Codebook = halfCopy(pq.Codebook)
+		h.PQ = &pq
+	}
+	return newEncoder(&h, true)
+}
+
+func halfCopy(v []float32) []float32 {
+	out := slices.Clone(v)
+	vecmath.RoundToHalf(out)
+	return out
+}
+
+func newEncoder(m *Model, half bool) (*Encoder, error) {
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	e := &Encoder{m: m, metric: m.Metric.indexMetric(), k: m.NumPartitions(), half: half}
+	e.ivfSearch = vecmath.NewSearcher(m.Centroids, m.Dim, e.distance())
 	u8 := func(n int) lancefile.DataType { return lancefile.FixedSizeList(lancefile.KindUint8, n) }
 	f32 := lancefile.Primitive(lancefile.KindFloat32)
 	switch m.Type {
 	case ivf.IVFFlat:
-		e.cols = []Column{{ColFlat, lancefile.FixedSizeList(lancefile.KindFloat32, m.Dim), false}}
+		elem := lancefile.KindFloat32
+		if half {
+			elem = lancefile.KindFloat16
+		}
+		e.cols = []Column{{ColFlat, lancefile.FixedSizeList(elem, m.Dim), false}}
 	case ivf.IVFSQ:
 		e.cols = []Column{{ColSQ, u8(m.Dim), true}}
 	case ivf.IVFPQ:
 		e.subDim = m.Dim / m.PQ.NumSubVectors
 		e.cols = []Column{{ColPQ, u8(m.PQ.NumSubVectors * m.PQ.NumBits / 8), true}}
+		dist := vecmath.DistL2
+		if e.metric == Dot && m.PQ.DotByInnerProduct {
+			dist = vecmath.DistDot
+		}
+		nc := 1 << m.PQ.NumBits
+		for sv := 0; sv < m.PQ.NumSubVectors; sv++ {
+			e.pqSearch = append(e.pqSearch, vecmath.NewSearcher(m.PQ.Codebook[sv*nc*e.subDim:(sv+1)*nc*e.subDim], e.subDim, dist))
+		}
 	case ivf.IVFRQ:
 		r := m.RQ
 		e.exBits = r.NumBits - 1
+		if r.Rotation == RotationFast {
+			e.rot = newRotator(m.Dim, r.Signs)
+		}
 		e.cols = []Column{{ColRQ, u8(RQCodeBytes(m.Dim)), true}, {ColRQAdd, f32, true}, {ColRQScale, f32, true}}
 		if r.QueryEstimator == RawQuery {
 			e.cols = append(e.cols, Column{ColRQError, f32, true})
@@ -95,8 +146,21 @@ func NewEncoder(m *Model) (*Encoder, error) {
 	return e, nil
 }
 
-// Model is the encoder's model.
+// Model is the encoder's model (for a float16 encoder, the model rounded
+// to float16).
 func (e *Encoder) Model() *Model { return e.m }
+
+// Half reports whether the encoder is for float16 vectors.
+func (e *Encoder) Half() bool { return e.half }
+
+// distance is the IVF's distance: Lance's dot distance for dot, squared
+// L2 otherwise (cosine vectors are normalised first).
+func (e *Encoder) distance() vecmath.Distance {
+	if e.metric == Dot {
+		return vecmath.DistDot
+	}
+	return vecmath.DistL2
+}
 
 // Columns are the code columns, in the auxiliary file's order after _rowid.
 func (e *Encoder) Columns() []Column { return e.cols }
@@ -106,6 +170,10 @@ type Scratch struct {
 	resid, rot []float32
 	ex         exScratch
 	exValues   []byte
+	search     vecmath.SearchScratch
+	dist       []float32
+	codes      []int32
+	dropped    []bool
 }
 
 // Prepare brings a vector to the space the index works in, in place:
@@ -120,6 +188,9 @@ func (e *Encoder) Prepare(v []float32) bool {
 	for i := range v {
 		v[i] /= n
 	}
+	if e.half {
+		vecmath.RoundToHalf(v)
+	}
 	return n != 0 && !math.IsInf(float64(n), 0) && !math.IsNaN(float64(n))
 }
 
@@ -133,25 +204,15 @@ func normSqSeq(v []float32) float32 {
 }
 
 // Assign returns a prepared vector's IVF partition and its distance to the
-// centroid (squared L2, or 1 - dot for dot), the first minimum winning
-// ties as in Lance; -1 when every distance is NaN.
+// centroid (squared L2, or 1 - dot for dot), summed in Lance's order, the
+// first minimum winning ties as in Lance; -1 when no distance is a finite
+// number. Encode assigns whole batches faster.
 func (e *Encoder) Assign(v []float32) (int, float32) {
-	c, dim := e.m.Centroids, e.m.Dim
-	best, bestD := -1, float32(math.Inf(1))
-	if e.metric == Dot {
-		for p := 0; p < e.k; p++ {
-			if d := 1 - vecmath.Dot(v, c[p*dim:(p+1)*dim]); d < bestD {
-				best, bestD = p, d
-			}
-		}
-		return best, bestD
-	}
-	for p := 0; p < e.k; p++ {
-		if d := vecmath.L2Sq(v, c[p*dim:(p+1)*dim]); d < bestD {
-			best, bestD = p, d
-		}
-	}
-	return best, bestD
+	var idx [1]int32
+	var dist [1]float32
+	var sc vecmath.SearchScratch
+	e.ivfSearch.Nearest(v, len(v), 1, idx[:], dist[:], &sc)
+	return int(idx[0]), dist[0]
 }
 
 func (e *Encoder) rotate(out, v []float32) {
@@ -159,7 +220,7 @@ func (e *Encoder) rotate(out, v []float32) {
 		matrixRotate(out, v, e.m.RQ.Matrix)
 		return
 	}
-	FastRotate(out, v, e.m.RQ.Signs)
+	e.rot.rotate(out, v)
 }
 
 // Encode encodes n = len(parts) vectors (n×Dim values, prepared in place).
@@ -168,22 +229,36 @@ func (e *Encoder) rotate(out, v []float32) {
 // i×width.
 func (e *Encoder) Encode(s *Scratch, vectors []float32, parts []int32, out [][]byte) {
 	dim := e.m.Dim
+	n := len(parts)
+	if n == 0 {
+		return
+	}
+	s.dropped = slices.Grow(s.dropped[:0], n)[:n]
 	for i := range parts {
 		v := vectors[i*dim : (i+1)*dim]
-		if !e.Prepare(v) {
+		if s.dropped[i] = !e.Prepare(v); s.dropped[i] {
+			clear(v) // not searched: its values are not numbers
+		}
+	}
+	s.dist = slices.Grow(s.dist[:0], n)[:n]
+	e.ivfSearch.Nearest(vectors, dim, n, parts, s.dist, &s.search)
+	for i, p := range parts {
+		if s.dropped[i] {
 			parts[i] = -1
+		}
+		if parts[i] < 0 {
 			for c, col := range e.cols {
 				w := col.Width()
 				clear(out[c][i*w : (i+1)*w])
 			}
 			continue
 		}
-		p, dist := e.Assign(v)
-		parts[i] = int32(p)
-		if p < 0 {
-			continue
+		if e.m.Type != ivf.IVFPQ {
+			e.encodeRow(s, vectors[i*dim:(i+1)*dim], int(p), s.dist[i], out, i)
 		}
-		e.encodeRow(s, v, p, dist, out, i)
+	}
+	if e.m.Type == ivf.IVFPQ {
+		e.encodePQBatch(s, vectors, parts, out[0])
 	}
 }
 
@@ -196,6 +271,9 @@ func (e *Encoder) residual(s *Scratch, v []float32, p int) []float32 {
 	for j := range s.resid {
 		s.resid[j] = v[j] - c[j]
 	}
+	if e.half {
+		vecmath.RoundToHalf(s.resid)
+	}
 	return s.resid
 }
 
@@ -203,6 +281,13 @@ func (e *Encoder) encodeRow(s *Scratch, v []float32, p int, dist float32, out []
 	dim := e.m.Dim
 	switch e.m.Type {
 	case ivf.IVFFlat:
+		if e.half {
+			row := out[0][i*2*dim : (i+1)*2*dim]
+			for j, x := range v {
+				binary.LittleEndian.PutUint16(row[2*j:], vecmath.Float32ToHalf(x))
+			}
+			return
+		}
 		row := out[0][i*4*dim : (i+1)*4*dim]
 		for j, x := range v {
 			putF32(row[4*j:], x)
@@ -218,13 +303,6 @@ func (e *Encoder) encodeRow(s *Scratch, v []float32, p int, dist float32, out []
 		for j, x := range v {
 			row[j] = saturatingU8((float64(x) - lo) * 255 / r)
 		}
-	case ivf.IVFPQ:
-		x := v
-		if e.metric != Dot {
-			x = e.residual(s, v, p)
-		}
-		w := e.cols[0].Width()
-		e.encodePQ(x, out[0][i*w:(i+1)*w])
 	case ivf.IVFRQ:
 		e.encodeRQ(s, v, p, dist, out, i)
 	}
@@ -242,38 +320,51 @@ func saturatingU8(x float64) byte {
 	return byte(x)
 }
 
-// encodePQ writes the PQ code of x (a residual, or the raw vector for dot):
-// for each sub-vector, the codebook entry nearest in squared L2, or, for
-// dot, of largest inner product (first minimum of 1 - dot wins), as
-// pylance encodes with an injected codebook; 4-bit codes pack two sub-vectors per byte, the even one in
-// the low nibble.
-func (e *Encoder) encodePQ(x []float32, dst []byte) {
-	pq := e.m.PQ
-	nc := 1 << pq.NumBits
-	sd := e.subDim
-	for sv := 0; sv < pq.NumSubVectors; sv++ {
-		sub := x[sv*sd : (sv+1)*sd]
-		cb := pq.Codebook[sv*nc*sd : (sv+1)*nc*sd]
-		best, bestD := 0, float32(math.Inf(1))
-		if e.metric == Dot && pq.DotByInnerProduct {
-			for c := 0; c < nc; c++ {
-				if d := 1 - vecmath.Dot(sub, cb[c*sd:(c+1)*sd]); d < bestD {
-					best, bestD = c, d
-				}
+// encodePQBatch writes the PQ codes of a batch of assigned rows: for each
+// sub-vector of the residual (the raw vector for dot), the codebook entry
+// nearest in squared L2, or, for dot with DotByInnerProduct, of largest
+// inner product (first minimum of 1 - dot), as pylance encodes with an
+// injected codebook; entry 0 when no distance is a number. 4-bit codes
+// pack two sub-vectors per byte, the even one in the low nibble. Rows not
+// assigned (-1) are left as they are.
+func (e *Encoder) encodePQBatch(s *Scratch, vectors []float32, parts []int32, dst []byte) {
+	pq, dim, n := e.m.PQ, e.m.Dim, len(parts)
+	x := vectors
+	if e.metric != Dot {
+		s.resid = slices.Grow(s.resid[:0], n*dim)[:n*dim]
+		x = s.resid
+		for i, p := range parts {
+			r := x[i*dim : (i+1)*dim]
+			if p < 0 {
+				clear(r)
+				continue
 			}
-		} else {
-			for c := 0; c < nc; c++ {
-				if d := vecmath.L2Sq(sub, cb[c*sd:(c+1)*sd]); d < bestD {
-					best, bestD = c, d
-				}
+			c := e.m.Centroids[int(p)*dim : (int(p)+1)*dim]
+			for j, v := range vectors[i*dim : (i+1)*dim] {
+				r[j] = v - c[j]
+			}
+			if e.half {
+				vecmath.RoundToHalf(r)
 			}
 		}
-		if pq.NumBits == 8 {
-			dst[sv] = byte(best)
-		} else if sv%2 == 0 {
-			dst[sv/2] = byte(best)
-		} else {
-			dst[sv/2] |= byte(best) << 4
+	}
+	w := e.cols[0].Width()
+	s.codes = slices.Grow(s.codes[:0], n)[:n]
+	for sv := 0; sv < pq.NumSubVectors; sv++ {
+		e.pqSearch[sv].Nearest(x[sv*e.subDim:], dim, n, s.codes, nil, &s.search)
+		for i, c := range s.codes {
+			if parts[i] < 0 {
+				continue
+			}
+			code := byte(max(c, 0))
+			switch {
+			case pq.NumBits == 8:
+				dst[i*w+sv] = code
+			case sv%2 == 0:
+				dst[i*w+sv/2] = code
+			default:
+				dst[i*w+sv/2] |= code << 4
+			}
 		}
 	}
 }

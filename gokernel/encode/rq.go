@@ -68,6 +68,9 @@ type exScratch struct {
 	abs     []float32
 	codes   []int
 	events  []uint64
+	sorted  []uint64
+	bucket  []uint32
+	count   []int32
 	values  []byte
 	blocked [exBlockDims]byte
 }
@@ -102,18 +105,20 @@ func bestExRescale(s *exScratch, abs []float32, exBits int) float32 {
 		sqDen += float32(cur*cur + cur)
 		num += float32((float32(cur) + 0.5) * v)
 		for next := cur + 1; next <= maxCode; next++ {
-			if t := float32(next) / v; t < tEnd {
-				// Positive floats order as their bits: (t, dimension) in
-				// one key. Equal thresholds keep emission order (by
-				// dimension; one dimension's thresholds strictly grow).
-				s.events = append(s.events, uint64(math.Float32bits(t))<<32|uint64(i))
+			t := float32(next) / v
+			if !(t < tEnd) {
+				break // t grows with next (rounding is monotone)
 			}
+			// Positive floats order as their bits: (t, dimension) in one
+			// key. Equal thresholds keep emission order (by dimension; one
+			// dimension's thresholds strictly grow).
+			s.events = append(s.events, uint64(math.Float32bits(t))<<32|uint64(i))
 		}
 	}
-	slices.Sort(s.events)
+	events := sortEvents(s, tStart, tEnd)
 	best := num / float32(math.Sqrt(float64(sqDen)))
 	bestT := tStart
-	for _, e := range s.events {
+	for _, e := range events {
 		idx := uint32(e)
 		s.codes[idx]++
 		u := s.codes[idx]
@@ -124,6 +129,48 @@ func bestExRescale(s *exScratch, abs []float32, exBits int) float32 {
 		}
 	}
 	return bestT
+}
+
+// sortEvents orders s.events (threshold bits << 32 | dimension) as
+// slices.Sort would, in linear time: a counting sort into buckets of
+// equal width over [tStart, tEnd) (the bucket of t is monotone in t, so
+// buckets are in order), then one insertion pass, which only reorders
+// events within a bucket (about one each).
+func sortEvents(s *exScratch, tStart, tEnd float32) []uint64 {
+	n := len(s.events)
+	if n < 64 {
+		slices.Sort(s.events)
+		return s.events
+	}
+	nb := n
+	scale := float32(nb) / (tEnd - tStart)
+	s.bucket = slices.Grow(s.bucket[:0], n)[:n]
+	s.count = slices.Grow(s.count[:0], nb+1)[:nb+1]
+	clear(s.count)
+	for i, e := range s.events {
+		b := int(float32(math.Float32frombits(uint32(e>>32))-tStart) * scale)
+		b = min(max(b, 0), nb-1)
+		s.bucket[i] = uint32(b)
+		s.count[b+1]++
+	}
+	for b := 1; b <= nb; b++ {
+		s.count[b] += s.count[b-1]
+	}
+	s.sorted = slices.Grow(s.sorted[:0], n)[:n]
+	for i, e := range s.events {
+		b := s.bucket[i]
+		s.sorted[s.count[b]] = e
+		s.count[b]++
+	}
+	// Buckets are in order; one insertion pass orders each bucket (an event
+	// never moves past its bucket's start: everything before is smaller).
+	a := s.sorted
+	for i := 1; i < len(a); i++ {
+		for j := i; j > 0 && a[j] < a[j-1]; j-- {
+			a[j], a[j-1] = a[j-1], a[j]
+		}
+	}
+	return a
 }
 
 // clampCode is floor(x) clamped to [0, maxCode], as Rust's saturating

@@ -9,6 +9,7 @@ import (
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/vecmath"
 )
 
 // Tensor is a 2-D array stored in a global buffer (centroids, a PQ codebook,
@@ -218,6 +219,16 @@ func Float32Tensor(rows, cols int, v []float32) *Tensor {
 		binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(x))
 	}
 	return &Tensor{DType: pb.Tensor_FLOAT32, Shape: []uint32{uint32(rows), uint32(cols)}, Data: data}
+}
+
+// Float16Tensor is a rows×cols FLOAT16 tensor of v rounded to float16
+// (the type of the centroids and codebooks of float16 columns' indices).
+func Float16Tensor(rows, cols int, v []float32) *Tensor {
+	data := make([]byte, 2*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint16(data[2*i:], vecmath.Float32ToHalf(x))
+	}
+	return &Tensor{DType: pb.Tensor_FLOAT16, Shape: []uint32{uint32(rows), uint32(cols)}, Data: data}
 }
 
 // Float32s returns the values of a FLOAT32, FLOAT16 or FLOAT64 tensor as

@@ -98,10 +98,15 @@ func Build(ctx context.Context, st storage.Store, snap *table.Snapshot, model *e
 		return nil, err
 	}
 	col := rd.Column()
-	if col.Elem != lancefile.KindFloat32 {
-		return nil, fmt.Errorf("%w: build: column %q holds float16 vectors; building their segments is not supported yet", errkind.Unsupported, col.Name)
+	var enc *encode.Encoder
+	switch col.Elem {
+	case lancefile.KindFloat32:
+		enc, err = encode.NewEncoder(model)
+	case lancefile.KindFloat16:
+		enc, err = encode.NewHalfEncoder(model)
+	default:
+		err = fmt.Errorf("%w: build: column %q: segments are built for float32 and float16 vectors only", errkind.Unsupported, col.Name)
 	}
-	enc, err := encode.NewEncoder(model)
 	if err != nil {
 		return nil, err
 	}
@@ -271,7 +276,7 @@ func (b *builder) run(ctx context.Context) (buildOutput, error) {
 		return out, fmt.Errorf("write %s: %w", ivf.AuxiliaryFileName, err)
 	}
 	prog.SetStage("write_index")
-	centroids := ivf.Float32Tensor(k, m.Dim, m.Centroids)
+	centroids := b.tensor(k, m.Dim, m.Centroids)
 	if out.indexBytes, err = writeFlatIndex(ctx, b.st, b.dir, b.version, m.Type, string(m.Metric), centroids, k); err != nil {
 		return out, fmt.Errorf("write %s: %w", ivf.IndexFileName, err)
 	}
@@ -281,44 +286,102 @@ func (b *builder) run(ctx context.Context) (buildOutput, error) {
 }
 
 // encodeAll reads the fragments window by window, encodes each window in
-// parallel and buckets its rows by partition.
+// parallel and buckets its rows by partition. The next window is read
+// while the current one is encoded: Scan hands each window to an encoding
+// goroutine as a copy (two windows in memory at most).
 func (b *builder) encodeAll(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	free := make(chan *vecdata.Batch, 2)
+	free <- &vecdata.Batch{}
+	free <- &vecdata.Batch{}
+	work := make(chan *vecdata.Batch, 1)
+	done := make(chan error, 1)
+	go func() {
+		err := b.encodeWindows(ctx, work, free)
+		if err != nil {
+			cancel() // stops the scan, which may wait for a free buffer
+			for range work {
+			}
+		}
+		done <- err
+	}()
+	scanErr := b.rd.Scan(ctx, b.opts.FragmentIDs, b.opts.WindowRows, func(batch *vecdata.Batch) error {
+		b.opts.Progress.RowsRead.Add(int64(batch.Len() + batch.Skipped))
+		if batch.Len() == 0 {
+			return nil
+		}
+		var w *vecdata.Batch
+		select {
+		case w = <-free:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		w.RowIDs = append(w.RowIDs[:0], batch.RowIDs...)
+		w.Vectors = append(w.Vectors[:0], batch.Vectors...)
+		select {
+		case work <- w:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	close(work)
+	encErr := <-done
+	if encErr != nil {
+		return encErr // the first failure (Scan then only saw the cancellation)
+	}
+	return scanErr
+}
+
+// encodeWindows encodes and buckets the windows of work in order, handing
+// each buffer back to free.
+func (b *builder) encodeWindows(ctx context.Context, work <-chan *vecdata.Batch, free chan<- *vecdata.Batch) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("lance-segmerge kernel panic encoding rows: %v\n%s", r, debug.Stack())
+		}
+	}()
 	dim := b.enc.Model().Dim
 	ncols := len(b.enc.Columns())
 	var parts []int32
 	cols := make([][]byte, ncols)
 	scratch := make([]encode.Scratch, b.opts.Workers)
-	return b.rd.Scan(ctx, b.opts.FragmentIDs, b.opts.WindowRows, func(batch *vecdata.Batch) error {
-		n := batch.Len()
-		b.opts.Progress.RowsRead.Add(int64(n + batch.Skipped))
-		if n == 0 {
-			return nil
-		}
-		parts = slices.Grow(parts[:0], n)[:n]
-		for c, col := range b.enc.Columns() {
-			cols[c] = slices.Grow(cols[c][:0], n*col.Width())[:n*col.Width()]
-		}
-		if err := b.encodeParallel(ctx, scratch, batch.Vectors, parts, cols, n, dim); err != nil {
+	for batch := range work {
+		if err := b.encodeWindow(ctx, batch, scratch, &parts, cols, dim); err != nil {
 			return err
 		}
-		for i, p := range parts {
-			if p < 0 {
-				continue
-			}
-			bk := b.buckets[p]
-			bk = binary.LittleEndian.AppendUint64(bk, batch.RowIDs[i])
-			for c := range cols {
-				w := b.widths[c+1]
-				bk = append(bk, cols[c][i*w:(i+1)*w]...)
-			}
-			b.buckets[p] = bk
-			b.memBytes += b.rowBytes
+		free <- batch
+	}
+	return nil
+}
+
+func (b *builder) encodeWindow(ctx context.Context, batch *vecdata.Batch, scratch []encode.Scratch, parts *[]int32, cols [][]byte, dim int) error {
+	n := batch.Len()
+	*parts = slices.Grow((*parts)[:0], n)[:n]
+	for c, col := range b.enc.Columns() {
+		cols[c] = slices.Grow(cols[c][:0], n*col.Width())[:n*col.Width()]
+	}
+	if err := b.encodeParallel(ctx, scratch, batch.Vectors, *parts, cols, n, dim); err != nil {
+		return err
+	}
+	for i, p := range *parts {
+		if p < 0 {
+			continue
 		}
-		if b.memBytes >= b.opts.MemoryBytes {
-			return b.spillBuckets()
+		bk := b.buckets[p]
+		bk = binary.LittleEndian.AppendUint64(bk, batch.RowIDs[i])
+		for c := range cols {
+			w := b.widths[c+1]
+			bk = append(bk, cols[c][i*w:(i+1)*w]...)
 		}
-		return ctx.Err()
-	})
+		b.buckets[p] = bk
+		b.memBytes += b.rowBytes
+	}
+	if b.memBytes >= b.opts.MemoryBytes {
+		return b.spillBuckets()
+	}
+	return ctx.Err()
 }
 
 // encodeParallel splits a window into one run of rows per worker.
@@ -491,6 +554,15 @@ func (b *builder) columnsOf(rows []byte, n int) [][]*lancefile.Array {
 	return out
 }
 
+// tensor is a model matrix in the column's type (Lance keeps a float16
+// column's centroids and codebook in float16).
+func (b *builder) tensor(rows, cols int, v []float32) *ivf.Tensor {
+	if b.enc.Half() {
+		return ivf.Float16Tensor(rows, cols, v)
+	}
+	return ivf.Float32Tensor(rows, cols, v)
+}
+
 // quantizerJSON adds the codebook or rotation buffer and returns the
 // quantizer metadata, keys in pylance's order.
 func (b *builder) quantizerJSON(w *lancefile.Writer) ([]byte, error) {
@@ -510,7 +582,7 @@ func (b *builder) quantizerJSON(w *lancefile.Writer) ([]byte, error) {
 		}{m.SQ.Lo, m.SQ.Hi}}}
 	case ivf.IVFPQ:
 		nc := 1 << m.PQ.NumBits
-		cb, err := ivf.EncodeTensor(ivf.Float32Tensor(nc, m.Dim, m.PQ.Codebook))
+		cb, err := ivf.EncodeTensor(b.tensor(nc, m.Dim, m.PQ.Codebook))
 		if err != nil {
 			return nil, err
 		}

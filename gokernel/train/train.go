@@ -14,6 +14,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/encode"
@@ -112,10 +113,11 @@ func Train(ctx context.Context, rd *vecdata.Reader, p Params) (*encode.Model, St
 	}
 	m := &encode.Model{Type: p.IndexType, Metric: p.Metric, Dim: dim}
 	// Prepare (cosine: normalise; Lance drops what does not normalise).
-	data := sample.Vectors[:0:0]
-	for i := 0; i < sample.Len(); i++ {
-		v := sample.Vectors[i*dim : (i+1)*dim]
-		if p.Metric == encode.Cosine {
+	data := sample.Vectors
+	if p.Metric == encode.Cosine { // normalised in place, zero vectors dropped
+		data = data[:0]
+		for i := 0; i < sample.Len(); i++ {
+			v := sample.Vectors[i*dim : (i+1)*dim]
 			nrm := float32(math.Sqrt(float64(vecmath.Dot(v, v))))
 			if nrm == 0 {
 				continue
@@ -123,8 +125,8 @@ func Train(ctx context.Context, rd *vecdata.Reader, p Params) (*encode.Model, St
 			for j := range v {
 				v[j] /= nrm
 			}
+			data = append(data, v...) // never past v: in place
 		}
-		data = append(data, v...)
 	}
 	rows := len(data) / dim
 	st.SampleRows = rows
@@ -136,7 +138,19 @@ func Train(ctx context.Context, rd *vecdata.Reader, p Params) (*encode.Model, St
 	if p.Metric == encode.Dot {
 		ivfMetric = encode.Dot
 	}
-	km, err := KMeans(ctx, data, rows, dim, p.NumPartitions, KMeansOptions{Metric: ivfMetric, MaxIters: p.MaxIters, Rng: rng, Workers: p.Workers})
+	// IVF trains on NumPartitions × SampleRate vectors (a random subset
+	// when the PQ sample drew more), as Lance's sample sizes are.
+	ivfData, ivfRows := data, rows
+	if want := p.NumPartitions * p.SampleRate; rows > want {
+		pick := rng.Perm(rows)[:want]
+		slices.Sort(pick)
+		ivfData = make([]float32, 0, want*dim)
+		for _, r := range pick {
+			ivfData = append(ivfData, data[r*dim:(r+1)*dim]...)
+		}
+		ivfRows = want
+	}
+	km, err := KMeans(ctx, ivfData, ivfRows, dim, p.NumPartitions, KMeansOptions{Metric: ivfMetric, MaxIters: p.MaxIters, Rng: rng, Workers: p.Workers})
 	if err != nil {
 		return nil, st, err
 	}
@@ -163,10 +177,11 @@ func Train(ctx context.Context, rd *vecdata.Reader, p Params) (*encode.Model, St
 		x := data
 		if p.Metric != encode.Dot { // residuals to the nearest centroid
 			x = make([]float32, len(data))
-			for i := 0; i < rows; i++ {
+			a := newAssigner(data, rows, dim, p.Workers)
+			a.assign(m.Centroids, encode.L2)
+			for i, c := range a.idx {
 				v := data[i*dim : (i+1)*dim]
-				c, _ := vecmath.NearestL2(v, m.Centroids, dim)
-				cv := m.Centroids[c*dim : (c+1)*dim]
+				cv := m.Centroids[int(c)*dim : (int(c)+1)*dim]
 				for j := range v {
 					x[i*dim+j] = v[j] - cv[j]
 				}
@@ -224,6 +239,11 @@ type KMeansOptions struct {
 	Tolerance float64
 	Rng       *rand.Rand
 	Workers   int
+	// HierarchicalK: above 256 clusters, k-means is hierarchical, as
+	// Lance's: HierarchicalK clusters first, then the largest cluster is
+	// split into up to HierarchicalK clusters, and again, until there are
+	// k. Default 16 (Lance's); 1 trains all k clusters at once.
+	HierarchicalK int
 }
 
 // KMeansResult is a trained clustering.
@@ -233,9 +253,19 @@ type KMeansResult struct {
 	Loss      float64
 }
 
-// KMeans clusters n vectors of dim values into k clusters (Lloyd's
-// algorithm from k distinct random rows; an empty cluster takes half of
-// the largest one).
+// maxRowsPerCluster caps the vectors one k-means run trains on, as Lance
+// does (k·512 rows, the first of its sample).
+const maxRowsPerCluster = 512
+
+// hierarchicalAbove is the cluster count above which k-means is
+// hierarchical (Lance's threshold).
+const hierarchicalAbove = 256
+
+// KMeans clusters n vectors of dim values into k clusters: Lloyd's
+// algorithm from k distinct random rows (an empty cluster takes half of
+// the largest one), on at most k·512 of the vectors; above 256 clusters,
+// hierarchically (see KMeansOptions.HierarchicalK). Assignment runs on
+// o.Workers goroutines with vecmath's batch search.
 func KMeans(ctx context.Context, data []float32, n, dim, k int, o KMeansOptions) (*KMeansResult, error) {
 	if k <= 0 || n < k {
 		return nil, fmt.Errorf("%w: train: k-means of %d clusters over %d vectors", errkind.InvalidInput, k, n)
@@ -249,11 +279,33 @@ func KMeans(ctx context.Context, data []float32, n, dim, k int, o KMeansOptions)
 	if o.Rng == nil {
 		o.Rng = rand.New(rand.NewPCG(1, 2))
 	}
+	if o.HierarchicalK == 0 {
+		o.HierarchicalK = 16
+	}
+	if k > hierarchicalAbove && o.HierarchicalK > 1 {
+		return kmeansHierarchical(ctx, data, n, dim, k, o)
+	}
+	return kmeansFlat(ctx, data, n, dim, k, o)
+}
+
+func kmeansFlat(ctx context.Context, data []float32, n, dim, k int, o KMeansOptions) (*KMeansResult, error) {
+	if limit := k * maxRowsPerCluster; n > limit {
+		// A random subset (Lance takes the first rows of its sample; ours
+		// may be in row order, and a cluster's rows are).
+		pick := o.Rng.Perm(n)[:limit]
+		slices.Sort(pick)
+		sub := make([]float32, limit*dim)
+		for i, r := range pick {
+			copy(sub[i*dim:(i+1)*dim], data[r*dim:(r+1)*dim])
+		}
+		data, n = sub, limit
+	}
+	data = data[:n*dim]
 	cent := make([]float32, k*dim)
 	for c, r := range o.Rng.Perm(n)[:k] {
 		copy(cent[c*dim:(c+1)*dim], data[r*dim:(r+1)*dim])
 	}
-	assign := make([]int32, n)
+	a := newAssigner(data, n, dim, o.Workers)
 	res := &KMeansResult{Centroids: cent, Loss: math.Inf(1)}
 	sums := make([]float64, k*dim)
 	counts := make([]int, k)
@@ -261,13 +313,16 @@ func KMeans(ctx context.Context, data []float32, n, dim, k int, o KMeansOptions)
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		loss := assignAll(data, n, dim, cent, k, o.Metric, assign, o.Workers)
+		loss := a.assign(cent, o.Metric)
 		res.Iters = it + 1
 		prev := res.Loss
 		res.Loss = loss
 		clear(sums)
 		clear(counts)
-		for i, c := range assign {
+		for i, c := range a.idx {
+			if c < 0 {
+				continue
+			}
 			counts[c]++
 			s := sums[int(c)*dim : (int(c)+1)*dim]
 			for j, x := range data[i*dim : (i+1)*dim] {
@@ -278,8 +333,9 @@ func KMeans(ctx context.Context, data []float32, n, dim, k int, o KMeansOptions)
 			if counts[c] == 0 {
 				continue
 			}
+			inv := 1 / float64(counts[c])
 			for j := 0; j < dim; j++ {
-				cent[c*dim+j] = float32(sums[c*dim+j] / float64(counts[c]))
+				cent[c*dim+j] = float32(sums[c*dim+j] * inv)
 			}
 		}
 		splitEmpty(cent, counts, dim, o.Rng)
@@ -288,6 +344,182 @@ func KMeans(ctx context.Context, data []float32, n, dim, k int, o KMeansOptions)
 		}
 	}
 	return res, nil
+}
+
+// cluster is a node of hierarchical k-means: its vectors (row numbers of
+// the data), its centroid, and the order it was made in.
+type cluster struct {
+	id       int
+	rows     []int32
+	centroid []float32
+	final    bool // splitting it put every vector in one part
+}
+
+// kmeansHierarchical trains HierarchicalK clusters on the data, then
+// repeatedly splits the largest cluster not yet found unsplittable (into
+// size/HierarchicalK parts, between 2 and HierarchicalK, never beyond k)
+// by k-means on its own vectors, until there are k clusters. Centroids are
+// returned in the order the clusters were made, as Lance orders them.
+func kmeansHierarchical(ctx context.Context, data []float32, n, dim, k int, o KMeansOptions) (*KMeansResult, error) {
+	hk := o.HierarchicalK
+	all := make([]int32, n)
+	for i := range all {
+		all[i] = int32(i)
+	}
+	next := 0
+	var clusters []*cluster
+	var total *KMeansResult
+	var buf []float32 // a cluster's vectors, reused from split to split
+	split := func(rows []int32, parts int) ([]*cluster, error) {
+		sub := data
+		if len(rows) != n {
+			buf = slices.Grow(buf[:0], len(rows)*dim)[:len(rows)*dim]
+			sub = buf
+			for i, r := range rows {
+				copy(sub[i*dim:(i+1)*dim], data[int(r)*dim:(int(r)+1)*dim])
+			}
+		}
+		km, err := kmeansFlat(ctx, sub, len(rows), dim, parts, o)
+		if err != nil {
+			return nil, err
+		}
+		if total == nil {
+			total = km
+		} else {
+			total.Iters += km.Iters
+		}
+		a := newAssigner(sub, len(rows), dim, o.Workers)
+		a.assign(km.Centroids, o.Metric)
+		members := make([][]int32, parts)
+		for i, c := range a.idx {
+			if c >= 0 {
+				members[c] = append(members[c], rows[i])
+			}
+		}
+		var out []*cluster
+		for c, m := range members {
+			if len(m) > 0 {
+				out = append(out, &cluster{rows: m, centroid: km.Centroids[c*dim : (c+1)*dim]})
+			}
+		}
+		return out, nil
+	}
+	first, err := split(all, min(hk, k, n))
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range first {
+		c.id = next
+		next++
+		clusters = append(clusters, c)
+	}
+	for len(clusters) < k {
+		big := -1
+		for i, c := range clusters {
+			if c.final {
+				continue
+			}
+			if big < 0 || len(c.rows) > len(clusters[big].rows) {
+				big = i
+			}
+		}
+		if big < 0 || len(clusters[big].rows) <= 1 {
+			break
+		}
+		c := clusters[big]
+		size := len(c.rows)
+		remaining := k - (len(clusters) - 1)
+		parts := min(2, remaining, size)
+		if size > hk {
+			parts = max(2, min(size/hk, remaining, hk))
+		}
+		kids, err := split(c.rows, parts)
+		if err != nil {
+			return nil, err
+		}
+		if len(kids) <= 1 {
+			c.final = true
+			continue
+		}
+		clusters = append(clusters[:big], clusters[big+1:]...)
+		for _, kid := range kids {
+			kid.id = next
+			next++
+			clusters = append(clusters, kid)
+		}
+	}
+	slices.SortFunc(clusters, func(a, b *cluster) int { return a.id - b.id })
+	cent := make([]float32, 0, k*dim)
+	counts := make([]int, 0, k)
+	for _, c := range clusters {
+		cent = append(cent, c.centroid...)
+		counts = append(counts, len(c.rows))
+	}
+	// Clusters that could not be split (duplicates): fill up to k by
+	// halving the largest, as flat k-means does with empty clusters.
+	for len(counts) < k {
+		cent = append(cent, make([]float32, dim)...)
+		counts = append(counts, 0)
+	}
+	splitEmpty(cent, counts, dim, o.Rng)
+	a := newAssigner(data, n, dim, o.Workers)
+	total.Centroids = cent
+	total.Loss = a.assign(cent, o.Metric)
+	return total, nil
+}
+
+// assigner assigns rows of data to their nearest centroid on several
+// goroutines.
+type assigner struct {
+	data    []float32
+	n, dim  int
+	workers int
+	idx     []int32
+	dist    []float32
+	scratch []vecmath.SearchScratch
+}
+
+func newAssigner(data []float32, n, dim, workers int) *assigner {
+	workers = max(1, min(workers, n/256))
+	return &assigner{data: data, n: n, dim: dim, workers: workers,
+		idx: make([]int32, n), dist: make([]float32, n), scratch: make([]vecmath.SearchScratch, workers)}
+}
+
+// assign sets a.idx to every row's nearest centroid (-1 for none) and
+// returns the total distance (squared L2, or 1 - dot).
+func (a *assigner) assign(cent []float32, metric encode.Metric) float64 {
+	dist := vecmath.DistL2
+	if metric == encode.Dot {
+		dist = vecmath.DistDot
+	}
+	s := vecmath.NewSearcher(cent, a.dim, dist)
+	per := (a.n + a.workers - 1) / a.workers
+	losses := make([]float64, a.workers)
+	var wg sync.WaitGroup
+	for w := 0; w < a.workers; w++ {
+		lo, hi := w*per, min(a.n, (w+1)*per)
+		if lo >= hi {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.Nearest(a.data[lo*a.dim:], a.dim, hi-lo, a.idx[lo:hi], a.dist[lo:hi], &a.scratch[w])
+			var l float64
+			for i, d := range a.dist[lo:hi] {
+				if a.idx[lo+i] >= 0 {
+					l += float64(d)
+				}
+			}
+			losses[w] = l
+		}()
+	}
+	wg.Wait()
+	var total float64
+	for _, l := range losses {
+		total += l
+	}
+	return total
 }
 
 // splitEmpty gives each empty cluster a perturbed copy of the largest one.
@@ -313,42 +545,3 @@ func splitEmpty(cent []float32, counts []int, dim int, rng *rand.Rand) {
 }
 
 func abs32(x float32) float32 { return float32(math.Abs(float64(x))) }
-
-// assignAll assigns every vector to its nearest centroid and returns the
-// total distance (squared L2, or 1 - dot).
-func assignAll(data []float32, n, dim int, cent []float32, k int, metric encode.Metric, assign []int32, workers int) float64 {
-	per := (n + workers - 1) / workers
-	losses := make([]float64, workers)
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		lo, hi := w*per, min(n, (w+1)*per)
-		if lo >= hi {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var l float64
-			for i := lo; i < hi; i++ {
-				v := data[i*dim : (i+1)*dim]
-				var c int
-				var d float32
-				if metric == encode.Dot {
-					c, d = vecmath.NearestDot(v, cent, dim)
-					d = 1 - d
-				} else {
-					c, d = vecmath.NearestL2(v, cent, dim)
-				}
-				assign[i] = int32(c)
-				l += float64(d)
-			}
-			losses[w] = l
-		}()
-	}
-	wg.Wait()
-	var total float64
-	for _, l := range losses {
-		total += l
-	}
-	return total
-}

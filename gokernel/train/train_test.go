@@ -53,3 +53,26 @@ func TestKMeansRefusesTooFewVectors(t *testing.T) {
 		t.Fatal("3 clusters of 2 vectors")
 	}
 }
+
+// Hierarchical k-means (above 256 clusters) gives k centroids that cover
+// the data about as well as flat k-means does.
+func TestKMeansHierarchical(t *testing.T) {
+	rng := rand.New(rand.NewPCG(2, 3))
+	const n, k, dim = 300 * 20, 300, 8
+	data := clustered(rng, n, 40, dim)
+	flat, err := KMeans(context.Background(), data, n, dim, k, KMeansOptions{Metric: encode.L2, MaxIters: 20, Rng: rand.New(rand.NewPCG(1, 1)), Workers: 2, HierarchicalK: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hier, err := KMeans(context.Background(), data, n, dim, k, KMeansOptions{Metric: encode.L2, MaxIters: 20, Rng: rand.New(rand.NewPCG(1, 1)), Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hier.Centroids) != k*dim {
+		t.Fatalf("%d centroid values, want %d", len(hier.Centroids), k*dim)
+	}
+	if hier.Loss > 1.25*flat.Loss {
+		t.Fatalf("hierarchical loss %v, flat %v", hier.Loss, flat.Loss)
+	}
+	t.Logf("loss: hierarchical %.1f, flat %.1f", hier.Loss, flat.Loss)
+}

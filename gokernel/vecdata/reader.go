@@ -250,40 +250,49 @@ func (r *Reader) Scan(ctx context.Context, ids []uint64, windowRows int, fn func
 // appendValid appends the valid rows of a (rows [start, start+a.Len) of
 // fragment id) to b.
 func (r *Reader) appendValid(b *Batch, a *lancefile.Array, id, start uint64, deleted *roaring.Bitmap) {
+	b.Vectors = slices.Grow(b.Vectors, a.Len*r.col.Dim)
+	b.RowIDs = slices.Grow(b.RowIDs, a.Len)
+	for i := 0; i < a.Len; i++ {
+		r.appendRow(b, a, i, id, start, deleted)
+	}
+}
+
+// appendRow appends row i of a (row start+i of fragment id) to b unless
+// it is deleted (not counted) or holds a null or non-finite vector
+// (counted in b.Skipped).
+func (r *Reader) appendRow(b *Batch, a *lancefile.Array, i int, id, start uint64, deleted *roaring.Bitmap) {
 	dim := r.col.Dim
+	off := start + uint64(i)
+	if deleted != nil && deleted.Contains(uint32(off)) {
+		return
+	}
+	if !a.IsValid(i) || a.ItemValidity != nil && !allBitsSet(a.ItemValidity, i*dim, (i+1)*dim) {
+		b.Skipped++
+		return
+	}
 	width := 4
 	if r.col.Elem == lancefile.KindFloat16 {
 		width = 2
 	}
-	for i := 0; i < a.Len; i++ {
-		off := start + uint64(i)
-		if deleted != nil && deleted.Contains(uint32(off)) {
-			continue
+	n := len(b.Vectors)
+	b.Vectors = slices.Grow(b.Vectors, dim)[:n+dim]
+	v := b.Vectors[n:]
+	raw := a.Values[i*dim*width : (i+1)*dim*width]
+	if width == 4 {
+		for j := range v {
+			v[j] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*j:]))
 		}
-		if !a.IsValid(i) || a.ItemValidity != nil && !allBitsSet(a.ItemValidity, i*dim, (i+1)*dim) {
-			b.Skipped++
-			continue
+	} else {
+		for j := range v {
+			v[j] = vecmath.HalfToFloat32(binary.LittleEndian.Uint16(raw[2*j:]))
 		}
-		n := len(b.Vectors)
-		b.Vectors = slices.Grow(b.Vectors, dim)[:n+dim]
-		v := b.Vectors[n:]
-		raw := a.Values[i*dim*width : (i+1)*dim*width]
-		if width == 4 {
-			for j := range v {
-				v[j] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*j:]))
-			}
-		} else {
-			for j := range v {
-				v[j] = vecmath.HalfToFloat32(binary.LittleEndian.Uint16(raw[2*j:]))
-			}
-		}
-		if !finite(v) {
-			b.Vectors = b.Vectors[:n]
-			b.Skipped++
-			continue
-		}
-		b.RowIDs = append(b.RowIDs, id<<32|off)
 	}
+	if !finite(v) {
+		b.Vectors = b.Vectors[:n]
+		b.Skipped++
+		return
+	}
+	b.RowIDs = append(b.RowIDs, id<<32|off)
 }
 
 func finite(v []float32) bool {

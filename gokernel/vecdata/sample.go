@@ -59,6 +59,8 @@ func (r *Reader) Sample(ctx context.Context, ids []uint64, n int, seed uint64) (
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	pos := floyd(rng, physical, k)
 	slices.Sort(pos)
+	out.RowIDs = make([]uint64, 0, len(pos))
+	out.Vectors = make([]float32, 0, len(pos)*r.col.Dim)
 
 	si := 0
 	var buf []byte
@@ -94,21 +96,10 @@ func (r *Reader) Sample(ctx context.Context, ids []uint64, n int, seed uint64) (
 				ff.close()
 				return nil, err
 			}
-			run := &Batch{}
-			r.appendValid(run, arr, sp.id, lo, ff.deleted)
-			out.Skipped += run.Skipped
-			// Keep the drawn rows only.
-			want := pos[a:b]
-			w := 0
-			for x, rid := range run.RowIDs {
-				off := rid & 0xffffffff
-				for w < len(want) && want[w]-sp.start < off {
-					w++
-				}
-				if w < len(want) && want[w]-sp.start == off {
-					out.RowIDs = append(out.RowIDs, rid)
-					out.Vectors = append(out.Vectors, run.Vectors[x*r.col.Dim:(x+1)*r.col.Dim]...)
-				}
+			// Decode the drawn rows only (skipped ones, null or
+			// non-finite, are counted among the run's).
+			for _, p := range pos[a:b] {
+				r.appendRow(out, arr, int(p-sp.start-lo), sp.id, lo, ff.deleted)
 			}
 			a = b
 		}

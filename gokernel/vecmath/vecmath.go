@@ -104,3 +104,48 @@ func HalfToFloat32(h uint16) float32 {
 	}
 	return math.Float32frombits(sign | (exp+127-15)<<23 | frac<<13)
 }
+
+// Float32ToHalf rounds f to the nearest IEEE 754 binary16 value (ties to
+// even, as Rust's half crate and numpy convert): overflow gives infinity,
+// tiny values subnormals or zero, NaN a quiet NaN.
+func Float32ToHalf(f float32) uint16 {
+	b := math.Float32bits(f)
+	sign := uint16(b>>16) & 0x8000
+	exp := int(b>>23) & 0xff
+	frac := b & 0x7fffff
+	switch {
+	case exp == 0xff: // infinity or NaN
+		if frac != 0 {
+			return sign | 0x7e00 | uint16(frac>>13)
+		}
+		return sign | 0x7c00
+	case exp > 127+15: // too large: infinity
+		return sign | 0x7c00
+	case exp >= 127-14: // normal half (may round up into the next binade or to infinity)
+		h := uint32(exp-127+15)<<10 | frac>>13
+		rest := frac & 0x1fff
+		if rest > 0x1000 || rest == 0x1000 && h&1 == 1 {
+			h++
+		}
+		return sign | uint16(h)
+	case exp >= 127-25: // subnormal half
+		m := frac | 0x800000
+		shift := uint(126 - 14 - exp + 13 + 1) // 0x800000 >> shift is the subnormal mantissa
+		h := m >> shift
+		rest := m & (1<<shift - 1)
+		half := uint32(1) << (shift - 1)
+		if rest > half || rest == half && h&1 == 1 {
+			h++
+		}
+		return sign | uint16(h)
+	}
+	return sign // rounds to zero
+}
+
+// RoundToHalf rounds every value of v to the nearest float16, in place
+// (the values a float16 column or float16 arithmetic would hold).
+func RoundToHalf(v []float32) {
+	for i, x := range v {
+		v[i] = HalfToFloat32(Float32ToHalf(x))
+	}
+}

@@ -97,3 +97,63 @@ func TestNearest(t *testing.T) {
 		t.Errorf("NearestL2 on an empty matrix = %d, want -1", i)
 	}
 }
+
+func TestFloat32ToHalf(t *testing.T) {
+	// Every half value comes back unchanged (NaNs stay NaN).
+	for h := 0; h < 1<<16; h++ {
+		f := HalfToFloat32(uint16(h))
+		got := Float32ToHalf(f)
+		if math.IsNaN(float64(f)) {
+			if !math.IsNaN(float64(HalfToFloat32(got))) {
+				t.Fatalf("NaN %#04x -> %#04x", h, got)
+			}
+			continue
+		}
+		if got != uint16(h) {
+			t.Fatalf("half %#04x (%v) -> %#04x", h, f, got)
+		}
+	}
+	// Any float32 rounds to the nearest half, ties to even.
+	r := rand.New(rand.NewPCG(3, 4))
+	halves := make([]float64, 0, 1<<16)
+	for h := 0; h < 0x7c00; h++ {
+		halves = append(halves, float64(HalfToFloat32(uint16(h))))
+	}
+	for i := 0; i < 200000; i++ {
+		f := math.Float32frombits(r.Uint32() & 0x7fffffff)
+		if math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) {
+			continue
+		}
+		got := Float32ToHalf(f)
+		x := float64(f)
+		if x >= 65520 { // half's largest value is 65504; from 65520 up it rounds to infinity
+			if got != 0x7c00 {
+				t.Fatalf("%v -> %#04x, want infinity", f, got)
+			}
+			continue
+		}
+		// nearest by bisection on the sorted non-negative halves
+		lo := 0
+		for hi := len(halves) - 1; hi-lo > 1; {
+			mid := (lo + hi) / 2
+			if halves[mid] <= x {
+				lo = mid
+			} else {
+				hi = mid
+			}
+		}
+		want := lo
+		if lo+1 < len(halves) {
+			dl, dh := x-halves[lo], halves[lo+1]-x
+			if dh < dl || dh == dl && (lo+1)%2 == 0 {
+				want = lo + 1
+			}
+		}
+		if got != uint16(want) {
+			t.Fatalf("%v (%#08x) -> %#04x (%v), want %#04x (%v)", f, math.Float32bits(f), got, HalfToFloat32(got), want, halves[want])
+		}
+		if neg := Float32ToHalf(-f); neg != got|0x8000 {
+			t.Fatalf("-%v -> %#04x", f, neg)
+		}
+	}
+}

@@ -139,6 +139,12 @@ def run_operation(
     return box["value"]
 
 
+def running() -> int:
+    """How many kernel operations run in this process."""
+    with _lock:
+        return len(_active)
+
+
 def cancel_all() -> int:
     """Cancel every kernel operation running in this process; returns how
     many were running."""

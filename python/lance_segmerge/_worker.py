@@ -67,6 +67,33 @@ def ping(_: Any = None) -> str:
     return kernel_version()
 
 
+def cancel_running(timeout: float = 60.0) -> int:
+    """Cancel the kernel operations running in this worker process and wait
+    (up to ``timeout`` seconds) until they have stopped and cleaned up;
+    returns how many were running. Nothing is loaded if the kernel is not."""
+    import sys
+    import time
+
+    ffi = sys.modules.get(__package__ + "._ffi")
+    if ffi is None:
+        return 0
+    n = int(ffi.cancel_all())
+    deadline = time.monotonic() + timeout
+    while ffi.running() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return n
+
+
+def warm_build(_: Any = None) -> str:
+    """Import the build path (numpy, pyarrow, the model and the native
+    kernel) in a worker, so that a pool started early is ready when the
+    build tasks arrive (create_index does this while it trains)."""
+    from . import build  # noqa: F401
+    from . import kernel_version
+
+    return kernel_version()
+
+
 def build_task(job: dict[str, Any]) -> dict[str, Any]:
     """Build one segment over a group of fragments; ``job`` holds the
     dataset, column, index type, fragments, the (picklable) IndexModel, the

@@ -80,7 +80,8 @@ def build_index_segment(
     dataset : Dataset or str
         The dataset, at the version to index.
     column : str
-        The vector column (fixed-size list of float32).
+        The vector column (fixed-size list of float32 or float16; float16
+        segments are computed and stored in float16, as pylance's).
     index_type : str
         ``IVF_FLAT``, ``IVF_SQ``, ``IVF_PQ`` or ``IVF_RQ``; must be the
         model's.
@@ -113,7 +114,7 @@ def build_index_segment(
         A model that does not fit (kind, metric, dimension, parameters),
         unknown or repeated fragments, a column that is not a float vector.
     UnsupportedError
-        float16 vectors, stable row ids, shallow clones.
+        Vectors of another element type, stable row ids, shallow clones.
     CancelledError
         The build was cancelled; nothing it wrote is left.
     """
@@ -369,16 +370,28 @@ def create_index(
     frags = [(f, n) for f, n in fragment_rows(ds)]
     if not frags:
         raise InvalidInputError("the dataset has no fragments to index")
-    if model is None:
-        total = sum(n for _, n in frags)
-        parts = num_partitions or max(1, int(round(math.sqrt(total))))
-        model = train_index_model(
-            ds, column, t, metric=metric, num_partitions=parts, num_sub_vectors=num_sub_vectors,
-            num_bits=num_bits, sample_rate=sample_rate, max_iters=max_iters, seed=seed,
-        )
-    m = _check_model(model, t, metric)
+    if model is not None:
+        _check_model(model, t, metric)
     pool = resolve_executor(executor, max_workers)
-    workers = max_workers or getattr(pool, "_max_workers", None) or 2
+    workers = max_workers or getattr(getattr(pool, "_pool", None), "_max_workers", None) or 2
+    try:
+        # Worker processes spawn and import the build path while the
+        # driver trains.
+        warm = getattr(pool, "warm", None)
+        if callable(warm):
+            warm(_worker.warm_build, int(workers))
+        if model is None:
+            total = sum(n for _, n in frags)
+            parts = num_partitions or max(1, int(round(math.sqrt(total))))
+            model = train_index_model(
+                ds, column, t, metric=metric, num_partitions=parts, num_sub_vectors=num_sub_vectors,
+                num_bits=num_bits, sample_rate=sample_rate, max_iters=max_iters, seed=seed,
+            )
+        m = _check_model(model, t, metric)
+    except BaseException:
+        pool.cancel()
+        pool.close()
+        raise
     groups = _group_fragments(frags, fragments_per_task, int(workers))
     report = _Reporter(progress)
     created: list[str] = []

@@ -26,10 +26,12 @@ def _need(module: str) -> Any:
         sys.exit(f"the demo needs {module}: pip install 'lance-segmerge[lance]'")
 
 
-def build(uri: str, *, deltas: int, base_rows: int, delta_rows: int, dim: int, index_type: str) -> Any:
+def build(uri: str, *, deltas: int, base_rows: int, delta_rows: int, dim: int, index_type: str, deltas_by: str = "segmerge") -> Any:
     """Write base_rows vectors, index them, then append `deltas` batches,
-    each indexed as a new delta segment (optimize_indices with
-    num_indices_to_merge=0)."""
+    each indexed as a new delta segment: with lance-segmerge's build path
+    (the index's own model, read once, encodes the new fragment; the
+    segment is committed next to the others), or with pylance's
+    optimize_indices(num_indices_to_merge=0)."""
     np = _need("numpy")
     pa = _need("pyarrow")
     lance = _need("lance")
@@ -51,10 +53,20 @@ def build(uri: str, *, deltas: int, base_rows: int, delta_rows: int, dim: int, i
     if "PQ" in index_type:
         params["num_sub_vectors"] = dim // 4
     ds.create_index("vec", index_type, name="vec_idx", **params)
+    if deltas_by == "segmerge":
+        from .api import commit_existing_index_segments
+        from .build import build_index_segment, read_index_model
+
+        model = read_index_model(uri, "vec_idx")
     for i in range(deltas):
         lo = base_rows + i * delta_rows
         ds = lance.write_dataset(batch(lo, lo + delta_rows), uri, mode="append")
-        ds.optimize.optimize_indices(num_indices_to_merge=0)
+        if deltas_by == "segmerge":
+            new = [f.fragment_id for f in ds.get_fragments()][-1:]
+            seg = build_index_segment(uri, "vec", index_type, new, model, name="vec_idx")
+            commit_existing_index_segments(uri, "vec_idx", "vec", [seg])
+        else:
+            ds.optimize.optimize_indices(num_indices_to_merge=0)
     return x
 
 
@@ -96,6 +108,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--fan-in", type=int, default=8)
     ap.add_argument("--uri", help="where to build the dataset (default: a temporary directory)")
+    ap.add_argument(
+        "--deltas-by",
+        default="segmerge",
+        choices=["segmerge", "pylance"],
+        help="index each appended batch with lance-segmerge's build path (default) or pylance's optimize_indices",
+    )
     args = ap.parse_args(argv)
 
     from .distributed import optimize
@@ -115,8 +133,10 @@ def main(argv: list[str] | None = None) -> int:
             delta_rows=args.delta_rows,
             dim=args.dim,
             index_type=args.index_type,
+            deltas_by=args.deltas_by,
         )
-        print(f"built {uri}: {len(x)} rows, {args.index_type}, {args.deltas} deltas in {time.perf_counter() - t0:.1f}s")
+        how = "build_index_segment" if args.deltas_by == "segmerge" else "pylance optimize_indices"
+        print(f"built {uri}: {len(x)} rows, {args.index_type}, {args.deltas} deltas ({how}) in {time.perf_counter() - t0:.1f}s")
         reference = uri + ".pylance"
         shutil.copytree(uri, reference)
 

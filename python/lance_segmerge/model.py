@@ -74,7 +74,13 @@ def as_matrix(obj: Any, what: str, cols: Optional[int] = None) -> pa.Array:
         if obj.ndim != 2 or obj.shape[1] == 0:
             raise InvalidInputError(f"{what}: shape {obj.shape}; want a 2-d array")
         flat = np.ascontiguousarray(obj).reshape(-1)
-        return pa.FixedSizeListArray.from_arrays(pa.array(flat), obj.shape[1])
+        # Wrap the buffer (no copy); pa.array() on numpy input would also
+        # import pandas, half a second in every fresh worker.
+        types = {np.dtype(np.float16): pa.float16(), np.dtype(np.float32): pa.float32(), np.dtype(np.float64): pa.float64()}
+        if flat.dtype.newbyteorder("=") not in types or not flat.dtype.isnative:
+            flat = flat.astype(np.float32)
+        values = pa.Array.from_buffers(types[flat.dtype], len(flat), [None, pa.py_buffer(flat)])
+        return pa.FixedSizeListArray.from_arrays(values, obj.shape[1])
     raise InvalidInputError(
         f"{what}: {type(obj).__name__} is not a numpy array, pyarrow FixedSizeListArray / "
         "FixedShapeTensorArray, or pylance IvfModel / PqModel"

@@ -55,9 +55,13 @@ def test_recall_against_pylance_create_index(tmp_path: Path, base: tuple[str, np
     r_theirs = lancegen.recall(lance.dataset(theirs), x, QUERIES, metric=metric, nprobes=8)
     # Both sides train at random (pylance cannot be seeded): k-means, PQ
     # codebooks and RQ rotations differ, so recall differs by that noise.
-    # Dot PQ trails pylance by 0.03-0.06 in the runs we made (cause not
-    # found yet: IVF k-means under dot, or the sample); the rest within noise.
-    slack = 0.08 if (index_type, metric) == ("IVF_PQ", "dot") else 0.05
+    # PQ recall is the noisiest: over 24 trainings each (nprobes = all
+    # partitions, so only the codebook matters), dot PQ gave 0.4245 ± 0.020
+    # (pylance) and 0.4204 ± 0.025 (ours), single runs 0.37-0.47 on both
+    # sides: no systematic gap (the rules are pylance's, see
+    # test_dot_pq_follows_pylance_create_index), but two single runs can
+    # differ by 0.07.
+    slack = 0.08 if index_type == "IVF_PQ" else 0.05
     assert r_ours >= r_theirs - slack, (r_ours, r_theirs)
     segs = ls.open(ours).list_index_segments("vec_idx")
     assert len(segs) == 1 and segs[0].num_rows == N
@@ -80,6 +84,84 @@ def test_dot_pq_codebook_stays_on_raw_vector_scale(base: tuple[str, np.ndarray])
     ivf = ib.train_ivf(8, distance_type="dot", sample_rate=32)
     theirs = ib.train_pq(ivf, 8, sample_rate=16).codebook.flatten().to_numpy()
     assert 0.7 <= np.abs(dot.codebook).mean() / np.abs(theirs).mean() <= 1.3
+
+
+def test_create_index_float16(tmp_path: Path, base: tuple[str, np.ndarray]) -> None:
+    """float16 columns: pylance 14 indexes them, and so do we (float16
+    centroids and codebooks, float16 residuals and IVF_FLAT rows); pylance
+    opens what we commit and its recall matches its own index's."""
+    _, x32 = base
+    x = x32.astype(np.float16)
+    src = str(tmp_path / "src16")
+    vec = pa.FixedSizeListArray.from_arrays(pa.array(x.ravel(), pa.float16()), DIM)
+    lance.write_dataset(pa.table({"id": pa.array(np.arange(N)), "vec": vec}), src, max_rows_per_file=2000)
+    xf = x.astype(np.float32)
+    for index_type, metric in (("IVF_FLAT", "cosine"), ("IVF_PQ", "l2"), ("IVF_RQ", "dot"), ("IVF_SQ", "l2")):
+        kw = {"num_partitions": 8}
+        if index_type == "IVF_PQ":
+            kw["num_sub_vectors"] = 8
+        ours, theirs = copy(src, tmp_path, f"o-{index_type}"), copy(src, tmp_path, f"t-{index_type}")
+        ls.create_index(ours, "vec", index_type, metric=metric, progress=False, seed=2, **kw)
+        lance.dataset(theirs).create_index("vec", index_type, name="vec_idx", metric=metric, **kw)
+        r_ours = lancegen.recall(lance.dataset(ours), xf, QUERIES[:50], metric=metric, nprobes=8)
+        r_theirs = lancegen.recall(lance.dataset(theirs), xf, QUERIES[:50], metric=metric, nprobes=8)
+        slack = 0.08 if index_type == "IVF_PQ" else 0.05
+        assert r_ours >= r_theirs - slack, (index_type, r_ours, r_theirs)
+
+
+def test_dot_pq_follows_pylance_create_index(tmp_path: Path, base: tuple[str, np.ndarray]) -> None:
+    """What pylance's create_index does for dot PQ, and that we do the
+    same: partitions by largest inner product, the codebook trained by L2
+    k-means on the raw vectors (each entry is the mean of the sub-vectors
+    nearest to it in L2), codes by the nearest entry in L2 on the raw
+    vectors. Our build with pylance's model reproduces every code."""
+    src, x = base
+    theirs = copy(src, tmp_path, "theirs")
+    ds = lance.dataset(theirs).create_index("vec", "IVF_PQ", name="vec_idx", metric="dot", num_partitions=8, num_sub_vectors=8)
+    model = ls.read_index_model(theirs, "vec_idx")
+    assert model.metric == "dot" and model.codebook is not None
+    sd, cb = DIM // 8, np.asarray(model.codebook).reshape(8, 256, DIM // 8)
+    subs = x.reshape(N, 8, sd)
+    fixed = []
+    for s in range(8):  # L2 k-means fixed point: entries are their L2 members' means
+        member = ((subs[:, s, None, :] - cb[s][None]) ** 2).sum(-1).argmin(1)
+        for c in np.unique(member)[:64]:
+            fixed.append(np.abs(subs[member == c, s].mean(0) - cb[s, c]).max())
+    assert np.median(fixed) < 1e-4
+    seg = ls.build_index_segment(theirs, "vec", "IVF_PQ", [f.fragment_id for f in ds.get_fragments()], model, name="o")
+    pseg = next(s for s in ls.open(theirs).list_index_segments("vec_idx"))
+    assert pseg.pq_transposed and not seg.pq_transposed
+    ours_codes = aux_codes(theirs, seg.uuid, transposed=False)
+    their_codes = aux_codes(theirs, pseg.uuid, transposed=True)
+    assert ours_codes.keys() == their_codes.keys()
+    assert all(ours_codes[r] == their_codes[r] for r in their_codes)  # codes, and partitions (the row's place)
+    cent = np.asarray(model.centroids)
+    part = {r: p for r, (p, _) in their_codes.items()}
+    rows = np.array(sorted(part))
+    xi = x[(rows >> 32) * 2000 + (rows & 0xFFFFFFFF)]
+    assert (np.argmax(xi @ cent.T, 1) == np.array([part[r] for r in rows])).all()
+
+
+def aux_codes(root: str, uuid: str, transposed: bool) -> dict[int, tuple[int, bytes]]:
+    """Row id -> (partition, PQ code bytes) of a segment's auxiliary file,
+    row-major or transposed per partition."""
+    import base64
+
+    from lance_segmerge import _ffi
+
+    path = f"{root}/_indices/{uuid}/auxiliary.idx"
+    info = _ffi.call_json("InspectFile", path, 0, -1, "")
+    ivf = _ffi.call_json("DescribeIVF", path)
+    rid = np.frombuffer(base64.b64decode(info["columns"]["_rowid"]["values"]), np.uint64)
+    raw = np.frombuffer(base64.b64decode(info["columns"]["__pq_code"]["values"]), np.uint8)
+    width = len(raw) // max(1, len(rid))
+    out: dict[int, tuple[int, bytes]] = {}
+    for p, (off, n) in enumerate(zip(ivf["offsets"], ivf["lengths"])):
+        blk = raw[off * width : (off + n) * width]
+        codes = blk.reshape(width, n).T if transposed else blk.reshape(n, width)
+        for i in range(n):
+            out[int(rid[off + i])] = (p, codes[i].tobytes())
+    return out
 
 
 def test_train_index_model(base: tuple[str, np.ndarray]) -> None:
@@ -184,6 +266,7 @@ def test_bad_model_arrays_are_refused(base: tuple[str, np.ndarray]) -> None:
         build({"centroids": fsl, "codebook": fsl})  # a FLAT model takes no codebook
     with pytest.raises(InvalidInputError):
         build({})  # no centroids
+    ls.cleanup(src, 0)  # the sliced model's segment: other tests copy this dataset
 
 
 def test_create_index_processes_and_cli(tmp_path: Path, base: tuple[str, np.ndarray]) -> None:
@@ -202,3 +285,82 @@ def test_create_index_processes_and_cli(tmp_path: Path, base: tuple[str, np.ndar
     ds = lance.dataset(cli)
     assert ds.describe_indices()[0].name == "vec_idx" and ds.describe_indices()[0].num_rows_indexed == N
     assert cli_main(["build", cli, "--column", "nope", "--index-type", "IVF_RQ", "--no-progress"]) != 0
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():  # type: ignore[no-untyped-def]
+    ray = pytest.importorskip("ray", reason="the ray extra is not installed")
+    ray.init(num_cpus=2, object_store_memory=100 * 1024 * 1024, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def dask_client():  # type: ignore[no-untyped-def]
+    distributed = pytest.importorskip("distributed", reason="the dask extra is not installed")
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    client = distributed.Client(cluster)
+    yield client
+    client.close()
+    cluster.close()
+
+
+def segment_bytes(uri: str) -> dict[str, bytes]:
+    """The committed index's code bytes, file by file (what executors must
+    not change)."""
+    seg = ls.open(uri).list_index_segments("vec_idx")[0]
+    d = Path(uri, "_indices", seg.uuid)
+    return {p.name: p.read_bytes() for p in d.iterdir()}
+
+
+@pytest.mark.parametrize("executor", ["ray", "dask"])
+def test_create_index_on_ray_and_dask(tmp_path: Path, base: tuple[str, np.ndarray], executor: str, request: pytest.FixtureRequest) -> None:
+    """The same seeded model built on Ray or Dask workers gives the same
+    index as on local threads, committed once, intermediates removed."""
+    src, x = base
+    request.getfixturevalue("ray_cluster" if executor == "ray" else "dask_client")
+    model = ls.train_index_model(src, "vec", "IVF_PQ", num_partitions=8, num_sub_vectors=8, seed=11)
+    local, remote = copy(src, tmp_path, "local"), copy(src, tmp_path, executor)
+    ls.create_index(local, "vec", "IVF_PQ", model=model, progress=False, fragments_per_task=1)
+    seen: list[ls.OptimizeProgress] = []
+    out = ls.create_index(remote, "vec", "IVF_PQ", model=model, executor=executor, max_workers=2, progress=seen.append, fragments_per_task=1)
+    assert out.version == 2
+    assert [p for p in seen if p.level == 0][-1].tasks_done == 4  # one build task per fragment
+    segs = ls.open(remote).list_index_segments("vec_idx")
+    assert len(segs) == 1 and segs[0].num_rows == N
+    assert ls.cleanup(remote, 0, dry_run=True) == []
+    r = lancegen.recall(lance.dataset(remote), x, QUERIES[:50], nprobes=8)
+    assert r == lancegen.recall(lance.dataset(local), x, QUERIES[:50], nprobes=8) and r > 0.3
+    ours, theirs = segment_bytes(local), segment_bytes(remote)
+    assert ours.keys() == theirs.keys()
+    # auxiliary.idx holds the codes: the same bytes whatever ran the builds
+    assert ours["auxiliary.idx"] == theirs["auxiliary.idx"]
+
+
+@pytest.mark.parametrize("executor", ["local", "processes", "ray", "dask"])
+def test_ctrl_c_during_build_leaves_the_dataset(tmp_path: Path, base: tuple[str, np.ndarray], executor: str, request: pytest.FixtureRequest) -> None:
+    """Ctrl-C (a KeyboardInterrupt on the driver) while build tasks run:
+    the workers are cancelled, every segment the call wrote is removed, and
+    the dataset is as it was, with no index."""
+    src, _ = base
+    if executor in ("ray", "dask"):
+        request.getfixturevalue("ray_cluster" if executor == "ray" else "dask_client")
+    uri = copy(src, tmp_path, f"cancel-{executor}")
+    before = ls.open(uri).version
+    indices = Path(uri, "_indices")
+    existing = sorted(p.name for p in indices.iterdir()) if indices.exists() else []
+    model = ls.train_index_model(src, "vec", "IVF_RQ", num_partitions=8, seed=12)
+
+    def interrupt(p: ls.OptimizeProgress) -> None:
+        if p.level == 0 and p.tasks_done >= 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        ls.create_index(uri, "vec", "IVF_RQ", model=model, executor=executor, max_workers=2, progress=interrupt, fragments_per_task=1, window_rows=256)
+    assert ls.open(uri).version == before
+    assert lance.dataset(uri).describe_indices() == []
+    left = sorted(p.name for p in indices.iterdir()) if indices.exists() else []
+    assert left == existing, left
+    # the dataset still takes an index
+    out = ls.create_index(uri, "vec", "IVF_RQ", model=model, progress=False)
+    assert out.version == before + 1

@@ -111,6 +111,14 @@ class FuturesExecutor:
         left = tuple(i for i in range(len(futures)) if i not in done)
         return WorkerError(f"{hows}; items {', '.join(map(str, left))} of the batch did not finish ({exc})", left)
 
+    def warm(self, fn: Callable[[Any], Any], n: int) -> None:
+        """Start a process pool's workers now, each running ``fn`` (an
+        import, say) without waiting for it: the caller goes on with its
+        own work while the processes spawn. Thread pools need nothing."""
+        if isinstance(self._pool, cf.ProcessPoolExecutor):
+            for _ in range(n):
+                self._pool.submit(fn, None)
+
     def cancel(self) -> None:
         for f in self._futures:
             f.cancel()

@@ -59,6 +59,16 @@ class DaskExecutor:
     def cancel(self) -> None:
         if self._futures:
             self._client.cancel(self._futures, force=True)
+            # Dask cannot stop a running task: cancel the kernel operations
+            # running in each worker (they remove their partial output) and
+            # wait until they have stopped, so that the caller removes the
+            # outputs after the last write.
+            from .._worker import cancel_running
+
+            try:
+                self._client.run(cancel_running)
+            except Exception as exc:  # pragma: no cover - cluster gone
+                logger.warning("could not cancel the kernel operations of Dask workers: %s", exc)
 
     def close(self) -> None:
         if self._owned is not None:

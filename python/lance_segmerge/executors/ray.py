@@ -62,6 +62,15 @@ class RayExecutor:
                 ray.cancel(r, force=True)
             except Exception:  # already finished
                 pass
+        # A forced cancel kills the task's worker asynchronously: wait for
+        # every task to end, so that the caller removes their outputs after
+        # the last write (bounded: a worker that does not stop is left to
+        # lance_segmerge.cleanup).
+        if self._refs:
+            try:
+                ray.wait(self._refs, num_returns=len(self._refs), timeout=60)
+            except Exception as exc:  # pragma: no cover - cluster gone
+                logger.warning("could not wait for cancelled Ray tasks: %s", exc)
 
     def close(self) -> None:
         if self._started:
