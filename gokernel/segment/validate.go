@@ -3,7 +3,6 @@ package segment
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -173,8 +172,17 @@ func openSource(ctx context.Context, st storage.Store, snap *table.Snapshot, im 
 	if err != nil {
 		return nil, err
 	}
+	var check func(name string, size int64) error
+	var sizeErr error
 	if checkSizes {
+		// The two index files are checked as they are opened (one request
+		// per file on an object store); any other file listed, here.
+		want := map[string]uint64{}
 		for _, f := range im.GetFiles() {
+			want[f.GetPath()] = f.GetSizeBytes()
+			if f.GetPath() == ivf.IndexFileName || f.GetPath() == ivf.AuxiliaryFileName {
+				continue
+			}
 			e, err := ist.Stat(ctx, table.IndexDir(im)+f.GetPath())
 			if err != nil {
 				return nil, fmt.Errorf("segment %s: %w", s.uuid, err)
@@ -184,8 +192,18 @@ func openSource(ctx context.Context, st storage.Store, snap *table.Snapshot, im 
 					errkind.Corrupt, s.uuid, f.GetPath(), e.Size, f.GetSizeBytes())
 			}
 		}
+		check = func(name string, size int64) error {
+			if w, ok := want[name]; ok && uint64(size) != w {
+				sizeErr = fmt.Errorf("%w: segment %s: %s has %d bytes, the segment's metadata says %d (incomplete or replaced)",
+					errkind.Corrupt, s.uuid, name, size, w)
+			}
+			return sizeErr
+		}
 	}
-	if s.files, err = ivf.OpenFiles(ctx, ist, table.IndexDir(im), lancefile.Options{}); err != nil {
+	if s.files, err = ivf.OpenFilesChecked(ctx, ist, table.IndexDir(im), lancefile.Options{}, check); err != nil {
+		if sizeErr != nil {
+			return nil, sizeErr
+		}
 		return nil, fmt.Errorf("segment %s: %w", s.uuid, err)
 	}
 	if err := s.loadModelBuffers(ctx); err != nil {
@@ -195,45 +213,12 @@ func openSource(ctx context.Context, st storage.Store, snap *table.Snapshot, im 
 	return s, nil
 }
 
-// loadModelBuffers reads the PQ codebook or RQ rotation of a source.
+// loadModelBuffers reads the PQ codebook or RQ rotation of a source (once
+// per process and segment: see ivf.Files.QuantizerBuffers).
 func (s *source) loadModelBuffers(ctx context.Context) error {
-	q := s.files.Quant
-	switch s.files.Type.Quantizer() {
-	case "pq":
-		if q.CodebookPosition > 0 {
-			b, err := s.files.Aux.GlobalBuffer(ctx, q.CodebookPosition)
-			if err != nil {
-				return fmt.Errorf("segment %s: codebook: %w", s.uuid, err)
-			}
-			if s.codebook, err = ivf.DecodeTensor(b); err != nil {
-				return fmt.Errorf("segment %s: codebook: %w", s.uuid, err)
-			}
-			return nil
-		}
-		// Lance before 0.28 kept the codebook inline, as the bytes of a
-		// Tensor message in "codebook_tensor".
-		var raw []byte
-		if err := json.Unmarshal(q.Raw["codebook_tensor"], &raw); err != nil || len(raw) == 0 {
-			return fmt.Errorf("%w: segment %s: PQ metadata has neither codebook_position nor codebook_tensor", errkind.Corrupt, s.uuid)
-		}
-		t, err := ivf.DecodeTensor(raw)
-		if err != nil {
-			return fmt.Errorf("segment %s: inline codebook: %w", s.uuid, err)
-		}
-		s.codebook = t
-	case "rq":
-		if q.RotationType == "matrix" {
-			if q.RotateMatPosition == nil || *q.RotateMatPosition <= 0 {
-				return fmt.Errorf("%w: segment %s: matrix rotation without rotate_mat_position", errkind.Corrupt, s.uuid)
-			}
-			b, err := s.files.Aux.GlobalBuffer(ctx, *q.RotateMatPosition)
-			if err != nil {
-				return fmt.Errorf("segment %s: rotation: %w", s.uuid, err)
-			}
-			if s.rotation, err = ivf.DecodeTensor(b); err != nil {
-				return fmt.Errorf("segment %s: rotation: %w", s.uuid, err)
-			}
-		}
+	var err error
+	if s.codebook, s.rotation, err = s.files.QuantizerBuffers(ctx); err != nil {
+		return fmt.Errorf("segment %s: %w", s.uuid, err)
 	}
 	return nil
 }
@@ -462,6 +447,9 @@ func sameTensor(a, b *ivf.Tensor) error {
 			return nil
 		}
 		return errors.New("present in one segment only")
+	}
+	if a == b {
+		return nil // one interned tensor (ivf's segment cache)
 	}
 	if a.DType != b.DType || fmt.Sprint(a.Shape) != fmt.Sprint(b.Shape) {
 		return fmt.Errorf("%s%v vs %s%v", b.DType, b.Shape, a.DType, a.Shape)

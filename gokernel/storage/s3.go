@@ -291,13 +291,24 @@ func (s *S3) Open(ctx context.Context, name string) (Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &s3Object{s: s, name: name, size: e.Size}, nil
+	return &s3Object{s: s, name: name, size: e.Size, etag: e.ETag}, nil
 }
 
 type s3Object struct {
 	s    *S3
 	name string
 	size int64
+	etag string
+}
+
+// Identity names the object's bytes by endpoint, bucket, key, size and
+// ETag; "" when the store sent no ETag.
+func (o *s3Object) Identity() string {
+	if o.etag == "" {
+		return ""
+	}
+	key, _ := o.s.key(o.name)
+	return fmt.Sprintf("s3:%s|%s|%s|%d|%s", o.s.cfg.Endpoint, o.s.bucket, key, o.size, o.etag)
 }
 
 func (o *s3Object) ReadAt(ctx context.Context, p []byte, off int64) error {
@@ -336,7 +347,7 @@ func (s *S3) Stat(ctx context.Context, name string) (Entry, error) {
 	if err != nil {
 		return Entry{}, s.s3Err("stat", name, err)
 	}
-	e := Entry{Name: name, Size: aws.ToInt64(out.ContentLength)}
+	e := Entry{Name: name, Size: aws.ToInt64(out.ContentLength), ETag: aws.ToString(out.ETag)}
 	if out.LastModified != nil {
 		e.ModTime = *out.LastModified
 	}

@@ -92,6 +92,9 @@ type Entry struct {
 	Name    string
 	Size    int64
 	ModTime time.Time
+	// ETag is the object store's version tag of the object (S3 and Azure
+	// ETag, GCS generation), when Stat returns one; "" otherwise.
+	ETag string
 }
 
 // Open returns the store for a dataset URI: a local path, a file:// URI,
@@ -231,4 +234,25 @@ func readBounds(name string, size int64, n int, off int64) error {
 		return fmt.Errorf("%w: storage: %s: read [%d,+%d) outside object of %d bytes", errkind.Corrupt, name, off, n, size)
 	}
 	return nil
+}
+
+// Identified is implemented by objects that can name the exact version of
+// their bytes: an opened object whose Identity equals another's holds the
+// same bytes (a local file's path, device, inode, size and modification
+// and change times; an object store's endpoint, bucket, key and ETag or
+// generation). Caches of what was decoded from a file (ivf's segment
+// cache) key on it, so that a file replaced under the same name is never
+// served from an old entry.
+type Identified interface {
+	// Identity is "" when the backend cannot tell (then nothing is cached).
+	Identity() string
+}
+
+// ObjectIdentity returns o's Identity, or "" when o does not have one
+// (wrappers, test doubles): callers must then not cache by it.
+func ObjectIdentity(o Object) string {
+	if id, ok := o.(Identified); ok {
+		return id.Identity()
+	}
+	return ""
 }
