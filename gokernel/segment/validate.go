@@ -10,6 +10,7 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/RoaringBitmap/roaring/v2/roaring64"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
@@ -67,7 +68,7 @@ type model struct {
 
 func closeSources(srcs []*source) {
 	for _, s := range srcs {
-		if s.files != nil {
+		if s != nil && s.files != nil {
 			s.files.Close()
 		}
 	}
@@ -135,24 +136,69 @@ func indexStore(ctx context.Context, st storage.Store, snap *table.Snapshot, im 
 	return snap.IndexStore(ctx, st, im)
 }
 
+// openParallelism bounds the segments opened at once. Opening a segment
+// is a few small requests (an object store's HEAD and ranged GETs, each a
+// round trip), so a thousand deltas on S3 are opened 32 at a time.
+const openParallelism = 32
+
 // openSources opens every input's files (under the dataset root, or the
 // base path an input names) and checks that they exist and are complete
-// (sizes match the manifest's file list when it has one).
+// (sizes match the manifest's file list when it has one). Inputs are
+// opened in parallel; a failure is the first failing input's, in input
+// order, as if they were opened one by one.
 func openSources(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata) (_ []*source, err error) {
-	var srcs []*source
+	srcs := make([]*source, len(metas))
 	defer func() {
 		if err != nil {
 			closeSources(srcs)
 		}
 	}()
-	for _, im := range metas {
-		s, err := openSource(ctx, st, snap, im, true)
-		if err != nil {
+	stores := make([]storage.Store, len(metas))
+	for i, im := range metas { // resolving base paths is not concurrent
+		if stores[i], err = indexStore(ctx, st, snap, im); err != nil {
 			return nil, err
 		}
-		srcs = append(srcs, s)
+	}
+	err = forEachOrdered(len(metas), openParallelism, func(i int) (err error) {
+		srcs[i], err = openSourceIn(ctx, stores[i], metas[i], true)
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
 	return srcs, nil
+}
+
+// forEachOrdered calls f(0..n-1), at most limit at a time, and returns the
+// error of the lowest i that failed (every call runs, so the error is the
+// one a sequential loop would have stopped at). Panics become errors.
+func forEachOrdered(n, limit int, f func(i int) error) error {
+	if n <= 1 || limit <= 1 {
+		for i := 0; i < n; i++ {
+			if err := f(i); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	errs := make([]error, n)
+	var g errgroup.Group
+	g.SetLimit(limit)
+	for i := 0; i < n; i++ {
+		goSafe(&g, func() error {
+			errs[i] = f(i)
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // openSource opens one segment's files and model buffers, where the
@@ -162,15 +208,23 @@ func openSource(ctx context.Context, st storage.Store, snap *table.Snapshot, im 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	ist, err := indexStore(ctx, st, snap, im)
+	if err != nil {
+		return nil, err
+	}
+	return openSourceIn(ctx, ist, im, checkSizes)
+}
+
+// openSourceIn is openSource on the store ist that holds the segment.
+func openSourceIn(ctx context.Context, ist storage.Store, im *pb.IndexMetadata, checkSizes bool) (_ *source, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	s := &source{meta: im, uuid: table.IndexUUID(im)}
 	s.frags, _, _ = table.DecodeFragmentBitmap(im.GetFragmentBitmap())
 	s.fragSet = make(map[uint32]bool, len(s.frags))
 	for _, f := range s.frags {
 		s.fragSet[f] = true
-	}
-	ist, err := indexStore(ctx, st, snap, im)
-	if err != nil {
-		return nil, err
 	}
 	var check func(name string, size int64) error
 	var sizeErr error
