@@ -170,6 +170,12 @@ type merger struct {
 	// hn writes index.idx of IVF_HNSW_* merges, graph by graph (nil for
 	// the other types).
 	hn *hnswMerge
+	// Scratch of mergeWindow, reused partition after partition: the
+	// pieces' Arrays, the pieces per column, an input's columns, layouts.
+	arena         []lancefile.Array
+	partsScratch  [][]*lancefile.Array
+	colScratch    []*lancefile.Array
+	layoutScratch []bool
 }
 
 func (mg *merger) run(ctx context.Context) (mergeOutput, error) {
@@ -484,13 +490,31 @@ func (mg *merger) mergeWindow(ctx context.Context, w *lancefile.Writer, win wind
 	if rowidCol < 0 {
 		return fmt.Errorf("%w: auxiliary file has no _rowid column", errkind.Corrupt)
 	}
+	// Per-partition scratch, reused: a partition of a 2048-partition merge
+	// over a thousand inputs is mostly small pieces, and allocating a slice
+	// header per piece and column was a fifth of the merge's time. The
+	// writer copies what it keeps (WriteChunked), so the pieces can be
+	// reused once a partition is written; HNSW merges keep their pieces.
+	parts := mg.partsScratch[:0]
+	for range m.fields {
+		parts = append(parts, nil)
+	}
+	defer func() { mg.partsScratch = parts }()
+	layouts := mg.layoutScratch[:0]
+	defer func() { mg.layoutScratch = layouts }()
 	for p := win.first; p < win.last; p++ {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		parts := make([][]*lancefile.Array, len(m.fields))
-		var layouts []bool // per part: code column still in its input's query layout
+		for c := range parts {
+			parts[c] = parts[c][:0]
+		}
+		layouts = layouts[:0] // per part: code column still in its input's query layout
 		var pieces []hnswPiece
+		arena := mg.arena[:0]
+		if need := len(mg.srcs) * len(m.fields); cap(arena) < need || mg.hn != nil {
+			arena = make([]lancefile.Array, 0, need)
+		}
 		for i, s := range mg.srcs {
 			iv := s.files.IVF
 			lo := int(iv.Offsets[p] - shards[i].start)
@@ -498,10 +522,13 @@ func (mg *merger) mergeWindow(ctx context.Context, w *lancefile.Writer, win wind
 			if n == 0 {
 				continue
 			}
-			cols := make([]*lancefile.Array, len(m.fields))
-			for c, a := range shards[i].cols {
-				cols[c] = a.Slice(lo, lo+n)
+			cols := mg.colScratch[:0]
+			for _, a := range shards[i].cols {
+				arena = arena[:len(arena)+1]
+				a.SliceInto(&arena[len(arena)-1], lo, lo+n)
+				cols = append(cols, &arena[len(arena)-1])
 			}
+			mg.colScratch = cols
 			laid := codeCol >= 0 && mg.inQueryLayout(s)
 			keep := keptRows(cols[rowidCol], s)
 			if keep != nil {
@@ -523,7 +550,12 @@ func (mg *merger) mergeWindow(ctx context.Context, w *lancefile.Writer, win wind
 				parts[c] = append(parts[c], cols[c])
 			}
 			layouts = append(layouts, laid)
-			pieces = append(pieces, hnswPiece{src: i, rows: n, keep: keep})
+			if mg.hn != nil {
+				pieces = append(pieces, hnswPiece{src: i, rows: n, keep: keep})
+			}
+		}
+		if mg.hn == nil {
+			mg.arena = arena
 		}
 		if len(parts[0]) == 0 {
 			mg.opts.Progress.PartitionsDone.Add(1)
@@ -540,8 +572,10 @@ func (mg *merger) mergeWindow(ctx context.Context, w *lancefile.Writer, win wind
 				return err
 			}
 		}
-		if codeCol >= 0 {
-			parts[codeCol] = []*lancefile.Array{mg.mergeCodes(parts[codeCol], layouts)}
+		if codeCol >= 0 && m.typ.Quantizer() != "sq" {
+			// SQ pieces are row-major already (re-quantized where needed):
+			// they go to the writer as they are, like the other columns.
+			parts[codeCol] = append(parts[codeCol][:0], mg.mergeCodes(parts[codeCol], layouts))
 		}
 		if err := w.WriteChunked(parts); err != nil {
 			return err

@@ -6,7 +6,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,8 +18,9 @@ import (
 )
 
 // BenchmarkMergeReal merges real segments (written by pylance; see
-// bench/bench_merge.py) in groups of 8: SEGMERGE_BENCH_DATASET names the
-// dataset, SEGMERGE_BENCH_SEGMENTS a JSON list of its segment infos.
+// bench/bench_merge.py) in groups of 8 (SEGMERGE_BENCH_GROUP to change it):
+// SEGMERGE_BENCH_DATASET names the dataset, SEGMERGE_BENCH_SEGMENTS a JSON
+// list of its segment infos.
 func BenchmarkMergeReal(b *testing.B) {
 	uri, segsPath := os.Getenv("SEGMERGE_BENCH_DATASET"), os.Getenv("SEGMERGE_BENCH_SEGMENTS")
 	if uri == "" || segsPath == "" {
@@ -45,23 +48,68 @@ func BenchmarkMergeReal(b *testing.B) {
 			bytes += int64(f.GetSizeBytes())
 		}
 	}
+	group := 8
+	if g, err := strconv.Atoi(os.Getenv("SEGMERGE_BENCH_GROUP")); err == nil && g > 0 {
+		group = g
+	}
 	b.SetBytes(bytes)
 	b.ReportAllocs()
+	cpu := startCPU(b)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		var outs []string
-		for g := 0; g < len(metas); g += 8 {
-			m, err := Merge(ctx, st, snap, metas[g:min(g+8, len(metas))], MergeOptions{})
+		for g := 0; g < len(metas); g += group {
+			in := metas[g:min(g+group, len(metas))]
+			m, err := Merge(ctx, st, snap, in, MergeOptions{})
 			if err != nil {
 				b.Fatal(err)
 			}
-			outs = append(outs, table.IndexUUID(m))
+			if len(in) > 1 { // a lone input is returned as it is
+				outs = append(outs, table.IndexUUID(m))
+			}
 		}
 		b.StopTimer()
+		cpu.pause()
 		RemoveUncommitted(ctx, st, outs)
+		cpu.resume()
 		b.StartTimer()
 	}
+	cpu.report()
 	_ = pb.IndexMetadata{}
+}
+
+// cpuMeter reports the process's user and system CPU time per benchmark
+// op (what a loaded machine distorts less than wall time).
+type cpuMeter struct {
+	b            *testing.B
+	user, sys    time.Duration
+	lastU, lastS time.Duration
+}
+
+func rusage() (user, sys time.Duration) {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
+}
+
+func startCPU(b *testing.B) *cpuMeter {
+	m := &cpuMeter{b: b}
+	m.resume()
+	return m
+}
+
+func (m *cpuMeter) pause() {
+	u, s := rusage()
+	m.user += u - m.lastU
+	m.sys += s - m.lastS
+}
+
+func (m *cpuMeter) resume() { m.lastU, m.lastS = rusage() }
+
+func (m *cpuMeter) report() {
+	m.pause()
+	m.b.ReportMetric(float64(m.user.Microseconds())/1e3/float64(m.b.N), "user-ms/op")
+	m.b.ReportMetric(float64(m.sys.Microseconds())/1e3/float64(m.b.N), "sys-ms/op")
 }
 
 // BenchmarkOptimizeReal runs what optimize runs in one process on a real
@@ -81,13 +129,16 @@ func BenchmarkOptimizeReal(b *testing.B) {
 	var phases [5]time.Duration
 	tmp := b.TempDir()
 	b.ReportAllocs()
+	cpu := startCPU(b)
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
+		cpu.pause()
 		dir := filepath.Join(tmp, "ds")
 		os.RemoveAll(dir) // the previous iteration's copy: its pages are reused
 		if err := linkTree(src, dir); err != nil {
 			b.Fatal(err)
 		}
+		cpu.resume()
 		b.StartTimer()
 		t0 := time.Now()
 		st := storage.NewLocal(dir, dir)
@@ -132,6 +183,7 @@ func BenchmarkOptimizeReal(b *testing.B) {
 			phases[k] += d
 		}
 	}
+	cpu.report()
 	for k, name := range []string{"open", "list", "plan", "merge", "commit"} {
 		b.ReportMetric(float64(phases[k].Nanoseconds())/float64(b.N), name+"-ns/op")
 	}
@@ -192,6 +244,7 @@ func BenchmarkReadWriteFloor(b *testing.B) {
 	b.SetBytes(total)
 	out := filepath.Join(b.TempDir(), "floor.out")
 	buf := make([]byte, 8<<20)
+	cpu := startCPU(b)
 	for i := 0; i < b.N; i++ {
 		w, err := os.Create(out)
 		if err != nil {
@@ -215,7 +268,10 @@ func BenchmarkReadWriteFloor(b *testing.B) {
 		}
 		w.Close()
 		b.StopTimer()
+		cpu.pause()
 		os.Remove(out)
+		cpu.resume()
 		b.StartTimer()
 	}
+	cpu.report()
 }
