@@ -36,8 +36,11 @@ type MergeOptions struct {
 	// written). Default 131072 (for 16-byte PQ codes and row ids, about
 	// 3 MiB read per window, plus the same again for the merged partition).
 	WindowRows int `json:"window_rows"`
-	// Parallelism bounds the input segments read concurrently, and the
-	// HNSW partition graphs built concurrently. Default 4.
+	// Parallelism bounds the reads in flight (a window's columns of every
+	// input, each one ranged read or a few), and the HNSW partition graphs
+	// built concurrently (at most one per core). Default: what the store
+	// asks for (storage.Concurrency): 4 on a local disk, 64 on an object
+	// store, whose requests each wait a round trip.
 	Parallelism int `json:"parallelism"`
 	// StrictSQ refuses IVF_SQ inputs whose bounds differ. By default (false)
 	// they are merged (each create_index_uncommitted segment trains its own
@@ -55,12 +58,16 @@ type MergeOptions struct {
 	Progress *Progress `json:"-"`
 }
 
+// defaultParallelism is MergeOptions.Parallelism on stores that do not
+// ask for more.
+const defaultParallelism = 4
+
 func (o MergeOptions) withDefaults() MergeOptions {
 	if o.WindowRows <= 0 {
 		o.WindowRows = 1 << 17
 	}
 	if o.Parallelism <= 0 {
-		o.Parallelism = 4
+		o.Parallelism = defaultParallelism
 	}
 	if o.Progress == nil {
 		o.Progress = &Progress{}
@@ -87,6 +94,9 @@ func (o MergeOptions) withDefaults() MergeOptions {
 // snap is the dataset version the merge works against. On any error,
 // cancellation included, the partial output is removed.
 func Merge(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, opts MergeOptions) (*pb.IndexMetadata, error) {
+	if opts.Parallelism <= 0 {
+		opts.Parallelism = storage.Concurrency(st, defaultParallelism)
+	}
 	opts = opts.withDefaults()
 	prog := opts.Progress
 	prog.SetStage("validate")
@@ -418,8 +428,11 @@ func (mg *merger) mergeWindows(ctx context.Context, w *lancefile.Writer, lengths
 	return nil
 }
 
-// readWindow reads and decodes every input's rows of a window, inputs in
-// parallel.
+// readWindow reads and decodes every input's rows of a window: each
+// input's columns are read concurrently (Parallelism reads in flight), one
+// ranged read per column and page (the window's partitions are contiguous
+// in every input: neighbouring partitions are read together), skipping
+// inputs with no rows in the window.
 func (mg *merger) readWindow(ctx context.Context, win window, set int) ([]shardWindow, error) {
 	m := mg.m
 	shards := make([]shardWindow, len(mg.srcs))
@@ -431,12 +444,19 @@ func (mg *merger) readWindow(ctx context.Context, win window, set int) ([]shardW
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(mg.opts.Parallelism)
 	for i, s := range mg.srcs {
-		goSafe(g, func() error {
-			iv := s.files.IVF
-			start := iv.Offsets[win.first]
-			end := iv.Offsets[win.last-1] + uint64(iv.Lengths[win.last-1])
-			sw := shardWindow{start: start}
-			for c, f := range m.fields {
+		iv := s.files.IVF
+		start := iv.Offsets[win.first]
+		end := iv.Offsets[win.last-1] + uint64(iv.Lengths[win.last-1])
+		shards[i] = shardWindow{start: start, cols: make([]*lancefile.Array, nf)}
+		if start == end {
+			for c, f := range m.fields { // nothing to read: no partition of the window has rows here
+				shards[i].cols[c] = &lancefile.Array{Type: f.Type, Values: []byte{}}
+			}
+			continue
+		}
+		mg.opts.Progress.RowsRead.Add(int64(end - start))
+		for c, f := range m.fields {
+			goSafe(g, func() error {
 				var dst []byte
 				if f.Type.ValueBits() > 0 { // fixed width (nulls fall back to a fresh buffer)
 					need := lancefile.IntoCap(f.Type, int(end-start))
@@ -450,12 +470,10 @@ func (mg *merger) readWindow(ctx context.Context, win window, set int) ([]shardW
 				if err != nil {
 					return fmt.Errorf("segment %s: %w", s.uuid, err)
 				}
-				sw.cols = append(sw.cols, a)
-			}
-			mg.opts.Progress.RowsRead.Add(int64(end - start))
-			shards[i] = sw
-			return nil
-		})
+				shards[i].cols[c] = a
+				return nil
+			})
+		}
 	}
 	if err := g.Wait(); err != nil {
 		return nil, err

@@ -295,6 +295,9 @@ func (s *Azure) Stat(ctx context.Context, name string) (Entry, error) {
 	return e, err
 }
 
+// Concurrency asks callers for RemoteConcurrency requests in flight.
+func (s *Azure) Concurrency() int { return RemoteConcurrency }
+
 func (s *Azure) Open(ctx context.Context, name string) (Object, error) {
 	e, err := s.Stat(ctx, name)
 	if err != nil {

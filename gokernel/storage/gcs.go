@@ -233,6 +233,9 @@ func (s *GCS) Stat(ctx context.Context, name string) (Entry, error) {
 	return e, err
 }
 
+// Concurrency asks callers for RemoteConcurrency requests in flight.
+func (s *GCS) Concurrency() int { return RemoteConcurrency }
+
 func (s *GCS) Open(ctx context.Context, name string) (Object, error) {
 	e, err := s.Stat(ctx, name)
 	if err != nil {

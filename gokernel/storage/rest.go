@@ -377,7 +377,7 @@ func (o *restObject) ReadAt(ctx context.Context, p []byte, off int64) error {
 	if len(p) == 0 {
 		return nil
 	}
-	return o.read(ctx, p, off)
+	return splitRead(ctx, p, off, o.read)
 }
 
 func (o *restObject) Size() int64  { return o.size }

@@ -246,6 +246,9 @@ func NewS3(uri string, cfg S3Config) (*S3, error) {
 
 func (s *S3) URI() string { return s.uri }
 
+// Concurrency asks callers for RemoteConcurrency requests in flight.
+func (s *S3) Concurrency() int { return RemoteConcurrency }
+
 // Sync does nothing: an S3 PUT is durable when it returns.
 func (s *S3) Sync(ctx context.Context, names []string) error { return nil }
 
@@ -318,6 +321,11 @@ func (o *s3Object) ReadAt(ctx context.Context, p []byte, off int64) error {
 	if len(p) == 0 {
 		return nil
 	}
+	return splitRead(ctx, p, off, o.readRange)
+}
+
+// readRange is one ranged GET.
+func (o *s3Object) readRange(ctx context.Context, p []byte, off int64) error {
 	key, _ := o.s.key(o.name)
 	out, err := o.s.client.GetObject(ctx, &s3.GetObjectInput{
 		Bucket: &o.s.bucket, Key: &key, Range: aws.String(fmt.Sprintf("bytes=%d-%d", off, off+int64(len(p))-1)),

@@ -256,3 +256,66 @@ func ObjectIdentity(o Object) string {
 	}
 	return ""
 }
+
+// Concurrent is implemented by stores that say how many requests a
+// caller should keep in flight to use them well: a local disk serves a
+// few reads at a time from the page cache or its queue; an object store
+// answers each request after a round trip, so throughput comes from many
+// requests at once (Lance keeps 64 in flight for cloud stores).
+type Concurrent interface {
+	Concurrency() int
+}
+
+// Concurrency is st's hint (see Concurrent), or def when it has none.
+func Concurrency(st Store, def int) int {
+	if c, ok := st.(Concurrent); ok && c.Concurrency() > 0 {
+		return c.Concurrency()
+	}
+	return def
+}
+
+// RemoteConcurrency is the requests in flight the object stores (S3, GCS,
+// Azure) ask for, as Lance does for cloud stores.
+const RemoteConcurrency = 64
+
+// remotePartBytes splits a large ranged read of an object store into
+// concurrent requests of about this size: one request's throughput is
+// bound by one connection (and, through a proxy or across regions, by its
+// round trip), several in flight are not.
+const remotePartBytes = 8 << 20
+
+// maxPartsInFlight bounds the concurrent requests of one split read.
+const maxPartsInFlight = 8
+
+// splitRead fills p from off with read, in concurrent parts of at most
+// remotePartBytes when p is larger than that.
+func splitRead(ctx context.Context, p []byte, off int64, read func(ctx context.Context, p []byte, off int64) error) error {
+	if len(p) <= remotePartBytes {
+		return read(ctx, p, off)
+	}
+	n := (len(p) + remotePartBytes - 1) / remotePartBytes
+	part := (len(p) + n - 1) / n
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sem := make(chan struct{}, maxPartsInFlight)
+	errs := make(chan error, n)
+	for lo := 0; lo < len(p); lo += part {
+		hi := min(lo+part, len(p))
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem }()
+			err := read(ctx, p[lo:hi], off+int64(lo))
+			if err != nil {
+				cancel()
+			}
+			errs <- err
+		}()
+	}
+	var first error
+	for i := 0; i < n; i++ {
+		if err := <-errs; err != nil && (first == nil || errors.Is(first, context.Canceled)) {
+			first = err
+		}
+	}
+	return first
+}

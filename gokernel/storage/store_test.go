@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -278,5 +279,60 @@ func checkIdentity(t *testing.T, st Store) {
 		if err := st.Delete(ctx, name); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+func TestSplitRead(t *testing.T) {
+	ctx := context.Background()
+	src := make([]byte, 3*remotePartBytes+12345)
+	for i := range src {
+		src[i] = byte(i * 7)
+	}
+	from := func(calls *atomic.Int64, failAt int64) func(context.Context, []byte, int64) error {
+		return func(ctx context.Context, p []byte, off int64) error {
+			calls.Add(1)
+			if len(p) > remotePartBytes {
+				return fmt.Errorf("a part of %d bytes", len(p))
+			}
+			if failAt >= off && failAt < off+int64(len(p)) {
+				return errors.New("injected")
+			}
+			copy(p, src[off:])
+			return nil
+		}
+	}
+	for _, tc := range []struct {
+		name      string
+		off, n    int
+		failAt    int64
+		wantCalls int64
+		wantErr   bool
+	}{
+		{"small: one request", 5, 1000, -1, 1, false},
+		{"exactly one part", 0, remotePartBytes, -1, 1, false},
+		{"split in 4", 0, len(src), -1, 4, false},
+		{"split from an offset", 100, len(src) - 100, -1, 4, false},
+		{"a part fails", 0, len(src), 2 * remotePartBytes, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var calls atomic.Int64
+			p := make([]byte, tc.n)
+			err := splitRead(ctx, p, int64(tc.off), from(&calls, tc.failAt))
+			if tc.wantErr {
+				if err == nil || err.Error() != "injected" {
+					t.Fatalf("err = %v, want the part's error", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(p, src[tc.off:tc.off+tc.n]) {
+				t.Fatal("bytes differ from the source")
+			}
+			if calls.Load() != tc.wantCalls {
+				t.Fatalf("%d requests, want %d", calls.Load(), tc.wantCalls)
+			}
+		})
 	}
 }
