@@ -40,37 +40,148 @@ type Files struct {
 	QuantJSON string
 
 	objs []storage.Object
+	// meta is what the files decoded to, shared through the segment cache
+	// with every Files opened on the same bytes (see cache.go).
+	meta *segMeta
 }
 
 // OpenFiles opens the segment under dir ("_indices/<uuid>/"). errkind.NotFound
 // if a file is missing, errkind.Corrupt if a file or its metadata is broken,
 // errkind.Unsupported for layouts this package does not read.
-func OpenFiles(ctx context.Context, st storage.Store, dir string, opts lancefile.Options) (_ *Files, err error) {
+//
+// What the files decode to is cached per process, by the files' storage
+// identity (see cache.go): opening a segment again (to list, plan, merge,
+// commit) reads nothing but the objects' identities. The returned Files
+// share that decoded state: treat IVF, IndexIVF, Quant and their tensors
+// as read-only.
+func OpenFiles(ctx context.Context, st storage.Store, dir string, opts lancefile.Options) (*Files, error) {
+	return OpenFilesChecked(ctx, st, dir, opts, nil)
+}
+
+// OpenFilesChecked is OpenFiles, calling check (when not nil) with each
+// file's name and size, as the store reports them, before anything is read
+// or decoded: a caller that knows the sizes the files must have refuses
+// incomplete or replaced files first.
+func OpenFilesChecked(ctx context.Context, st storage.Store, dir string, opts lancefile.Options, check func(name string, size int64) error) (_ *Files, err error) {
 	f := &Files{Dir: dir}
 	defer func() {
 		if err != nil {
 			f.Close()
 		}
 	}()
-	if f.Index, err = f.open(ctx, st, IndexFileName, opts); err != nil {
+	idx, err := f.openObject(ctx, st, IndexFileName)
+	if err != nil {
 		return nil, err
 	}
-	if f.Aux, err = f.open(ctx, st, AuxiliaryFileName, opts); err != nil {
+	aux, err := f.openObject(ctx, st, AuxiliaryFileName)
+	if err != nil {
+		return nil, err
+	}
+	if check != nil {
+		if err := check(IndexFileName, idx.Size()); err != nil {
+			return nil, err
+		}
+		if err := check(AuxiliaryFileName, aux.Size()); err != nil {
+			return nil, err
+		}
+	}
+	key := cacheKey(idx, aux, opts)
+	if m := cache.get(key); m != nil {
+		f.use(m, idx, aux)
+		return f, nil
+	}
+	if f.Index, err = lancefile.Open(ctx, idx, dir+IndexFileName, opts); err != nil {
+		return nil, err
+	}
+	if f.Aux, err = lancefile.Open(ctx, aux, dir+AuxiliaryFileName, opts); err != nil {
 		return nil, err
 	}
 	if err := f.decode(ctx); err != nil {
 		return nil, fmt.Errorf("ivf: segment %s: %w", dir, err)
 	}
+	m := &segMeta{index: f.Index.Reopen(nil, ""), aux: f.Aux.Reopen(nil, ""), typ: f.Type, distance: f.Distance, ivf: f.IVF, indexIVF: f.IndexIVF,
+		quant: f.Quant, quantJSON: f.QuantJSON}
+	f.use(cache.put(key, m), idx, aux)
 	return f, nil
 }
 
-func (f *Files) open(ctx context.Context, st storage.Store, name string, opts lancefile.Options) (*lancefile.Reader, error) {
+func (f *Files) openObject(ctx context.Context, st storage.Store, name string) (storage.Object, error) {
 	obj, err := st.Open(ctx, f.Dir+name)
 	if err != nil {
 		return nil, fmt.Errorf("ivf: segment %s: %w", f.Dir, err)
 	}
 	f.objs = append(f.objs, obj)
-	return lancefile.Open(ctx, obj, f.Dir+name, opts)
+	return obj, nil
+}
+
+// use points f at a decoded segment, read through the objects opened.
+func (f *Files) use(m *segMeta, idx, aux storage.Object) {
+	f.meta = m
+	f.Index = m.index.Reopen(idx, f.Dir+IndexFileName)
+	f.Aux = m.aux.Reopen(aux, f.Dir+AuxiliaryFileName)
+	f.Type, f.Distance, f.IVF, f.IndexIVF, f.Quant, f.QuantJSON = m.typ, m.distance, m.ivf, m.indexIVF, m.quant, m.quantJSON
+}
+
+// QuantizerBuffers returns the model tensors the quantizer metadata points
+// at in the auxiliary file: the PQ codebook (PQ types; from the global
+// buffer codebook_position, or inline in codebook_tensor as Lance before
+// 0.28 kept it) and the RQ rotation matrix (RQ with the matrix rotation).
+// Both are nil for other types. They are read once per cached segment.
+func (f *Files) QuantizerBuffers(ctx context.Context) (codebook, rotation *Tensor, err error) {
+	m := f.meta
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.loaded {
+		return m.codebook, m.rotation, nil
+	}
+	if m.codebook, m.rotation, err = f.readQuantizerBuffers(ctx); err != nil {
+		m.codebook, m.rotation = nil, nil
+		return nil, nil, err
+	}
+	m.loaded = true
+	cache.addTensors(m)
+	return m.codebook, m.rotation, nil
+}
+
+func (f *Files) readQuantizerBuffers(ctx context.Context) (codebook, rotation *Tensor, err error) {
+	q := f.Quant
+	switch f.Type.Quantizer() {
+	case "pq":
+		if q.CodebookPosition > 0 {
+			b, err := f.Aux.GlobalBuffer(ctx, q.CodebookPosition)
+			if err != nil {
+				return nil, nil, fmt.Errorf("codebook: %w", err)
+			}
+			if codebook, err = DecodeTensor(b); err != nil {
+				return nil, nil, fmt.Errorf("codebook: %w", err)
+			}
+			return codebook, nil, nil
+		}
+		// Lance before 0.28 kept the codebook inline, as the bytes of a
+		// Tensor message in "codebook_tensor".
+		var raw []byte
+		if err := json.Unmarshal(q.Raw["codebook_tensor"], &raw); err != nil || len(raw) == 0 {
+			return nil, nil, fmt.Errorf("%w: PQ metadata has neither codebook_position nor codebook_tensor", errkind.Corrupt)
+		}
+		if codebook, err = DecodeTensor(raw); err != nil {
+			return nil, nil, fmt.Errorf("inline codebook: %w", err)
+		}
+		return codebook, nil, nil
+	case "rq":
+		if q.RotationType == "matrix" {
+			if q.RotateMatPosition == nil || *q.RotateMatPosition <= 0 {
+				return nil, nil, fmt.Errorf("%w: matrix rotation without rotate_mat_position", errkind.Corrupt)
+			}
+			b, err := f.Aux.GlobalBuffer(ctx, *q.RotateMatPosition)
+			if err != nil {
+				return nil, nil, fmt.Errorf("rotation: %w", err)
+			}
+			if rotation, err = DecodeTensor(b); err != nil {
+				return nil, nil, fmt.Errorf("rotation: %w", err)
+			}
+		}
+	}
+	return nil, nil, nil
 }
 
 // Close closes the segment's files.

@@ -56,10 +56,18 @@ func (a *Array) rowBytes() int { return a.Type.ValueBits() / 8 }
 // Slice returns rows [start, end) as a new Array sharing a's buffers where
 // it can (values of fixed-width types); bitmaps are copied to start at bit 0.
 func (a *Array) Slice(start, end int) *Array {
+	out := &Array{}
+	a.SliceInto(out, start, end)
+	return out
+}
+
+// SliceInto is Slice into *out (which it overwrites), for callers that
+// recycle their Arrays.
+func (a *Array) SliceInto(out *Array, start, end int) {
 	if start < 0 || end > a.Len || start > end {
 		panic(fmt.Sprintf("lancefile: Slice [%d,%d) of %d rows", start, end, a.Len))
 	}
-	out := &Array{Type: a.Type, Len: end - start}
+	*out = Array{Type: a.Type, Len: end - start}
 	out.Validity = sliceBits(a.Validity, start, end)
 	if isList(a.Type) {
 		lo, hi := a.Offsets[start], a.Offsets[end]
@@ -68,14 +76,13 @@ func (a *Array) Slice(start, end int) *Array {
 			out.Offsets[i] = a.Offsets[start+i] - lo
 		}
 		out.Items = a.Items.Slice(int(lo), int(hi))
-		return out
+		return
 	}
 	rb := a.rowBytes()
 	out.Values = a.Values[start*rb : end*rb]
 	if a.ItemValidity != nil {
 		out.ItemValidity = sliceBits(a.ItemValidity, start*a.Type.Dim, end*a.Type.Dim)
 	}
-	return out
 }
 
 func isList(t DataType) bool { return t.Kind == KindList || t.Kind == KindLargeList }

@@ -149,14 +149,20 @@ func (r *Reader) readColumn(ctx context.Context, col int, t, item DataType, star
 	return Concat(t, parts)
 }
 
-// intoSlackRows is the room left, past a column's rows, for the rows a
-// page decodes beyond the requested range (whole mini-block chunks).
-const intoSlackRows = 8192
+// intoSlackBytes is the room left, past a column's rows, for the values a
+// page decodes beyond the requested range (whole mini-block chunks at
+// either end). Lance's chunks hold at most 4096 values and about 8 KiB of
+// encoded bytes (a bitpacked chunk of 1024 64-bit values decodes to
+// 8 KiB), so 64 KiB covers both ends several times over; a page that
+// decodes more still works (ReadInto then allocates). Bytes, not rows: a
+// merge keeps one buffer per input and column, twice, and a row-based
+// slack of wide rows (128-byte codes) cost a megabyte per buffer.
+const intoSlackBytes = 64 << 10
 
 // IntoCap is the capacity ReadInto needs in dst to decode rows rows of a
-// fixed-width type t without allocating: the rows, plus room for the rows
-// a mini-block chunk holds beyond the range.
-func IntoCap(t DataType, rows int) int { return (rows + intoSlackRows) * t.ValueBits() / 8 }
+// fixed-width type t without allocating: the rows, plus room for the
+// values a mini-block chunk holds beyond the range.
+func IntoCap(t DataType, rows int) int { return rows*t.ValueBits()/8 + intoSlackBytes }
 
 func pagesTouched(pages []*pb.Page, start, end int) int {
 	touched, pageStart := 0, 0

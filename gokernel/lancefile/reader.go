@@ -64,6 +64,8 @@ type Reader struct {
 	globals []bufRef
 	columns []*pb.ColumnMetadata
 	chunks  chunkCache
+	// metaBytes is the size of the metadata decoded at open.
+	metaBytes int64
 }
 
 // Open reads the footer and metadata of a Lance file. name is used in
@@ -118,6 +120,7 @@ func (r *Reader) readMetadata(ctx context.Context) error {
 	if err := proto.Unmarshal(gb0, fd); err != nil {
 		return fmt.Errorf("%w: decode file descriptor: %w", errkind.Corrupt, err)
 	}
+	r.metaBytes = int64(len(gb0)) + int64(foot.gboStart-foot.colMetaStart) + int64(len(gbo))
 	r.numRows = fd.GetLength()
 	r.schema = fd.GetSchema()
 	if r.schema == nil {
@@ -199,6 +202,21 @@ func (r *Reader) span(ctx context.Context, tail []byte, pos, n uint64) ([]byte, 
 	}
 	return buf, nil
 }
+
+// Reopen returns a Reader of obj, another handle on the bytes r was opened
+// on (a cache that knows both hold the same bytes, by their storage
+// identity, decides that), sharing r's decoded metadata instead of reading
+// and decoding it again. The metadata is never modified after Open, so
+// both Readers can be used concurrently; each keeps its own chunk cache.
+func (r *Reader) Reopen(obj storage.Object, name string) *Reader {
+	return &Reader{obj: obj, name: name, opts: r.opts, foot: r.foot, numRows: r.numRows, schema: r.schema,
+		fields: r.fields, globals: r.globals, columns: r.columns, metaBytes: r.metaBytes}
+}
+
+// MetadataBytes is the size of the file's metadata region that Open
+// decoded (schema, column metadata, offset tables): what a Reader holds in
+// memory before reading any page is a small multiple of it.
+func (r *Reader) MetadataBytes() int64 { return r.metaBytes }
 
 // Version is the file format version.
 func (r *Reader) Version() Version { return r.foot.version }

@@ -42,7 +42,9 @@ var primitiveNames = map[Kind]string{
 	KindFloat16: "halffloat", KindFloat32: "float", KindFloat64: "double",
 }
 
-var primitiveBits = map[Kind]int{
+// primitiveBits is indexed by Kind (an array, not a map: ValueBits is on
+// the per-piece path of every merge).
+var primitiveBits = [KindStruct + 1]int{
 	KindInt8: 8, KindInt16: 16, KindInt32: 32, KindInt64: 64,
 	KindUint8: 8, KindUint16: 16, KindUint32: 32, KindUint64: 64,
 	KindFloat16: 16, KindFloat32: 32, KindFloat64: 64,

@@ -115,6 +115,11 @@ func ReadStats(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*St
 		return nil, err
 	}
 	defer f.Close()
+	return filesStats(f, im)
+}
+
+// filesStats summarises a segment's opened files.
+func filesStats(f *ivf.Files, im *pb.IndexMetadata) (*Stats, error) {
 	s := &Stats{
 		IndexType:      string(f.Type),
 		DistanceType:   f.Distance,
@@ -164,9 +169,15 @@ type Options struct {
 }
 
 // List returns the segments of the vector indices of snap, in manifest
-// order. errkind.NotFound when IndexName names no index.
+// order. errkind.NotFound when IndexName names no index. Segments' files
+// are read in parallel (a thousand deltas on an object store are a
+// thousand round trips); a failure is the first failing segment's, in
+// manifest order.
 func List(ctx context.Context, st storage.Store, snap *table.Snapshot, opts Options) ([]*Info, error) {
 	var out []*Info
+	var metas []*pb.IndexMetadata
+	var stores []storage.Store
+	var errs []error // per entry of out, from the steps before its files are read
 	for _, im := range snap.Indices {
 		if opts.IndexName != "" && im.GetName() != opts.IndexName {
 			continue
@@ -175,26 +186,40 @@ func List(ctx context.Context, st storage.Store, snap *table.Snapshot, opts Opti
 			continue
 		}
 		info, err := Describe(im)
+		var ist storage.Store
+		if err == nil && !opts.SkipStats {
+			ist, err = indexStore(ctx, st, snap, im)
+		}
+		out, metas, stores, errs = append(out, info), append(metas, im), append(stores, ist), append(errs, err)
+	}
+	if !opts.SkipStats {
+		byID := fragmentsByID(snap)
+		err := forEachOrdered(len(out), openParallelism, func(i int) error {
+			if errs[i] != nil {
+				return errs[i]
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			stats, err := ReadStats(ctx, stores[i], metas[i])
+			if err != nil && !errors.Is(err, errkind.Unsupported) {
+				return err
+			}
+			if stats != nil {
+				stats.StaleRows = staleRowsIn(byID, metas[i], stats.NumRows)
+			}
+			out[i].Stats = stats
+			return nil
+		})
 		if err != nil {
 			return nil, err
 		}
-		if !opts.SkipStats {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			ist, err := indexStore(ctx, st, snap, im)
+	} else {
+		for _, err := range errs {
 			if err != nil {
 				return nil, err
 			}
-			info.Stats, err = ReadStats(ctx, ist, im)
-			if err != nil && !errors.Is(err, errkind.Unsupported) {
-				return nil, err
-			}
-			if info.Stats != nil {
-				info.Stats.StaleRows = StaleRows(snap, im, info.Stats.NumRows)
-			}
 		}
-		out = append(out, info)
 	}
 	if opts.IndexName != "" && len(out) == 0 {
 		return nil, fmt.Errorf("%w: index %q does not exist in %s version %d (indices: %v)",

@@ -36,8 +36,11 @@ type MergeOptions struct {
 	// written). Default 131072 (for 16-byte PQ codes and row ids, about
 	// 3 MiB read per window, plus the same again for the merged partition).
 	WindowRows int `json:"window_rows"`
-	// Parallelism bounds the input segments read concurrently, and the
-	// HNSW partition graphs built concurrently. Default 4.
+	// Parallelism bounds the reads in flight (a window's columns of every
+	// input, each one ranged read or a few), and the HNSW partition graphs
+	// built concurrently (at most one per core). Default: what the store
+	// asks for (storage.Concurrency): 4 on a local disk, 64 on an object
+	// store, whose requests each wait a round trip.
 	Parallelism int `json:"parallelism"`
 	// StrictSQ refuses IVF_SQ inputs whose bounds differ. By default (false)
 	// they are merged (each create_index_uncommitted segment trains its own
@@ -63,12 +66,16 @@ type MergeOptions struct {
 	Progress *Progress `json:"-"`
 }
 
+// defaultParallelism is MergeOptions.Parallelism on stores that do not
+// ask for more.
+const defaultParallelism = 4
+
 func (o MergeOptions) withDefaults() MergeOptions {
 	if o.WindowRows <= 0 {
 		o.WindowRows = 1 << 17
 	}
 	if o.Parallelism <= 0 {
-		o.Parallelism = 4
+		o.Parallelism = defaultParallelism
 	}
 	if o.Progress == nil {
 		o.Progress = &Progress{}
@@ -95,6 +102,9 @@ func (o MergeOptions) withDefaults() MergeOptions {
 // snap is the dataset version the merge works against. On any error,
 // cancellation included, the partial output is removed.
 func Merge(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, opts MergeOptions) (*pb.IndexMetadata, error) {
+	if opts.Parallelism <= 0 {
+		opts.Parallelism = storage.Concurrency(st, defaultParallelism)
+	}
 	opts = opts.withDefaults()
 	prog := opts.Progress
 	prog.SetStage("validate")
@@ -187,6 +197,12 @@ type merger struct {
 	// hn writes index.idx of IVF_HNSW_* merges, graph by graph (nil for
 	// the other types).
 	hn *hnswMerge
+	// Scratch of mergeWindow, reused partition after partition: the
+	// pieces' Arrays, the pieces per column, an input's columns, layouts.
+	arena         []lancefile.Array
+	partsScratch  [][]*lancefile.Array
+	colScratch    []*lancefile.Array
+	layoutScratch []bool
 }
 
 func (mg *merger) run(ctx context.Context) (mergeOutput, error) {
@@ -429,8 +445,11 @@ func (mg *merger) mergeWindows(ctx context.Context, w *lancefile.Writer, lengths
 	return nil
 }
 
-// readWindow reads and decodes every input's rows of a window, inputs in
-// parallel.
+// readWindow reads and decodes every input's rows of a window: each
+// input's columns are read concurrently (Parallelism reads in flight), one
+// ranged read per column and page (the window's partitions are contiguous
+// in every input: neighbouring partitions are read together), skipping
+// inputs with no rows in the window.
 func (mg *merger) readWindow(ctx context.Context, win window, set int) ([]shardWindow, error) {
 	m := mg.m
 	shards := make([]shardWindow, len(mg.srcs))
@@ -442,12 +461,19 @@ func (mg *merger) readWindow(ctx context.Context, win window, set int) ([]shardW
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(mg.opts.Parallelism)
 	for i, s := range mg.srcs {
-		goSafe(g, func() error {
-			iv := s.files.IVF
-			start := iv.Offsets[win.first]
-			end := iv.Offsets[win.last-1] + uint64(iv.Lengths[win.last-1])
-			sw := shardWindow{start: start}
-			for c, f := range m.fields {
+		iv := s.files.IVF
+		start := iv.Offsets[win.first]
+		end := iv.Offsets[win.last-1] + uint64(iv.Lengths[win.last-1])
+		shards[i] = shardWindow{start: start, cols: make([]*lancefile.Array, nf)}
+		if start == end {
+			for c, f := range m.fields { // nothing to read: no partition of the window has rows here
+				shards[i].cols[c] = &lancefile.Array{Type: f.Type, Values: []byte{}}
+			}
+			continue
+		}
+		mg.opts.Progress.RowsRead.Add(int64(end - start))
+		for c, f := range m.fields {
+			goSafe(g, func() error {
 				var dst []byte
 				if f.Type.ValueBits() > 0 { // fixed width (nulls fall back to a fresh buffer)
 					need := lancefile.IntoCap(f.Type, int(end-start))
@@ -461,12 +487,10 @@ func (mg *merger) readWindow(ctx context.Context, win window, set int) ([]shardW
 				if err != nil {
 					return fmt.Errorf("segment %s: %w", s.uuid, err)
 				}
-				sw.cols = append(sw.cols, a)
-			}
-			mg.opts.Progress.RowsRead.Add(int64(end - start))
-			shards[i] = sw
-			return nil
-		})
+				shards[i].cols[c] = a
+				return nil
+			})
+		}
 	}
 	if err := g.Wait(); err != nil {
 		return nil, err
@@ -501,13 +525,31 @@ func (mg *merger) mergeWindow(ctx context.Context, w *lancefile.Writer, win wind
 	if rowidCol < 0 {
 		return fmt.Errorf("%w: auxiliary file has no _rowid column", errkind.Corrupt)
 	}
+	// Per-partition scratch, reused: a partition of a 2048-partition merge
+	// over a thousand inputs is mostly small pieces, and allocating a slice
+	// header per piece and column was a fifth of the merge's time. The
+	// writer copies what it keeps (WriteChunked), so the pieces can be
+	// reused once a partition is written; HNSW merges keep their pieces.
+	parts := mg.partsScratch[:0]
+	for range m.fields {
+		parts = append(parts, nil)
+	}
+	defer func() { mg.partsScratch = parts }()
+	layouts := mg.layoutScratch[:0]
+	defer func() { mg.layoutScratch = layouts }()
 	for p := win.first; p < win.last; p++ {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		parts := make([][]*lancefile.Array, len(m.fields))
-		var layouts []bool // per part: code column still in its input's query layout
+		for c := range parts {
+			parts[c] = parts[c][:0]
+		}
+		layouts = layouts[:0] // per part: code column still in its input's query layout
 		var pieces []hnswPiece
+		arena := mg.arena[:0]
+		if need := len(mg.srcs) * len(m.fields); cap(arena) < need || mg.hn != nil {
+			arena = make([]lancefile.Array, 0, need)
+		}
 		for i, s := range mg.srcs {
 			iv := s.files.IVF
 			lo := int(iv.Offsets[p] - shards[i].start)
@@ -515,10 +557,13 @@ func (mg *merger) mergeWindow(ctx context.Context, w *lancefile.Writer, win wind
 			if n == 0 {
 				continue
 			}
-			cols := make([]*lancefile.Array, len(m.fields))
-			for c, a := range shards[i].cols {
-				cols[c] = a.Slice(lo, lo+n)
+			cols := mg.colScratch[:0]
+			for _, a := range shards[i].cols {
+				arena = arena[:len(arena)+1]
+				a.SliceInto(&arena[len(arena)-1], lo, lo+n)
+				cols = append(cols, &arena[len(arena)-1])
 			}
+			mg.colScratch = cols
 			laid := codeCol >= 0 && mg.inQueryLayout(s)
 			rowMajor := false
 			if codeCol >= 0 && s.depth >= 0 && m.typ.Quantizer() != "sq" {
@@ -546,7 +591,12 @@ func (mg *merger) mergeWindow(ctx context.Context, w *lancefile.Writer, win wind
 				parts[c] = append(parts[c], cols[c])
 			}
 			layouts = append(layouts, laid)
-			pieces = append(pieces, hnswPiece{src: i, rows: n, keep: keep})
+			if mg.hn != nil {
+				pieces = append(pieces, hnswPiece{src: i, rows: n, keep: keep})
+			}
+		}
+		if mg.hn == nil {
+			mg.arena = arena
 		}
 		if len(parts[0]) == 0 {
 			mg.opts.Progress.PartitionsDone.Add(1)
@@ -563,8 +613,10 @@ func (mg *merger) mergeWindow(ctx context.Context, w *lancefile.Writer, win wind
 				return err
 			}
 		}
-		if codeCol >= 0 {
-			parts[codeCol] = []*lancefile.Array{mg.mergeCodes(parts[codeCol], layouts)}
+		if codeCol >= 0 && m.typ.Quantizer() != "sq" {
+			// SQ pieces are row-major already (re-quantized where needed):
+			// they go to the writer as they are, like the other columns.
+			parts[codeCol] = append(parts[codeCol][:0], mg.mergeCodes(parts[codeCol], layouts))
 		}
 		if err := w.WriteChunked(parts); err != nil {
 			return err

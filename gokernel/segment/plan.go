@@ -217,10 +217,11 @@ func PlanSegments(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 	}
 	var groups [][]int
 	var reasons []string
+	byID := fragmentsByID(snap)
 	if opts.Policy == PolicyTiered {
 		segs := make([]tierSeg, len(srcs))
 		for i := range srcs {
-			segs[i] = tierSeg{Rows: rows[i], Stale: StaleRows(snap, metas[i], rows[i]), Bytes: bytes[i]}
+			segs[i] = tierSeg{Rows: rows[i], Stale: staleRowsIn(byID, metas[i], rows[i]), Bytes: bytes[i]}
 		}
 		var tasks []tieredTask
 		tasks, p.Summary = planTiered(segs, opts.tiered())
@@ -250,14 +251,11 @@ func PlanSegments(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 			if err != nil {
 				return nil, err
 			}
-			ist, err := indexStore(ctx, st, snap, metas[i])
-			if err != nil {
+			// The files are open already: their statistics cost nothing more.
+			if info.Stats, err = filesStats(srcs[i].files, metas[i]); err != nil {
 				return nil, err
 			}
-			if info.Stats, err = ReadStats(ctx, ist, metas[i]); err != nil {
-				return nil, err
-			}
-			info.Stats.StaleRows = StaleRows(snap, metas[i], info.Stats.NumRows)
+			info.Stats.StaleRows = staleRowsIn(byID, metas[i], info.Stats.NumRows)
 			t.Segments = append(t.Segments, info)
 			t.Rows += rows[i]
 			t.Bytes += bytes[i]

@@ -10,7 +10,7 @@ import (
 	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
 )
 
-func s3Store(t *testing.T, bucket, endpoint string, attempts int) storage.Store {
+func s3Store(t testing.TB, bucket, endpoint string, attempts int) storage.Store {
 	st, err := storage.NewS3("s3://"+bucket+"/ds.lance", storage.S3Config{
 		Endpoint: endpoint, AllowHTTP: true, AccessKeyID: "testing", SecretAccessKey: "testing", MaxAttempts: attempts})
 	if err != nil {

@@ -281,13 +281,24 @@ func allowedSegments(segs []tierSeg, eligible []int, s tieredSettings) int {
 // estimate is low by their count, never below 0), and 0 when a covered
 // fragment does not record its physical rows (old manifests).
 func StaleRows(snap *table.Snapshot, im *pb.IndexMetadata, rows uint64) uint64 {
-	ids, ok, err := table.DecodeFragmentBitmap(im.GetFragmentBitmap())
-	if err != nil || !ok {
-		return 0
-	}
+	return staleRowsIn(fragmentsByID(snap), im, rows)
+}
+
+// fragmentsByID indexes snap's fragments by id (once per call site, not
+// once per segment: a thousand deltas over a thousand fragments).
+func fragmentsByID(snap *table.Snapshot) map[uint64]*pb.DataFragment {
 	byID := make(map[uint64]*pb.DataFragment, len(snap.Manifest.GetFragments()))
 	for _, f := range snap.Manifest.GetFragments() {
 		byID[f.GetId()] = f
+	}
+	return byID
+}
+
+// staleRowsIn is StaleRows over fragmentsByID(snap).
+func staleRowsIn(byID map[uint64]*pb.DataFragment, im *pb.IndexMetadata, rows uint64) uint64 {
+	ids, ok, err := table.DecodeFragmentBitmap(im.GetFragmentBitmap())
+	if err != nil || !ok {
+		return 0
 	}
 	var live uint64
 	for _, id := range ids {

@@ -3,7 +3,6 @@ package segment
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/RoaringBitmap/roaring/v2/roaring64"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
@@ -71,7 +71,7 @@ type model struct {
 
 func closeSources(srcs []*source) {
 	for _, s := range srcs {
-		if s.files != nil {
+		if s != nil && s.files != nil {
 			s.files.Close()
 		}
 	}
@@ -139,24 +139,69 @@ func indexStore(ctx context.Context, st storage.Store, snap *table.Snapshot, im 
 	return snap.IndexStore(ctx, st, im)
 }
 
+// openParallelism bounds the segments opened at once. Opening a segment
+// is a few small requests (an object store's HEAD and ranged GETs, each a
+// round trip), so a thousand deltas on S3 are opened 32 at a time.
+const openParallelism = 32
+
 // openSources opens every input's files (under the dataset root, or the
 // base path an input names) and checks that they exist and are complete
-// (sizes match the manifest's file list when it has one).
+// (sizes match the manifest's file list when it has one). Inputs are
+// opened in parallel; a failure is the first failing input's, in input
+// order, as if they were opened one by one.
 func openSources(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata) (_ []*source, err error) {
-	var srcs []*source
+	srcs := make([]*source, len(metas))
 	defer func() {
 		if err != nil {
 			closeSources(srcs)
 		}
 	}()
-	for _, im := range metas {
-		s, err := openSource(ctx, st, snap, im, true)
-		if err != nil {
+	stores := make([]storage.Store, len(metas))
+	for i, im := range metas { // resolving base paths is not concurrent
+		if stores[i], err = indexStore(ctx, st, snap, im); err != nil {
 			return nil, err
 		}
-		srcs = append(srcs, s)
+	}
+	err = forEachOrdered(len(metas), openParallelism, func(i int) (err error) {
+		srcs[i], err = openSourceIn(ctx, stores[i], metas[i], true)
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
 	return srcs, nil
+}
+
+// forEachOrdered calls f(0..n-1), at most limit at a time, and returns the
+// error of the lowest i that failed (every call runs, so the error is the
+// one a sequential loop would have stopped at). Panics become errors.
+func forEachOrdered(n, limit int, f func(i int) error) error {
+	if n <= 1 || limit <= 1 {
+		for i := 0; i < n; i++ {
+			if err := f(i); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	errs := make([]error, n)
+	var g errgroup.Group
+	g.SetLimit(limit)
+	for i := 0; i < n; i++ {
+		goSafe(&g, func() error {
+			errs[i] = f(i)
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // openSource opens one segment's files and model buffers, where the
@@ -166,18 +211,35 @@ func openSource(ctx context.Context, st storage.Store, snap *table.Snapshot, im 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	ist, err := indexStore(ctx, st, snap, im)
+	if err != nil {
+		return nil, err
+	}
+	return openSourceIn(ctx, ist, im, checkSizes)
+}
+
+// openSourceIn is openSource on the store ist that holds the segment.
+func openSourceIn(ctx context.Context, ist storage.Store, im *pb.IndexMetadata, checkSizes bool) (_ *source, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	s := &source{meta: im, uuid: table.IndexUUID(im)}
 	s.frags, _, _ = table.DecodeFragmentBitmap(im.GetFragmentBitmap())
 	s.fragSet = make(map[uint32]bool, len(s.frags))
 	for _, f := range s.frags {
 		s.fragSet[f] = true
 	}
-	ist, err := indexStore(ctx, st, snap, im)
-	if err != nil {
-		return nil, err
-	}
+	var check func(name string, size int64) error
+	var sizeErr error
 	if checkSizes {
+		// The two index files are checked as they are opened (one request
+		// per file on an object store); any other file listed, here.
+		want := map[string]uint64{}
 		for _, f := range im.GetFiles() {
+			want[f.GetPath()] = f.GetSizeBytes()
+			if f.GetPath() == ivf.IndexFileName || f.GetPath() == ivf.AuxiliaryFileName {
+				continue
+			}
 			e, err := ist.Stat(ctx, table.IndexDir(im)+f.GetPath())
 			if err != nil {
 				return nil, fmt.Errorf("segment %s: %w", s.uuid, err)
@@ -187,8 +249,18 @@ func openSource(ctx context.Context, st storage.Store, snap *table.Snapshot, im 
 					errkind.Corrupt, s.uuid, f.GetPath(), e.Size, f.GetSizeBytes())
 			}
 		}
+		check = func(name string, size int64) error {
+			if w, ok := want[name]; ok && uint64(size) != w {
+				sizeErr = fmt.Errorf("%w: segment %s: %s has %d bytes, the segment's metadata says %d (incomplete or replaced)",
+					errkind.Corrupt, s.uuid, name, size, w)
+			}
+			return sizeErr
+		}
 	}
-	if s.files, err = ivf.OpenFiles(ctx, ist, table.IndexDir(im), lancefile.Options{}); err != nil {
+	if s.files, err = ivf.OpenFilesChecked(ctx, ist, table.IndexDir(im), lancefile.Options{}, check); err != nil {
+		if sizeErr != nil {
+			return nil, sizeErr
+		}
 		return nil, fmt.Errorf("segment %s: %w", s.uuid, err)
 	}
 	if err := s.loadModelBuffers(ctx); err != nil {
@@ -198,45 +270,12 @@ func openSource(ctx context.Context, st storage.Store, snap *table.Snapshot, im 
 	return s, nil
 }
 
-// loadModelBuffers reads the PQ codebook or RQ rotation of a source.
+// loadModelBuffers reads the PQ codebook or RQ rotation of a source (once
+// per process and segment: see ivf.Files.QuantizerBuffers).
 func (s *source) loadModelBuffers(ctx context.Context) error {
-	q := s.files.Quant
-	switch s.files.Type.Quantizer() {
-	case "pq":
-		if q.CodebookPosition > 0 {
-			b, err := s.files.Aux.GlobalBuffer(ctx, q.CodebookPosition)
-			if err != nil {
-				return fmt.Errorf("segment %s: codebook: %w", s.uuid, err)
-			}
-			if s.codebook, err = ivf.DecodeTensor(b); err != nil {
-				return fmt.Errorf("segment %s: codebook: %w", s.uuid, err)
-			}
-			return nil
-		}
-		// Lance before 0.28 kept the codebook inline, as the bytes of a
-		// Tensor message in "codebook_tensor".
-		var raw []byte
-		if err := json.Unmarshal(q.Raw["codebook_tensor"], &raw); err != nil || len(raw) == 0 {
-			return fmt.Errorf("%w: segment %s: PQ metadata has neither codebook_position nor codebook_tensor", errkind.Corrupt, s.uuid)
-		}
-		t, err := ivf.DecodeTensor(raw)
-		if err != nil {
-			return fmt.Errorf("segment %s: inline codebook: %w", s.uuid, err)
-		}
-		s.codebook = t
-	case "rq":
-		if q.RotationType == "matrix" {
-			if q.RotateMatPosition == nil || *q.RotateMatPosition <= 0 {
-				return fmt.Errorf("%w: segment %s: matrix rotation without rotate_mat_position", errkind.Corrupt, s.uuid)
-			}
-			b, err := s.files.Aux.GlobalBuffer(ctx, *q.RotateMatPosition)
-			if err != nil {
-				return fmt.Errorf("segment %s: rotation: %w", s.uuid, err)
-			}
-			if s.rotation, err = ivf.DecodeTensor(b); err != nil {
-				return fmt.Errorf("segment %s: rotation: %w", s.uuid, err)
-			}
-		}
+	var err error
+	if s.codebook, s.rotation, err = s.files.QuantizerBuffers(ctx); err != nil {
+		return fmt.Errorf("segment %s: %w", s.uuid, err)
 	}
 	return nil
 }
@@ -465,6 +504,9 @@ func sameTensor(a, b *ivf.Tensor) error {
 			return nil
 		}
 		return errors.New("present in one segment only")
+	}
+	if a == b {
+		return nil // one interned tensor (ivf's segment cache)
 	}
 	if a.DType != b.DType || fmt.Sprint(a.Shape) != fmt.Sprint(b.Shape) {
 		return fmt.Errorf("%s%v vs %s%v", b.DType, b.Shape, a.DType, a.Shape)

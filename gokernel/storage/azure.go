@@ -288,12 +288,15 @@ func (s *Azure) Stat(ctx context.Context, name string) (Entry, error) {
 		if err != nil || n < 0 {
 			return fmt.Errorf("%w: storage: azure stat %s: no Content-Length", errkind.IO, name)
 		}
-		e = Entry{Name: name, Size: n}
+		e = Entry{Name: name, Size: n, ETag: resp.Header.Get("ETag")}
 		e.ModTime, _ = http.ParseTime(resp.Header.Get("Last-Modified"))
 		return nil
 	})
 	return e, err
 }
+
+// Concurrency asks callers for RemoteConcurrency requests in flight.
+func (s *Azure) Concurrency() int { return RemoteConcurrency }
 
 func (s *Azure) Open(ctx context.Context, name string) (Object, error) {
 	e, err := s.Stat(ctx, name)
@@ -302,7 +305,7 @@ func (s *Azure) Open(ctx context.Context, name string) (Object, error) {
 	}
 	key, _ := s.key(name)
 	u := s.blobURL(key)
-	return &restObject{name: name, size: e.Size, read: func(ctx context.Context, p []byte, off int64) error {
+	return &restObject{name: name, size: e.Size, id: restIdentity("az", u, e), read: func(ctx context.Context, p []byte, off int64) error {
 		mk := func() (*http.Request, error) {
 			r, err := newRequest(http.MethodGet, u, nil)()
 			if err == nil {

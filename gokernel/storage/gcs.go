@@ -194,6 +194,8 @@ type gcsObjectMeta struct {
 	Name    string    `json:"name"`
 	Size    string    `json:"size"` // int64 as a decimal string
 	Updated time.Time `json:"updated"`
+	// Generation changes with every write of the object.
+	Generation string `json:"generation"`
 }
 
 func (m gcsObjectMeta) entry(name string) (Entry, error) {
@@ -201,7 +203,7 @@ func (m gcsObjectMeta) entry(name string) (Entry, error) {
 	if err != nil || n < 0 {
 		return Entry{}, fmt.Errorf("%w: storage: gcs object %s has size %q", errkind.Corrupt, name, m.Size)
 	}
-	return Entry{Name: name, Size: n, ModTime: m.Updated}, nil
+	return Entry{Name: name, Size: n, ModTime: m.Updated, ETag: m.Generation}, nil
 }
 
 func decodeJSON(resp *http.Response, v any) error {
@@ -217,7 +219,7 @@ func (s *GCS) Stat(ctx context.Context, name string) (Entry, error) {
 		return Entry{}, err
 	}
 	var e Entry
-	err = s.c.do(ctx, "stat", name, newRequest(http.MethodGet, s.objectURL(key)+"?fields=name,size,updated", nil), func(resp *http.Response) error {
+	err = s.c.do(ctx, "stat", name, newRequest(http.MethodGet, s.objectURL(key)+"?fields=name,size,updated,generation", nil), func(resp *http.Response) error {
 		if resp.StatusCode != http.StatusOK {
 			return s.c.statusError("stat", name, resp)
 		}
@@ -231,6 +233,9 @@ func (s *GCS) Stat(ctx context.Context, name string) (Entry, error) {
 	return e, err
 }
 
+// Concurrency asks callers for RemoteConcurrency requests in flight.
+func (s *GCS) Concurrency() int { return RemoteConcurrency }
+
 func (s *GCS) Open(ctx context.Context, name string) (Object, error) {
 	e, err := s.Stat(ctx, name)
 	if err != nil {
@@ -238,7 +243,7 @@ func (s *GCS) Open(ctx context.Context, name string) (Object, error) {
 	}
 	key, _ := s.key(name)
 	media := s.objectURL(key) + "?alt=media"
-	return &restObject{name: name, size: e.Size, read: func(ctx context.Context, p []byte, off int64) error {
+	return &restObject{name: name, size: e.Size, id: restIdentity("gs", s.objectURL(key), e), read: func(ctx context.Context, p []byte, off int64) error {
 		mk := func() (*http.Request, error) {
 			r, err := newRequest(http.MethodGet, media, nil)()
 			if err == nil {

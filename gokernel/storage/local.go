@@ -81,14 +81,28 @@ func (l *Local) Open(ctx context.Context, name string) (Object, error) {
 		f.Close()
 		return nil, fmt.Errorf("%w: storage: %s is a directory", errkind.NotFound, name)
 	}
-	return &localObject{f: f, name: name, size: st.Size()}, nil
+	return &localObject{f: f, name: name, size: st.Size(), id: localIdentity(p, st)}, nil
 }
 
 type localObject struct {
 	f    *os.File
 	name string
 	size int64
+	id   string
 }
+
+// localIdentity names a file's bytes: its path, device and inode, size,
+// and modification and change times (nanoseconds): a file rewritten in
+// place or replaced by a rename gets another.
+func localIdentity(path string, fi os.FileInfo) string {
+	id := fmt.Sprintf("file:%s|%d|%d", path, fi.Size(), fi.ModTime().UnixNano())
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		id += fmt.Sprintf("|%d|%d|%d.%d", st.Dev, st.Ino, st.Ctim.Sec, st.Ctim.Nsec)
+	}
+	return id
+}
+
+func (o *localObject) Identity() string { return o.id }
 
 func (o *localObject) ReadAt(ctx context.Context, p []byte, off int64) error {
 	if err := readBounds(o.name, o.size, len(p), off); err != nil {

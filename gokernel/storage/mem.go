@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
@@ -23,7 +24,11 @@ type Mem struct {
 type memObj struct {
 	data []byte
 	mod  time.Time
+	gen  uint64 // unique per write, process-wide
 }
+
+// memGen numbers the writes of every Mem store.
+var memGen atomic.Uint64
 
 var (
 	memMu     sync.Mutex
@@ -56,13 +61,16 @@ func (m *Mem) Open(ctx context.Context, name string) (Object, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w: storage: open %s", errkind.NotFound, name)
 	}
-	return &memObject{name: name, data: o.data}, nil
+	return &memObject{name: name, data: o.data, id: fmt.Sprintf("mem:%s|%d", name, o.gen)}, nil
 }
 
 type memObject struct {
 	name string
 	data []byte // never mutated: writers replace the slice
+	id   string
 }
+
+func (o *memObject) Identity() string { return o.id }
 
 func (o *memObject) ReadAt(ctx context.Context, p []byte, off int64) error {
 	if err := readBounds(o.name, int64(len(o.data)), len(p), off); err != nil {
@@ -96,7 +104,7 @@ func (w *memWriter) Finish() error {
 	w.done = true
 	w.m.mu.Lock()
 	defer w.m.mu.Unlock()
-	w.m.objs[w.name] = memObj{data: bytes.Clone(w.buf.Bytes()), mod: time.Now()}
+	w.m.objs[w.name] = memObj{data: bytes.Clone(w.buf.Bytes()), mod: time.Now(), gen: memGen.Add(1)}
 	return nil
 }
 func (w *memWriter) Abort() { w.done = true }
@@ -110,7 +118,7 @@ func (m *Mem) PutIfAbsent(ctx context.Context, name string, data []byte) error {
 	if _, ok := m.objs[name]; ok {
 		return fmt.Errorf("%w: storage: publish %s: already exists", errkind.Conflict, name)
 	}
-	m.objs[name] = memObj{data: bytes.Clone(data), mod: time.Now()}
+	m.objs[name] = memObj{data: bytes.Clone(data), mod: time.Now(), gen: memGen.Add(1)}
 	return nil
 }
 

@@ -355,8 +355,20 @@ func readRangeBody(resp *http.Response, p []byte, off int64) error {
 type restObject struct {
 	name string
 	size int64
+	id   string
 	read func(ctx context.Context, p []byte, off int64) error
 }
+
+// restIdentity names an object's bytes by its URL, size and version tag
+// (GCS generation, Azure ETag); "" without a tag.
+func restIdentity(scheme, url string, e Entry) string {
+	if e.ETag == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s:%s|%d|%s", scheme, url, e.Size, e.ETag)
+}
+
+func (o *restObject) Identity() string { return o.id }
 
 func (o *restObject) ReadAt(ctx context.Context, p []byte, off int64) error {
 	if err := readBounds(o.name, o.size, len(p), off); err != nil {
@@ -365,7 +377,7 @@ func (o *restObject) ReadAt(ctx context.Context, p []byte, off int64) error {
 	if len(p) == 0 {
 		return nil
 	}
-	return o.read(ctx, p, off)
+	return splitRead(ctx, p, off, o.read)
 }
 
 func (o *restObject) Size() int64  { return o.size }

@@ -246,6 +246,9 @@ func NewS3(uri string, cfg S3Config) (*S3, error) {
 
 func (s *S3) URI() string { return s.uri }
 
+// Concurrency asks callers for RemoteConcurrency requests in flight.
+func (s *S3) Concurrency() int { return RemoteConcurrency }
+
 // Sync does nothing: an S3 PUT is durable when it returns.
 func (s *S3) Sync(ctx context.Context, names []string) error { return nil }
 
@@ -291,13 +294,24 @@ func (s *S3) Open(ctx context.Context, name string) (Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &s3Object{s: s, name: name, size: e.Size}, nil
+	return &s3Object{s: s, name: name, size: e.Size, etag: e.ETag}, nil
 }
 
 type s3Object struct {
 	s    *S3
 	name string
 	size int64
+	etag string
+}
+
+// Identity names the object's bytes by endpoint, bucket, key, size and
+// ETag; "" when the store sent no ETag.
+func (o *s3Object) Identity() string {
+	if o.etag == "" {
+		return ""
+	}
+	key, _ := o.s.key(o.name)
+	return fmt.Sprintf("s3:%s|%s|%s|%d|%s", o.s.cfg.Endpoint, o.s.bucket, key, o.size, o.etag)
 }
 
 func (o *s3Object) ReadAt(ctx context.Context, p []byte, off int64) error {
@@ -307,6 +321,11 @@ func (o *s3Object) ReadAt(ctx context.Context, p []byte, off int64) error {
 	if len(p) == 0 {
 		return nil
 	}
+	return splitRead(ctx, p, off, o.readRange)
+}
+
+// readRange is one ranged GET.
+func (o *s3Object) readRange(ctx context.Context, p []byte, off int64) error {
 	key, _ := o.s.key(o.name)
 	out, err := o.s.client.GetObject(ctx, &s3.GetObjectInput{
 		Bucket: &o.s.bucket, Key: &key, Range: aws.String(fmt.Sprintf("bytes=%d-%d", off, off+int64(len(p))-1)),
@@ -336,7 +355,7 @@ func (s *S3) Stat(ctx context.Context, name string) (Entry, error) {
 	if err != nil {
 		return Entry{}, s.s3Err("stat", name, err)
 	}
-	e := Entry{Name: name, Size: aws.ToInt64(out.ContentLength)}
+	e := Entry{Name: name, Size: aws.ToInt64(out.ContentLength), ETag: aws.ToString(out.ETag)}
 	if out.LastModified != nil {
 		e.ModTime = *out.LastModified
 	}

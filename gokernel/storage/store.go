@@ -92,6 +92,9 @@ type Entry struct {
 	Name    string
 	Size    int64
 	ModTime time.Time
+	// ETag is the object store's version tag of the object (S3 and Azure
+	// ETag, GCS generation), when Stat returns one; "" otherwise.
+	ETag string
 }
 
 // Open returns the store for a dataset URI: a local path, a file:// URI,
@@ -231,4 +234,88 @@ func readBounds(name string, size int64, n int, off int64) error {
 		return fmt.Errorf("%w: storage: %s: read [%d,+%d) outside object of %d bytes", errkind.Corrupt, name, off, n, size)
 	}
 	return nil
+}
+
+// Identified is implemented by objects that can name the exact version of
+// their bytes: an opened object whose Identity equals another's holds the
+// same bytes (a local file's path, device, inode, size and modification
+// and change times; an object store's endpoint, bucket, key and ETag or
+// generation). Caches of what was decoded from a file (ivf's segment
+// cache) key on it, so that a file replaced under the same name is never
+// served from an old entry.
+type Identified interface {
+	// Identity is "" when the backend cannot tell (then nothing is cached).
+	Identity() string
+}
+
+// ObjectIdentity returns o's Identity, or "" when o does not have one
+// (wrappers, test doubles): callers must then not cache by it.
+func ObjectIdentity(o Object) string {
+	if id, ok := o.(Identified); ok {
+		return id.Identity()
+	}
+	return ""
+}
+
+// Concurrent is implemented by stores that say how many requests a
+// caller should keep in flight to use them well: a local disk serves a
+// few reads at a time from the page cache or its queue; an object store
+// answers each request after a round trip, so throughput comes from many
+// requests at once (Lance keeps 64 in flight for cloud stores).
+type Concurrent interface {
+	Concurrency() int
+}
+
+// Concurrency is st's hint (see Concurrent), or def when it has none.
+func Concurrency(st Store, def int) int {
+	if c, ok := st.(Concurrent); ok && c.Concurrency() > 0 {
+		return c.Concurrency()
+	}
+	return def
+}
+
+// RemoteConcurrency is the requests in flight the object stores (S3, GCS,
+// Azure) ask for, as Lance does for cloud stores.
+const RemoteConcurrency = 64
+
+// remotePartBytes splits a large ranged read of an object store into
+// concurrent requests of about this size: one request's throughput is
+// bound by one connection (and, through a proxy or across regions, by its
+// round trip), several in flight are not.
+const remotePartBytes = 8 << 20
+
+// maxPartsInFlight bounds the concurrent requests of one split read.
+const maxPartsInFlight = 8
+
+// splitRead fills p from off with read, in concurrent parts of at most
+// remotePartBytes when p is larger than that.
+func splitRead(ctx context.Context, p []byte, off int64, read func(ctx context.Context, p []byte, off int64) error) error {
+	if len(p) <= remotePartBytes {
+		return read(ctx, p, off)
+	}
+	n := (len(p) + remotePartBytes - 1) / remotePartBytes
+	part := (len(p) + n - 1) / n
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sem := make(chan struct{}, maxPartsInFlight)
+	errs := make(chan error, n)
+	for lo := 0; lo < len(p); lo += part {
+		hi := min(lo+part, len(p))
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem }()
+			err := read(ctx, p[lo:hi], off+int64(lo))
+			if err != nil {
+				cancel()
+			}
+			errs <- err
+		}()
+	}
+	var first error
+	for i := 0; i < n; i++ {
+		if err := <-errs; err != nil && (first == nil || errors.Is(first, context.Canceled)) {
+			first = err
+		}
+	}
+	return first
 }

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -34,6 +35,7 @@ func TestStoreContract(t *testing.T) {
 func checkContract(t *testing.T, st Store) {
 	t.Helper()
 	ctx := context.Background()
+	checkIdentity(t, st)
 	if _, err := st.Open(ctx, "a/b.bin"); !errors.Is(err, errkind.NotFound) {
 		t.Fatalf("open missing: %v", err)
 	}
@@ -239,5 +241,98 @@ func TestS3URISecretNeverShown(t *testing.T) {
 	}
 	if _, err := Open(context.Background(), "zz://AKID:"+secret+"@x/y", nil); err == nil || strings.Contains(err.Error(), secret) {
 		t.Fatalf("bad scheme: %v", err)
+	}
+}
+
+// checkIdentity: every backend names the exact bytes of an opened object
+// (ivf's segment cache keys on it): the same object twice has one
+// identity; a rewrite of the same size under the same name, and another
+// name, have others.
+func checkIdentity(t *testing.T, st Store) {
+	t.Helper()
+	ctx := context.Background()
+	ident := func(name string) string {
+		t.Helper()
+		o, err := st.Open(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer o.Close()
+		return ObjectIdentity(o)
+	}
+	for _, name := range []string{"ident/x.bin", "ident/y.bin"} {
+		if err := Put(ctx, st, name, []byte("first")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, a2, b := ident("ident/x.bin"), ident("ident/x.bin"), ident("ident/y.bin")
+	if a == "" || a != a2 || a == b {
+		t.Fatalf("identities %q, %q (same object), %q (another)", a, a2, b)
+	}
+	if err := Put(ctx, st, "ident/x.bin", []byte("again")); err != nil {
+		t.Fatal(err)
+	}
+	if c := ident("ident/x.bin"); c == a {
+		t.Fatalf("a rewritten object kept its identity %q", c)
+	}
+	for _, name := range []string{"ident/x.bin", "ident/y.bin"} {
+		if err := st.Delete(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestSplitRead(t *testing.T) {
+	ctx := context.Background()
+	src := make([]byte, 3*remotePartBytes+12345)
+	for i := range src {
+		src[i] = byte(i * 7)
+	}
+	from := func(calls *atomic.Int64, failAt int64) func(context.Context, []byte, int64) error {
+		return func(ctx context.Context, p []byte, off int64) error {
+			calls.Add(1)
+			if len(p) > remotePartBytes {
+				return fmt.Errorf("a part of %d bytes", len(p))
+			}
+			if failAt >= off && failAt < off+int64(len(p)) {
+				return errors.New("injected")
+			}
+			copy(p, src[off:])
+			return nil
+		}
+	}
+	for _, tc := range []struct {
+		name      string
+		off, n    int
+		failAt    int64
+		wantCalls int64
+		wantErr   bool
+	}{
+		{"small: one request", 5, 1000, -1, 1, false},
+		{"exactly one part", 0, remotePartBytes, -1, 1, false},
+		{"split in 4", 0, len(src), -1, 4, false},
+		{"split from an offset", 100, len(src) - 100, -1, 4, false},
+		{"a part fails", 0, len(src), 2 * remotePartBytes, 0, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var calls atomic.Int64
+			p := make([]byte, tc.n)
+			err := splitRead(ctx, p, int64(tc.off), from(&calls, tc.failAt))
+			if tc.wantErr {
+				if err == nil || err.Error() != "injected" {
+					t.Fatalf("err = %v, want the part's error", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(p, src[tc.off:tc.off+tc.n]) {
+				t.Fatal("bytes differ from the source")
+			}
+			if calls.Load() != tc.wantCalls {
+				t.Fatalf("%d requests, want %d", calls.Load(), tc.wantCalls)
+			}
+		})
 	}
 }

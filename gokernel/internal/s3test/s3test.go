@@ -72,6 +72,15 @@ func (p *FaultProxy) SetFailRate(rate float64) {
 	p.mu.Unlock()
 }
 
+// SetDelay changes how long a delayed request waits (50 ms unless set),
+// from now on. With a delay rate of 1 the proxy stands for a store one
+// round trip away (benchmarks).
+func (p *FaultProxy) SetDelay(d time.Duration) {
+	p.mu.Lock()
+	p.delay = d
+	p.mu.Unlock()
+}
+
 // NewFaultProxy starts a proxy to target failing failRate and delaying
 // delayRate of the requests.
 func NewFaultProxy(t testing.TB, target string, failRate, delayRate float64) *FaultProxy {
@@ -93,10 +102,10 @@ func NewFaultProxy(t testing.TB, target string, failRate, delayRate float64) *Fa
 		}
 		p.mu.Lock()
 		x, y, kind := p.r.Float64(), p.r.Float64(), p.r.IntN(3)
-		failRate := p.failRate
+		failRate, delay := p.failRate, p.delay
 		p.mu.Unlock()
 		if y < p.delayRate {
-			time.Sleep(p.delay)
+			time.Sleep(delay)
 		}
 		if x < failRate {
 			p.Faults.Add(1)

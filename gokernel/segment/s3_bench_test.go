@@ -1,0 +1,115 @@
+package segment
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/s3test"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/ivf"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
+)
+
+// BenchmarkMergeS3 merges every segment of one index of a real dataset
+// (SEGMERGE_BENCH_S3_DATASET, a local directory; bench/bench_scale.py
+// --preset s3 builds one) into one, on local disk ("local") and on S3
+// (moto, SEGMERGE_S3_ENDPOINT, through tools/with_emulators.py) behind a
+// proxy that delays every request by SEGMERGE_BENCH_S3_DELAY (default
+// 20ms), with MergeOptions.Parallelism set to each of
+// SEGMERGE_BENCH_S3_INFLIGHT (default "4,16,64") reads in flight
+// ("s3-inflight-N"). MB/s counts the input index bytes. Each merge starts
+// with an empty segment cache, so opening the inputs is measured too.
+func BenchmarkMergeS3(b *testing.B) {
+	src := os.Getenv("SEGMERGE_BENCH_S3_DATASET")
+	if src == "" {
+		b.Skip("set SEGMERGE_BENCH_S3_DATASET to a dataset directory (bench/bench_scale.py --preset s3)")
+	}
+	ctx := context.Background()
+	delay := 20 * time.Millisecond
+	if v := os.Getenv("SEGMERGE_BENCH_S3_DELAY"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			b.Fatal(err)
+		}
+		delay = d
+	}
+	inflight := []int{4, 16, 64}
+	if v := os.Getenv("SEGMERGE_BENCH_S3_INFLIGHT"); v != "" {
+		inflight = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil {
+				b.Fatal(err)
+			}
+			inflight = append(inflight, n)
+		}
+	}
+	endpoint := s3test.Endpoint(b)
+	bucket := s3test.NewBucket(b)
+	direct := s3Store(b, bucket, endpoint, 3)
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return storage.Put(ctx, direct, filepath.ToSlash(rel), data)
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	local := storage.NewLocal(src, src)
+	snap, err := table.Open(ctx, local, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var metas []*pb.IndexMetadata
+	var bytes int64
+	for _, im := range snap.Indices {
+		if IsVector(im) {
+			metas = append(metas, im)
+			for _, f := range im.GetFiles() {
+				bytes += int64(f.GetSizeBytes())
+			}
+		}
+	}
+	merge := func(b *testing.B, st storage.Store, cleanup storage.Store, parallelism int) {
+		b.SetBytes(bytes)
+		for i := 0; i < b.N; i++ {
+			ivf.SetCacheLimit(ivf.SetCacheLimit(0)) // empty: opening is part of the merge
+			snap, err := table.Open(ctx, st, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			m, err := Merge(ctx, st, snap, metas, MergeOptions{Parallelism: parallelism})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			if _, err := RemoveUncommitted(ctx, cleanup, []string{table.IndexUUID(m)}); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
+	}
+	b.Run("local", func(b *testing.B) { merge(b, local, local, 0) })
+	proxy := s3test.NewFaultProxy(b, endpoint, 0, 1)
+	proxy.SetDelay(delay)
+	for _, n := range inflight {
+		b.Run(fmt.Sprintf("s3-inflight-%d", n), func(b *testing.B) {
+			merge(b, s3Store(b, bucket, proxy.URL, 3), direct, n)
+		})
+	}
+	b.Run("s3-nodelay-default", func(b *testing.B) { merge(b, direct, direct, 0) })
+}
