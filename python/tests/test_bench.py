@@ -98,3 +98,25 @@ def test_bench_verify_smoke(tmp_path):
     for name in ("optimize_noverify", "optimize_verify", "check_outputs", "pylance_optimize", "verify_index", "pylance_recall"):
         assert summary[name]["seconds"] > 0
     assert "check / merge" in (tmp_path / report.name.replace(".json", ".md")).read_text()
+
+
+@pytest.mark.slow
+def test_bench_scale_smoke(tmp_path):
+    """The scale benchmark (issue 17: many partitions, cold cache, S3
+    latency) runs end to end at a tiny scale and times every contender
+    against the read-write floor."""
+    out = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "bench_scale.py"), "--preset", "smoke", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    (report,) = tmp_path.glob("scale-smoke-*.json")
+    res = json.loads(report.read_text())["results"]
+    assert res, "no configuration was measured"
+    for cfg in res.values():
+        summary = cfg["summary"]
+        for name in ("merge_segments", "merge_deltas", "optimize_deltas", "floor_segments", "floor_deltas",
+                     "pylance_merge_segments"):
+            assert summary[name]["seconds"] > 0 and summary[name]["peak_rss_mib"] > 0, name
+        assert summary["input_bytes"]["segments"] > 0 and summary["input_bytes"]["deltas"] > 0
+    assert "merge / read-write floor" in (tmp_path / report.name.replace(".json", ".md")).read_text()
