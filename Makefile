@@ -27,7 +27,7 @@ PY_DEPS := pybindgen==0.22.1 "setuptools>=68" wheel \
            "moto[server]>=5.1" boto3 "matplotlib>=3.8" \
            "pandas>=2.0" "ipywidgets>=8.1" "nbclient>=0.10" "nbformat>=5.9" "ipykernel>=6.29"
 
-.PHONY: all venv build test test-go test-py vet demo notebook bench proto fuzz clean emulators
+.PHONY: all venv build test test-go test-py vet demo notebook bench bench-scale proto fuzz clean emulators
 
 all: build
 
@@ -95,6 +95,14 @@ notebook: build
 BENCH_PRESET ?= default
 bench: build
 	PYTHONPATH=python $(PY) bench/bench_merge.py --preset $(BENCH_PRESET)
+
+# Merge speed where real indices live (bench/bench_scale.py, issue 17):
+# SCALE_PRESET=partitions (128 and 2048 IVF partitions; about 40 minutes),
+# cold (10M rows, page cache dropped; about 40), s3 (moto behind a 20 ms
+# proxy; about 15), smoke (seconds; make test runs it).
+SCALE_PRESET ?= partitions
+bench-scale: build
+	PYTHONPATH=python $(PY) bench/bench_scale.py --preset $(SCALE_PRESET)
 
 # Regenerate the protobuf Go code (needs protoc, e.g. Debian's
 # protobuf-compiler). The generated files are committed.
