@@ -81,7 +81,7 @@ func (t *Tensor) Float64s() ([]float64, bool) {
 		case pb.Tensor_FLOAT64:
 			out[i] = math.Float64frombits(binary.LittleEndian.Uint64(b))
 		case pb.Tensor_FLOAT16:
-			out[i] = float64(halfToFloat32(binary.LittleEndian.Uint16(b)))
+			out[i] = float64(vecmath.HalfToFloat32(binary.LittleEndian.Uint16(b)))
 		case pb.Tensor_BFLOAT16:
 			out[i] = float64(math.Float32frombits(uint32(binary.LittleEndian.Uint16(b)) << 16))
 		case pb.Tensor_UINT8:
@@ -91,26 +91,6 @@ func (t *Tensor) Float64s() ([]float64, bool) {
 		}
 	}
 	return out, true
-}
-
-func halfToFloat32(h uint16) float32 {
-	sign := uint32(h>>15) << 31
-	exp := uint32(h>>10) & 0x1f
-	frac := uint32(h) & 0x3ff
-	switch {
-	case exp == 0 && frac == 0:
-		return math.Float32frombits(sign)
-	case exp == 0: // subnormal
-		e := uint32(127 - 15 + 1)
-		for frac&0x400 == 0 {
-			frac <<= 1
-			e--
-		}
-		return math.Float32frombits(sign | e<<23 | (frac&0x3ff)<<13)
-	case exp == 0x1f:
-		return math.Float32frombits(sign | 0xff<<23 | frac<<13)
-	}
-	return math.Float32frombits(sign | (exp+127-15)<<23 | frac<<13)
 }
 
 // Model is an IVF message: centroids and, for the file it was read from,

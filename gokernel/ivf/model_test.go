@@ -94,19 +94,6 @@ func TestDecodeModelCorrupt(t *testing.T) {
 	}
 }
 
-func TestHalfToFloat32(t *testing.T) {
-	for _, tc := range []struct {
-		h    uint16
-		want float32
-	}{
-		{0x3c00, 1}, {0xc000, -2}, {0x0000, 0}, {0x7bff, 65504}, {0x0001, 5.9604645e-08}, {0x3555, 0.33325195},
-	} {
-		if got := halfToFloat32(tc.h); got != tc.want {
-			t.Fatalf("half %#x = %v, want %v", tc.h, got, tc.want)
-		}
-	}
-}
-
 func TestParseQuantizerMeta(t *testing.T) {
 	q, err := ParseQuantizerMeta(`{"rotate_mat_position":null,"fast_rotation_signs":[1,2],"rotation_type":"fast","code_dim":32,"num_bits":4,"packed":true,"query_estimator":"raw_query"}`)
 	if err != nil || q.CodeDim != 32 || q.NumBits != 4 || q.Packed == nil || !*q.Packed || q.RotateMatPosition != nil || len(q.Raw) != 7 {

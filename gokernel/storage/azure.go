@@ -386,12 +386,7 @@ func (s *Azure) Delete(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	return s.c.do(ctx, "delete", name, newRequest(http.MethodDelete, s.blobURL(key), nil), func(resp *http.Response) error {
-		if resp.StatusCode/100 == 2 || resp.StatusCode == http.StatusNotFound {
-			return nil
-		}
-		return s.c.statusError("delete", name, resp)
-	})
+	return s.c.delete(ctx, name, s.blobURL(key))
 }
 
 // putBlob writes a whole blob in one request; ifAbsent adds

@@ -305,12 +305,7 @@ func (s *GCS) Delete(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	return s.c.do(ctx, "delete", name, newRequest(http.MethodDelete, s.objectURL(key), nil), func(resp *http.Response) error {
-		if resp.StatusCode/100 == 2 || resp.StatusCode == http.StatusNotFound {
-			return nil
-		}
-		return s.c.statusError("delete", name, resp)
-	})
+	return s.c.delete(ctx, name, s.objectURL(key))
 }
 
 // upload sends a whole object in one request; ifAbsent adds the

@@ -243,6 +243,17 @@ func transportError(err error) string {
 	return err.Error()
 }
 
+// delete removes the object at u; one that is already gone counts as
+// removed.
+func (c *rest) delete(ctx context.Context, name, u string) error {
+	return c.do(ctx, "delete", name, newRequest(http.MethodDelete, u, nil), func(resp *http.Response) error {
+		if resp.StatusCode/100 == 2 || resp.StatusCode == http.StatusNotFound {
+			return nil
+		}
+		return c.statusError("delete", name, resp)
+	})
+}
+
 // statusError maps an HTTP answer to an error kind. The message has the
 // service's error code and message (bounded), never the URL's query.
 func (c *rest) statusError(op, name string, resp *http.Response) error {

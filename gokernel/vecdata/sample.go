@@ -57,7 +57,7 @@ func (r *Reader) Sample(ctx context.Context, ids []uint64, n int, seed uint64) (
 	k := uint64(float64(n) * float64(physical) / float64(live))
 	k = min(max(k, uint64(n)), physical)
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	pos := floyd(rng, physical, k)
+	pos := Distinct(rng, physical, k)
 	slices.Sort(pos)
 	out.RowIDs = make([]uint64, 0, len(pos))
 	out.Vectors = make([]float32, 0, len(pos)*r.col.Dim)
@@ -107,7 +107,7 @@ func (r *Reader) Sample(ctx context.Context, ids []uint64, n int, seed uint64) (
 		i = j
 	}
 	if len(out.RowIDs) > n { // more live rows than expected were drawn
-		keep := floyd(rng, uint64(len(out.RowIDs)), uint64(n))
+		keep := Distinct(rng, uint64(len(out.RowIDs)), uint64(n))
 		slices.Sort(keep)
 		dim := r.col.Dim
 		for x, k := range keep {
@@ -122,7 +122,7 @@ func (r *Reader) Sample(ctx context.Context, ids []uint64, n int, seed uint64) (
 
 // floyd draws k distinct integers from [0, n) (Floyd's algorithm: O(k)
 // time and memory whatever n).
-func floyd(rng *rand.Rand, n, k uint64) []uint64 {
+func Distinct(rng *rand.Rand, n, k uint64) []uint64 {
 	if k >= n {
 		out := make([]uint64, n)
 		for i := range out {

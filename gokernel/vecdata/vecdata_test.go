@@ -14,7 +14,7 @@ import (
 func TestFloyd(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, tc := range []struct{ n, k uint64 }{{10, 0}, {10, 3}, {10, 10}, {10, 20}, {1 << 40, 1000}} {
-		got := floyd(rng, tc.n, tc.k)
+		got := Distinct(rng, tc.n, tc.k)
 		if want := min(tc.n, tc.k); uint64(len(got)) != want {
 			t.Fatalf("n=%d k=%d: %d values", tc.n, tc.k, len(got))
 		}

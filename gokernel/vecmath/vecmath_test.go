@@ -157,3 +157,16 @@ func TestFloat32ToHalf(t *testing.T) {
 		}
 	}
 }
+
+func TestHalfToFloat32Values(t *testing.T) {
+	for _, tc := range []struct {
+		h    uint16
+		want float32
+	}{
+		{0x3c00, 1}, {0xc000, -2}, {0x0000, 0}, {0x7bff, 65504}, {0x0001, 5.9604645e-08}, {0x3555, 0.33325195},
+	} {
+		if got := HalfToFloat32(tc.h); got != tc.want {
+			t.Fatalf("half %#x = %v, want %v", tc.h, got, tc.want)
+		}
+	}
+}
