@@ -96,7 +96,10 @@ elif kind == "theirs_create":
         kw["num_sub_vectors"] = job["sub_vectors"]
     lance.dataset(uri).create_index("vec", job["index_type"], name="vec_idx", sample_rate=job["sample_rate"], max_iters=job["iters"], **kw)
 dt = time.perf_counter() - t0
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# VmHWM, not ru_maxrss: a child spawned by the (large) driver inherits the
+# driver's high-water mark in ru_maxrss across exec.
+with open("/proc/self/status") as f:
+    rss = next(int(l.split()[1]) for l in f if l.startswith("VmHWM:")) / 1024
 kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 print(json.dumps({"seconds": dt, "rss_mb": rss, "children_rss_mb": kids}))
 '''
