@@ -140,16 +140,7 @@ func Train(ctx context.Context, rd *vecdata.Reader, p Params) (*encode.Model, St
 	}
 	// IVF trains on NumPartitions × SampleRate vectors (a random subset
 	// when the PQ sample drew more), as Lance's sample sizes are.
-	ivfData, ivfRows := data, rows
-	if want := p.NumPartitions * p.SampleRate; rows > want {
-		pick := rng.Perm(rows)[:want]
-		slices.Sort(pick)
-		ivfData = make([]float32, 0, want*dim)
-		for _, r := range pick {
-			ivfData = append(ivfData, data[r*dim:(r+1)*dim]...)
-		}
-		ivfRows = want
-	}
+	ivfData, ivfRows := subsample(rng, data, rows, dim, p.NumPartitions*p.SampleRate)
 	km, err := KMeans(ctx, ivfData, ivfRows, dim, p.NumPartitions, KMeansOptions{Metric: ivfMetric, MaxIters: p.MaxIters, Rng: rng, Workers: p.Workers})
 	if err != nil {
 		return nil, st, err
@@ -174,20 +165,23 @@ func Train(ctx context.Context, rd *vecdata.Reader, p Params) (*encode.Model, St
 		if p.NumBits != 4 && p.NumBits != 8 {
 			return nil, st, fmt.Errorf("%w: train: PQ num_bits %d (want 4 or 8)", errkind.InvalidInput, p.NumBits)
 		}
-		x := data
+		// PQ trains on 2^bits × SampleRate vectors (a random subset when
+		// the IVF sample drew more), as Lance's PQ sample is.
+		x, pqRows := subsample(rng, data, rows, dim, (1<<p.NumBits)*p.SampleRate)
 		if p.Metric != encode.Dot { // residuals to the nearest centroid
-			x = make([]float32, len(data))
-			a := newAssigner(data, rows, dim, p.Workers)
+			src := x
+			x = make([]float32, len(src))
+			a := newAssigner(src, pqRows, dim, p.Workers)
 			a.assign(m.Centroids, encode.L2)
 			for i, c := range a.idx {
-				v := data[i*dim : (i+1)*dim]
+				v := src[i*dim : (i+1)*dim]
 				cv := m.Centroids[int(c)*dim : (int(c)+1)*dim]
 				for j := range v {
 					x[i*dim+j] = v[j] - cv[j]
 				}
 			}
 		}
-		cb, err := trainPQ(ctx, x, rows, dim, p, rng)
+		cb, err := trainPQ(ctx, x, pqRows, dim, p, rng)
 		if err != nil {
 			return nil, st, err
 		}
@@ -205,6 +199,21 @@ func Train(ctx context.Context, rd *vecdata.Reader, p Params) (*encode.Model, St
 		return nil, st, err
 	}
 	return m, st, nil
+}
+
+// subsample returns want of the rows of data (dim values each) drawn at
+// random, in their order, or data itself when it holds no more.
+func subsample(rng *rand.Rand, data []float32, rows, dim, want int) ([]float32, int) {
+	if rows <= want {
+		return data, rows
+	}
+	pick := rng.Perm(rows)[:want]
+	slices.Sort(pick)
+	out := make([]float32, 0, want*dim)
+	for _, r := range pick {
+		out = append(out, data[r*dim:(r+1)*dim]...)
+	}
+	return out, want
 }
 
 // trainPQ trains one k-means codebook per sub-vector (L2) and lays them out
