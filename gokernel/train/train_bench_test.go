@@ -32,9 +32,10 @@ func clustered(rng *rand.Rand, n, k, dim int) []float32 {
 }
 
 // BenchmarkKMeans trains IVF centroids on a sample of sampleRate vectors
-// per cluster, a fixed number of iterations (no early stop).
+// per cluster, a fixed number of iterations (no early stop); k256/d8 is
+// one PQ sub-vector codebook as create_index trains it.
 func BenchmarkKMeans(b *testing.B) {
-	for _, tc := range []struct{ k, dim, rate, iters int }{{64, 64, 64, 10}, {256, 128, 32, 5}, {1024, 128, 16, 3}} {
+	for _, tc := range []struct{ k, dim, rate, iters int }{{64, 64, 64, 10}, {256, 128, 32, 5}, {1024, 128, 16, 3}, {256, 8, 256, 10}} {
 		b.Run(fmt.Sprintf("k%d/d%d/rate%d/iters%d", tc.k, tc.dim, tc.rate, tc.iters), func(b *testing.B) {
 			rng := rand.New(rand.NewPCG(1, 2))
 			n := tc.k * tc.rate
