@@ -99,7 +99,7 @@ bench: build
 # Merge speed where real indices live (bench/bench_scale.py, issue 17):
 # SCALE_PRESET=partitions (128 and 2048 IVF partitions; about 40 minutes),
 # cold (10M rows, page cache dropped; about 40), s3 (moto behind a 20 ms
-# proxy; about 15), smoke (seconds; make test runs it).
+# proxy; moto-bound, over 35 on 2 cores), smoke (seconds; make test runs it).
 SCALE_PRESET ?= partitions
 bench-scale: build
 	PYTHONPATH=python $(PY) bench/bench_scale.py --preset $(SCALE_PRESET)

@@ -34,7 +34,7 @@ alternate, numbers are medians over the repeats. Reports land in
     python bench/bench_scale.py --preset smoke
     python bench/bench_scale.py --preset partitions      # about 40 minutes on 2 cores
     python bench/bench_scale.py --preset cold            # about 40 minutes (most of it pylance building 10M rows)
-    python bench/bench_scale.py --preset s3              # about 15 minutes (needs moto: make venv)
+    python bench/bench_scale.py --preset s3              # needs moto (make venv); moto is CPU-bound: over 35 minutes on 2 cores
 """
 
 from __future__ import annotations
