@@ -120,17 +120,9 @@ func Build(ctx context.Context, st storage.Store, snap *table.Snapshot, model *e
 	if err != nil {
 		return nil, err
 	}
-	id := uuid.New()
-	if opts.IndexUUID != "" {
-		if id, err = uuid.Parse(opts.IndexUUID); err != nil {
-			return nil, fmt.Errorf("%w: index_uuid %q: %w", errkind.InvalidInput, opts.IndexUUID, err)
-		}
-	}
-	dir := table.IndicesDir + id.String() + "/"
-	if existing, err := st.List(ctx, dir); err != nil {
+	id, dir, err := outputDir(ctx, st, opts.IndexUUID)
+	if err != nil {
 		return nil, err
-	} else if len(existing) > 0 {
-		return nil, fmt.Errorf("%w: output segment %s already has files under %s", errkind.Conflict, id, dir)
 	}
 
 	b := &builder{st: st, rd: rd, enc: enc, opts: opts, dir: dir, version: version}

@@ -150,17 +150,9 @@ func Merge(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []
 		prog.SetStage("done")
 		return metas[0], nil
 	}
-	id := uuid.New()
-	if opts.IndexUUID != "" {
-		if id, err = uuid.Parse(opts.IndexUUID); err != nil {
-			return nil, fmt.Errorf("%w: index_uuid %q: %w", errkind.InvalidInput, opts.IndexUUID, err)
-		}
-	}
-	dir := table.IndicesDir + id.String() + "/"
-	if existing, err := st.List(ctx, dir); err != nil {
+	id, dir, err := outputDir(ctx, st, opts.IndexUUID)
+	if err != nil {
 		return nil, err
-	} else if len(existing) > 0 {
-		return nil, fmt.Errorf("%w: output segment %s already has files under %s", errkind.Conflict, id, dir)
 	}
 	out, err := (&merger{st: st, snap: snap, srcs: srcs, m: m, opts: opts, dir: dir}).run(ctx)
 	if err != nil {
@@ -1009,4 +1001,25 @@ func goSafe(g *errgroup.Group, f func() error) {
 		}()
 		return f()
 	})
+}
+
+// outputDir is the uuid and directory of a new segment: under indexUUID when given
+// (a caller that names its outputs, e.g. to clean them up after a
+// failure), else a fresh uuid. Files already there are a Conflict: two
+// tasks never write one segment.
+func outputDir(ctx context.Context, st storage.Store, indexUUID string) (uuid.UUID, string, error) {
+	id := uuid.New()
+	if indexUUID != "" {
+		var err error
+		if id, err = uuid.Parse(indexUUID); err != nil {
+			return id, "", fmt.Errorf("%w: index_uuid %q: %w", errkind.InvalidInput, indexUUID, err)
+		}
+	}
+	dir := table.IndicesDir + id.String() + "/"
+	if existing, err := st.List(ctx, dir); err != nil {
+		return id, "", err
+	} else if len(existing) > 0 {
+		return id, "", fmt.Errorf("%w: output segment %s already has files under %s", errkind.Conflict, id, dir)
+	}
+	return id, dir, nil
 }
