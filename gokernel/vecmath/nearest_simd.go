@@ -104,6 +104,10 @@ func store16(v archsimd.Float32x16, dst []float32, m archsimd.Float32x16) archsi
 // compiler spills their registers.)
 func scoreBlockAVX512(s *Searcher, x []float32, stride, rows, j0, j1 int, out []float32, ld int, lanes []float32) {
 	dim := s.dim
+	if dim == 8 {
+		scoreBlockAVX512Dim8(s, x, stride, rows, j0, j1, out, ld, lanes)
+		return
+	}
 	inf := archsimd.BroadcastFloat32x16(float32(math.Inf(1)))
 	r := 0
 	for ; r+2 <= rows; r += 2 {
@@ -282,4 +286,55 @@ func rowNormAVX2(v []float32) float64 {
 		return rowNormGeneric(v)
 	}
 	return math.Sqrt(n2 * (1 + 2*float64(len(v)+2)*unitRoundoff))
+}
+
+// scoreBlockAVX512Dim8 is scoreBlockAVX512 for 8 dimensions (PQ
+// sub-vectors of 128-d vectors in 16 parts, the commonest codebook): the
+// two vectors' values are broadcast once for all blocks rather than once
+// per block, leaving the loop to loads and fused multiply-adds.
+func scoreBlockAVX512Dim8(s *Searcher, x []float32, stride, rows, j0, j1 int, out []float32, ld int, lanes []float32) {
+	inf := archsimd.BroadcastFloat32x16(float32(math.Inf(1)))
+	r := 0
+	for ; r+2 <= rows; r += 2 {
+		x0 := (*[8]float32)(x[r*stride:])
+		x1 := (*[8]float32)(x[(r+1)*stride:])
+		a0, a1, a2, a3 := archsimd.BroadcastFloat32x16(x0[0]), archsimd.BroadcastFloat32x16(x0[1]), archsimd.BroadcastFloat32x16(x0[2]), archsimd.BroadcastFloat32x16(x0[3])
+		a4, a5, a6, a7 := archsimd.BroadcastFloat32x16(x0[4]), archsimd.BroadcastFloat32x16(x0[5]), archsimd.BroadcastFloat32x16(x0[6]), archsimd.BroadcastFloat32x16(x0[7])
+		b0, b1, b2, b3 := archsimd.BroadcastFloat32x16(x1[0]), archsimd.BroadcastFloat32x16(x1[1]), archsimd.BroadcastFloat32x16(x1[2]), archsimd.BroadcastFloat32x16(x1[3])
+		b4, b5, b6, b7 := archsimd.BroadcastFloat32x16(x1[4]), archsimd.BroadcastFloat32x16(x1[5]), archsimd.BroadcastFloat32x16(x1[6]), archsimd.BroadcastFloat32x16(x1[7])
+		m0, m1 := inf, inf
+		o0 := out[r*ld : r*ld+j1-j0]
+		o1 := out[(r+1)*ld : (r+1)*ld+j1-j0]
+		for j := j0; j < j1; j += blockRows {
+			p := (*[8 * blockRows]float32)(s.packed[j*8:])
+			c := archsimd.LoadFloat32x16((*[16]float32)(p[0:]))
+			u, v := a0.Mul(c), b0.Mul(c)
+			c = archsimd.LoadFloat32x16((*[16]float32)(p[16:]))
+			u, v = a1.MulAdd(c, u), b1.MulAdd(c, v)
+			c = archsimd.LoadFloat32x16((*[16]float32)(p[32:]))
+			u, v = a2.MulAdd(c, u), b2.MulAdd(c, v)
+			c = archsimd.LoadFloat32x16((*[16]float32)(p[48:]))
+			u, v = a3.MulAdd(c, u), b3.MulAdd(c, v)
+			c = archsimd.LoadFloat32x16((*[16]float32)(p[64:]))
+			u, v = a4.MulAdd(c, u), b4.MulAdd(c, v)
+			c = archsimd.LoadFloat32x16((*[16]float32)(p[80:]))
+			u, v = a5.MulAdd(c, u), b5.MulAdd(c, v)
+			c = archsimd.LoadFloat32x16((*[16]float32)(p[96:]))
+			u, v = a6.MulAdd(c, u), b6.MulAdd(c, v)
+			c = archsimd.LoadFloat32x16((*[16]float32)(p[112:]))
+			u, v = a7.MulAdd(c, u), b7.MulAdd(c, v)
+			h := archsimd.LoadFloat32x16((*[16]float32)(s.half[j:]))
+			o := j - j0
+			m0 = store16(h.Sub(u), o0[o:o+16], m0)
+			m1 = store16(h.Sub(v), o1[o:o+16], m1)
+		}
+		d0 := (*[16]float32)(lanes[r*16:])
+		m0.Min(archsimd.LoadFloat32x16(d0)).Store(d0)
+		d1 := (*[16]float32)(lanes[(r+1)*16:])
+		m1.Min(archsimd.LoadFloat32x16(d1)).Store(d1)
+	}
+	archsimd.ClearAVXUpperBits()
+	if r < rows {
+		scoreBlockGeneric(s, x[r*stride:], stride, rows-r, j0, j1, out[r*ld:], ld, lanes[r*16:])
+	}
 }
