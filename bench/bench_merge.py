@@ -169,7 +169,9 @@ CHILD = textwrap.dedent(
     kids = max(globals().get("worker_rss", [0]) or [0])
     if not kids:
         kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
-    print("RESULT " + json.dumps({"seconds": secs, "rss_self": benchworker.peak_rss(), "rss_children": kids}))
+    res = {"seconds": secs, "rss_self": benchworker.peak_rss(), "rss_children": kids}
+    res.update(globals().get("extra", {}))  # phase times the work may report
+    print("RESULT " + json.dumps(res))
     """
 )
 

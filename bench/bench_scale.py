@@ -168,12 +168,17 @@ def drop_cache(uri: str) -> None:
 # -- the runs -----------------------------------------------------------------------------
 
 
-def ours_optimize_local(uri: str, fan_in: int) -> dict[str, Any]:
+def ours_optimize_local(uri: str, fan_in: int, verify: bool = True) -> dict[str, Any]:
     """The whole optimize in one process, one worker: open, list, plan,
-    merge (one task: fan_in covers every segment), commit."""
+    merge (one task: fan_in covers every segment), verify (unless told
+    not to), commit. Its report splits the time: ``tree_seconds`` (merge,
+    verify and commit) and ``commit_seconds``; the rest of the wall time
+    is opening, listing and planning."""
     setup = "import lance_segmerge as ls"
-    work = f"ls.optimize({uri!r}, 'vec_idx', executor='local', fan_in={fan_in}, progress=False)"
-    return bm.run_child(setup, work)
+    work = (f"rep = ls.optimize_with_report({uri!r}, 'vec_idx', executor='local', fan_in={fan_in}, "
+            f"progress=False, verify={verify})")
+    after = "extra = {'tree_seconds': rep.seconds, 'commit_seconds': rep.commit_seconds}"
+    return bm.run_child(setup, work, after)
 
 
 def measure_partitions(work: Path, p: ScalePreset, t: str, parts: int, data: dict[str, Any]) -> dict[str, Any]:
@@ -194,6 +199,8 @@ def measure_partitions(work: Path, p: ScalePreset, t: str, parts: int, data: dic
                 add("merge_deltas", bm.ours_merge(dlt["uri"], dlt["json"], dlt["groups"], 1))
                 u = bm.copy_dataset(dlt["uri"], str(work / "opt-ours"))
                 add("optimize_deltas", ours_optimize_local(u, fan_in))
+                u = bm.copy_dataset(dlt["uri"], str(work / "opt-ours"))
+                add("optimize_deltas_noverify", ours_optimize_local(u, fan_in, verify=False))
             else:
                 if seg:
                     add("floor_segments", bm.read_write_floor(seg["uri"], seg["groups"], scratch))
@@ -252,6 +259,12 @@ def summarize(runs: dict[str, list[dict[str, Any]]], in_bytes: dict[str, int]) -
         b = in_bytes["segments" if name.endswith("segments") else "deltas"]
         out[name] = {"seconds": secs, "mb_per_s": b / secs / 2**20,
                      "peak_rss_mib": max(max(x["rss_self"], x["rss_children"]) for x in rs) / 2**20, "runs": rs}
+        if all("tree_seconds" in x for x in rs):  # an optimize: its phases (medians)
+            out[name]["phases"] = {
+                "open_list_plan": bm.median([x["seconds"] - x["tree_seconds"] for x in rs]),
+                "merge_verify": bm.median([x["tree_seconds"] - x["commit_seconds"] for x in rs]),
+                "commit": bm.median([x["commit_seconds"] for x in rs]),
+            }
     out["input_bytes"] = in_bytes
     return out
 
@@ -294,6 +307,12 @@ def report_markdown(res: dict[str, Any]) -> str:
                 continue
             lines.append(f"| {name} | {v['seconds']:.3f} | {v['mb_per_s']:.1f} | {v['peak_rss_mib']:.0f} |")
         lines.append("")
+        phased = [(k, v["phases"]) for k, v in s.items() if isinstance(v, dict) and "phases" in v]
+        if phased:
+            lines += ["| optimize run | open + list + plan s | merge (+ verify) s | commit s |", "| --- | ---: | ---: | ---: |"]
+            for name, ph in phased:
+                lines.append(f"| {name} | {ph['open_list_plan']:.3f} | {ph['merge_verify']:.3f} | {ph['commit']:.3f} |")
+            lines.append("")
         bound = "<= 1.5" if parts <= 128 else "<= 2.0"
         for label, a, b, tgt in (
             ("merge / read-write floor (segments" + (", re-quantized" if t == "IVF_SQ" else "") + ")",
@@ -301,6 +320,7 @@ def report_markdown(res: dict[str, Any]) -> str:
             ("merge / read-write floor (base + deltas" + (", same bounds" if t == "IVF_SQ" else "") + ")",
              "merge_deltas", "floor_deltas", bound),
             ("whole optimize / merge alone (base + deltas)", "optimize_deltas", "merge_deltas", "<= 1.2" if parts >= 2048 else ""),
+            ("whole optimize, verify=False / merge alone", "optimize_deltas_noverify", "merge_deltas", "<= 1.2" if parts >= 2048 else ""),
             ("pylance merge / ours, throughput (segments)", "pylance_merge_segments", "merge_segments", ">= 1.5"),
             ("cold merge MB/s / cold read-write floor MB/s", "floor_deltas_cold", "merge_deltas_cold", ">= 0.7"),
         ):

@@ -115,8 +115,13 @@ def test_bench_scale_smoke(tmp_path):
     assert res, "no configuration was measured"
     for cfg in res.values():
         summary = cfg["summary"]
-        for name in ("merge_segments", "merge_deltas", "optimize_deltas", "floor_segments", "floor_deltas",
-                     "pylance_merge_segments"):
+        for name in ("merge_segments", "merge_deltas", "optimize_deltas", "optimize_deltas_noverify", "floor_segments",
+                     "floor_deltas", "pylance_merge_segments"):
             assert summary[name]["seconds"] > 0 and summary[name]["peak_rss_mib"] > 0, name
         assert summary["input_bytes"]["segments"] > 0 and summary["input_bytes"]["deltas"] > 0
-    assert "merge / read-write floor" in (tmp_path / report.name.replace(".json", ".md")).read_text()
+        for name in ("optimize_deltas", "optimize_deltas_noverify"):  # the optimize's time, split
+            ph = summary[name]["phases"]
+            assert ph["merge_verify"] > 0 and ph["commit"] > 0 and ph["open_list_plan"] > 0, (name, ph)
+            assert sum(ph.values()) <= summary[name]["seconds"] * 1.5, (name, ph)
+    text = (tmp_path / report.name.replace(".json", ".md")).read_text()
+    assert "merge / read-write floor" in text and "open + list + plan" in text
