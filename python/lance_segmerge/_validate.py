@@ -43,6 +43,21 @@ def _int(value: Any, what: str, lo: int = 0, hi: int = _U64) -> int:
     return int(value)
 
 
+def _ints(value: Any, what: str, item: str, lo: int = 0, hi: int = _U64) -> tuple[int, ...]:
+    """A list or tuple (``what``) of integers (``item``) in [lo, hi], as a
+    tuple (None is empty).
+
+    The check runs in C (the set of the items' types, their minimum and
+    maximum) and falls back to one item at a time only to name what is
+    wrong: a segment of 2048 partitions lists 2048 row counts, and a plan
+    of a thousand segments would otherwise spend most of its time here.
+    """
+    items = _seq(value, what)
+    if items and set(map(type, items)) == {int} and lo <= min(items) and max(items) <= hi:
+        return items
+    return tuple(_int(x, item, lo, hi) for x in items)
+
+
 def _opt_int(value: Any, what: str, lo: int = 0, hi: int = _U64) -> Optional[int]:
     return None if value is None else _int(value, what, lo, hi)
 

@@ -24,6 +24,7 @@ from ._validate import (
     _bool,
     _field,
     _int,
+    _ints,
     _loads,
     _mapping,
     _opt_bool,
@@ -221,9 +222,9 @@ class IndexSegment:
         what = f"segment {u}:"
         set_ = object.__setattr__  # frozen: normalise sequences to tuples
         _str(self.name, f"{what} name")
-        set_(self, "fields", tuple(_int(x, f"{what} field id", -(2**31), _I32) for x in _seq(self.fields, f"{what} fields")))
+        set_(self, "fields", _ints(self.fields, f"{what} fields", f"{what} field id", -(2**31), _I32))
         _int(self.dataset_version, f"{what} dataset_version")
-        frags = tuple(_int(x, f"{what} fragment id", 0, _U32) for x in _seq(self.fragment_ids, f"{what} fragment_ids"))
+        frags = _ints(self.fragment_ids, f"{what} fragment_ids", f"{what} fragment id", 0, _U32)
         if any(a >= b for a, b in zip(frags, frags[1:])):
             raise InvalidInputError(f"segment {u}: fragment_ids must be sorted and unique")
         set_(self, "fragment_ids", frags)
@@ -245,8 +246,8 @@ class IndexSegment:
                      "index_file_bytes", "auxiliary_file_bytes", "stale_rows",
                      "hnsw_m", "hnsw_ef_construction", "hnsw_max_level", "hnsw_levels"):
             _opt_int(getattr(self, name), f"{what} {name}")
-        set_(self, "partition_graph_rows", tuple(_int(x, f"{what} partition_graph_rows", 0, _U32) for x in _seq(self.partition_graph_rows, f"{what} partition_graph_rows")))
-        set_(self, "partition_rows", tuple(_int(x, f"{what} partition_rows", 0, _U32) for x in _seq(self.partition_rows, f"{what} partition_rows")))
+        set_(self, "partition_graph_rows", _ints(self.partition_graph_rows, f"{what} partition_graph_rows", f"{what} partition_graph_rows", 0, _U32))
+        set_(self, "partition_rows", _ints(self.partition_rows, f"{what} partition_rows", f"{what} partition_rows", 0, _U32))
         _opt_bool(self.pq_transposed, f"{what} pq_transposed")
         _opt_bool(self.rq_packed, f"{what} rq_packed")
 

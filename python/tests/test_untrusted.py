@@ -97,3 +97,25 @@ def test_tampered_plan_refused_before_any_worker(delta_datasets, copy_dataset):
         ls.run_plan(ds, ls.MergePlan.from_dict(d))
     assert sorted(os.listdir(os.path.join(uri, "_indices"))) == before
     assert ls.open(uri).version == ds.version
+
+
+@pytest.mark.parametrize(
+    "value",
+    [[1, True, 3], [1, -1], [1, 2**32], [1, 2.0], [1, "2"], [1, None], "123", {1: 2}],
+)
+def test_integer_lists_are_checked_item_by_item(value: object) -> None:
+    """The fast check of a segment's integer lists (types, minimum and
+    maximum in C) refuses exactly what the per-item check refuses: bools,
+    negatives, values past uint32, floats, strings, None, non-lists."""
+    from lance_segmerge._validate import _U32, _ints
+
+    with pytest.raises(ls.InvalidInputError, match="partition_rows"):
+        _ints(value, "partition_rows", "partition_rows", 0, _U32)
+
+
+def test_integer_lists_pass_through() -> None:
+    from lance_segmerge._validate import _U32, _ints
+
+    rows = list(range(2048))
+    assert _ints(rows, "partition_rows", "partition_rows", 0, _U32) == tuple(rows)
+    assert _ints(None, "x", "x") == () and _ints((), "x", "x") == ()
