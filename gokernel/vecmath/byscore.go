@@ -2,6 +2,14 @@ package vecmath
 
 import "math"
 
+// infLanes resets the lane minima of four vectors.
+var infLanes = func() (l [4 * blockRows]float32) {
+	for i := range l {
+		l[i] = float32(math.Inf(1))
+	}
+	return l
+}()
+
 // NearestByScore is Nearest without its guarantee: the row of the smallest
 // computed score (the lowest such row when scores are equal), the one
 // Lance would pick for every vector but those whose two nearest rows are
@@ -14,33 +22,11 @@ import "math"
 // (‖x‖² + 2·score, at least 0, for L2; 1 + score for dot), in float32.
 // Vectors without a finite smallest score are measured exactly, as
 // Nearest measures them.
-var infLanes = func() (l [4 * blockRows]float32) {
-	for i := range l {
-		l[i] = float32(math.Inf(1))
-	}
-	return l
-}()
-
 func (s *Searcher) NearestByScore(x []float32, stride, n int, idx []int32, dist []float32, sc *SearchScratch) {
-	if n == 0 {
+	scores, kc, done := s.begin(x, stride, n, idx, dist, sc)
+	if done {
 		return
 	}
-	_ = idx[n-1]
-	if dist != nil {
-		_ = dist[n-1]
-	}
-	if s.exact || s.k == 0 {
-		for i := 0; i < n; i++ {
-			s.scanRow(x[i*stride:i*stride+s.dim], i, idx, dist)
-		}
-		sc.scans += n
-		return
-	}
-	kc := min(chunkRows, len(s.half))
-	if cap(sc.scores) < 4*kc {
-		sc.scores = make([]float32, 4*kc)
-	}
-	scores := sc.scores[:4*kc]
 	inf := float32(math.Inf(1))
 	var low [4]float32
 	var best [4]int32

@@ -127,25 +127,10 @@ type candidate struct {
 // distance is a finite number, as Lance's argmin), dist[i] (if dist is
 // not nil) its distance: L2Sq16, or 1 - Dot16.
 func (s *Searcher) Nearest(x []float32, stride, n int, idx []int32, dist []float32, sc *SearchScratch) {
-	if n == 0 {
+	scores, kc, done := s.begin(x, stride, n, idx, dist, sc)
+	if done {
 		return
 	}
-	_ = idx[n-1]
-	if dist != nil {
-		_ = dist[n-1]
-	}
-	if s.exact || s.k == 0 {
-		for i := 0; i < n; i++ {
-			s.scanRow(x[i*stride:i*stride+s.dim], i, idx, dist)
-		}
-		sc.scans += n
-		return
-	}
-	kc := min(chunkRows, len(s.half))
-	if cap(sc.scores) < 4*kc {
-		sc.scores = make([]float32, 4*kc)
-	}
-	scores := sc.scores[:4*kc]
 	var norm [4]float64
 	var low [4]float32
 	var lanes [4 * blockRows]float32 // per vector, the minimum of each lane (j mod 16)
@@ -215,6 +200,31 @@ func (s *Searcher) Nearest(x []float32, stride, n int, idx []int32, dist []float
 			}
 		}
 	}
+}
+
+// begin is the start of Nearest and NearestByScore: bounds checks, the
+// exact scan when the matrix needs it (done), else the score buffer of
+// four vectors and the rows scored at once (kc).
+func (s *Searcher) begin(x []float32, stride, n int, idx []int32, dist []float32, sc *SearchScratch) (scores []float32, kc int, done bool) {
+	if n == 0 {
+		return nil, 0, true
+	}
+	_ = idx[n-1]
+	if dist != nil {
+		_ = dist[n-1]
+	}
+	if s.exact || s.k == 0 {
+		for i := 0; i < n; i++ {
+			s.scanRow(x[i*stride:i*stride+s.dim], i, idx, dist)
+		}
+		sc.scans += n
+		return nil, 0, true
+	}
+	kc = min(chunkRows, len(s.half))
+	if cap(sc.scores) < 4*kc {
+		sc.scores = make([]float32, 4*kc)
+	}
+	return sc.scores[:4*kc], kc, false
 }
 
 // rowNorm is ‖v‖ or a little more (the bound only needs an upper

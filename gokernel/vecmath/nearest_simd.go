@@ -98,6 +98,15 @@ func store16(v archsimd.Float32x16, dst []float32, m archsimd.Float32x16) archsi
 	return v.Min(m)
 }
 
+// foldLanes16 lowers the lane minima of two vectors (lanes[0:16] and
+// lanes[16:32]) to m0 and m1 where those are lower.
+func foldLanes16(lanes []float32, m0, m1 archsimd.Float32x16) {
+	d0 := (*[16]float32)(lanes[:16])
+	m0.Min(archsimd.LoadFloat32x16(d0)).Store(d0)
+	d1 := (*[16]float32)(lanes[16:32])
+	m1.Min(archsimd.LoadFloat32x16(d1)).Store(d1)
+}
+
 // scoreBlockAVX512 is scoreBlock with 16-lane fused multiply-adds: two
 // vectors against two blocks (32 matrix rows) at a time. (Wider tiles,
 // four vectors or more blocks, and unrolled loops measured slower: the
@@ -152,10 +161,7 @@ func scoreBlockAVX512(s *Searcher, x []float32, stride, rows, j0, j1 int, out []
 			m0 = store16(h.Sub(a0), o0[o:o+16], m0)
 			m1 = store16(h.Sub(a1), o1[o:o+16], m1)
 		}
-		d0 := (*[16]float32)(lanes[r*16:])
-		m0.Min(archsimd.LoadFloat32x16(d0)).Store(d0)
-		d1 := (*[16]float32)(lanes[(r+1)*16:])
-		m1.Min(archsimd.LoadFloat32x16(d1)).Store(d1)
+		foldLanes16(lanes[r*16:], m0, m1)
 	}
 	archsimd.ClearAVXUpperBits()
 	if r < rows {
@@ -328,10 +334,7 @@ func scoreBlockAVX512Dim8(s *Searcher, x []float32, stride, rows, j0, j1 int, ou
 			m0 = store16(h.Sub(u), o0[o:o+16], m0)
 			m1 = store16(h.Sub(v), o1[o:o+16], m1)
 		}
-		d0 := (*[16]float32)(lanes[r*16:])
-		m0.Min(archsimd.LoadFloat32x16(d0)).Store(d0)
-		d1 := (*[16]float32)(lanes[(r+1)*16:])
-		m1.Min(archsimd.LoadFloat32x16(d1)).Store(d1)
+		foldLanes16(lanes[r*16:], m0, m1)
 	}
 	archsimd.ClearAVXUpperBits()
 	if r < rows {
