@@ -125,3 +125,21 @@ def test_bench_scale_smoke(tmp_path):
             assert sum(ph.values()) <= summary[name]["seconds"] * 1.5, (name, ph)
     text = (tmp_path / report.name.replace(".json", ".md")).read_text()
     assert "merge / read-write floor" in text and "open + list + plan" in text
+
+
+def test_ingest_bound_matches_merge_everything() -> None:
+    """bench/ingest_bound.py's least write amplification: with one segment
+    allowed it is merging everything every pass (a closed form, and what
+    ingest_sim measured for pylance: 18.83 rows per row on the default
+    preset); allowing more segments never costs more."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        from ingest_bound import least_rewrites
+    finally:
+        sys.path.pop(0)
+    passes, base = 30, 100_000 / 30_000
+    closed = sum(base + i for i in range(1, passes + 1)) / passes
+    assert abs(least_rewrites(passes, base, 1) - closed) < 1e-9
+    assert abs(closed - 18.83) < 0.01
+    two, three = least_rewrites(passes, base, 2), least_rewrites(passes, base, 3)
+    assert 3 < three < two < closed
