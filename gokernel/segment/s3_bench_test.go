@@ -21,7 +21,8 @@ import (
 // BenchmarkMergeS3 merges every segment of one index of a real dataset
 // (SEGMERGE_BENCH_S3_DATASET, a local directory; bench/bench_scale.py
 // --preset s3 builds one) into one, on local disk ("local") and on S3
-// (moto, SEGMERGE_S3_ENDPOINT, through tools/with_emulators.py) behind a
+// (moto at SEGMERGE_S3_ENDPOINT, through tools/with_emulators.py, or with
+// SEGMERGE_BENCH_S3_SERVER=inprocess a Go server in this process) behind a
 // proxy that delays every request by SEGMERGE_BENCH_S3_DELAY (default
 // 20ms), with MergeOptions.Parallelism set to each of
 // SEGMERGE_BENCH_S3_INFLIGHT (default "4,16,64") reads in flight
@@ -52,8 +53,16 @@ func BenchmarkMergeS3(b *testing.B) {
 			inflight = append(inflight, n)
 		}
 	}
-	endpoint := s3test.Endpoint(b)
-	bucket := s3test.NewBucket(b)
+	var endpoint string
+	switch server := os.Getenv("SEGMERGE_BENCH_S3_SERVER"); server {
+	case "", "env":
+		endpoint = s3test.Endpoint(b)
+	case "inprocess":
+		endpoint = s3test.InProcess(b)
+	default:
+		b.Fatalf("SEGMERGE_BENCH_S3_SERVER=%q: want env (SEGMERGE_S3_ENDPOINT) or inprocess", server)
+	}
+	bucket := s3test.NewBucketAt(b, endpoint)
 	direct := s3Store(b, bucket, endpoint, 3)
 	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {

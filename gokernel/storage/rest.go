@@ -368,6 +368,8 @@ type restObject struct {
 	size int64
 	id   string
 	read func(ctx context.Context, p []byte, off int64) error
+	src  *blockSource // set on first read
+	once sync.Once
 }
 
 // restIdentity names an object's bytes by its URL, size and version tag
@@ -388,7 +390,8 @@ func (o *restObject) ReadAt(ctx context.Context, p []byte, off int64) error {
 	if len(p) == 0 {
 		return nil
 	}
-	return splitRead(ctx, p, off, o.read)
+	o.once.Do(func() { o.src = &blockSource{size: o.size, read: o.read} })
+	return o.src.readAt(ctx, p, off)
 }
 
 func (o *restObject) Size() int64  { return o.size }

@@ -294,7 +294,9 @@ func (s *S3) Open(ctx context.Context, name string) (Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &s3Object{s: s, name: name, size: e.Size, etag: e.ETag}, nil
+	o := &s3Object{s: s, name: name, size: e.Size, etag: e.ETag}
+	o.src = &blockSource{size: e.Size, read: o.readRange}
+	return o, nil
 }
 
 type s3Object struct {
@@ -302,6 +304,7 @@ type s3Object struct {
 	name string
 	size int64
 	etag string
+	src  *blockSource
 }
 
 // Identity names the object's bytes by endpoint, bucket, key, size and
@@ -321,7 +324,7 @@ func (o *s3Object) ReadAt(ctx context.Context, p []byte, off int64) error {
 	if len(p) == 0 {
 		return nil
 	}
-	return splitRead(ctx, p, off, o.readRange)
+	return o.src.readAt(ctx, p, off)
 }
 
 // readRange is one ranged GET.

@@ -1,5 +1,6 @@
 // Package s3test supports tests against a local S3 server (moto, started
-// by tools/with_moto.py): fresh buckets, and a proxy that injects faults.
+// by tools/with_moto.py, or one in process): fresh buckets, and a proxy
+// that injects faults.
 package s3test
 
 import (
@@ -21,6 +22,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/google/uuid"
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
 )
 
 // Endpoint is the local S3 server, or the test is skipped.
@@ -32,13 +35,31 @@ func Endpoint(t testing.TB) string {
 	return ep
 }
 
+// InProcess starts an S3 server in this process (gofakes3 over memory,
+// written in Go: it costs a small fraction of moto's CPU, so a benchmark
+// measures the client rather than the server) and returns its endpoint.
+// It stops with the test.
+func InProcess(t testing.TB) string {
+	t.Helper()
+	srv := httptest.NewServer(gofakes3.New(s3mem.New()).Server())
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
 // NewBucket creates a fresh bucket on the local S3 server and returns its
 // name.
 func NewBucket(t testing.TB) string {
 	t.Helper()
+	return NewBucketAt(t, Endpoint(t))
+}
+
+// NewBucketAt creates a fresh bucket on the S3 server at endpoint and
+// returns its name.
+func NewBucketAt(t testing.TB, endpoint string) string {
+	t.Helper()
 	bucket := "t-" + uuid.NewString()[:13]
 	client := s3.New(s3.Options{
-		Region: "us-east-1", BaseEndpoint: aws.String(Endpoint(t)), UsePathStyle: true,
+		Region: "us-east-1", BaseEndpoint: aws.String(endpoint), UsePathStyle: true,
 		Credentials: credentials.NewStaticCredentialsProvider("testing", "testing", ""),
 	})
 	if _, err := client.CreateBucket(context.Background(), &s3.CreateBucketInput{Bucket: aws.String(bucket)}); err != nil {
