@@ -113,6 +113,10 @@ func TestParseLogicalType(t *testing.T) {
 		{"fixed_size_list:lance.bfloat16:8", KindUnknown, 0, 0},
 		{"fixed_size_list:uint8:0", KindUnknown, 0, 0},
 		{"fixed_size_list:uint8:x", KindUnknown, 0, 0},
+		{"fixed_size_list:", KindUnknown, 0, 0}, // found by FuzzOpen: no element, no size
+		{"fixed_size_list::", KindUnknown, 0, 0},
+		{"fixed_size_list:uint8:16777217", KindUnknown, 0, 0},
+		{"fixed_size_list:uint8:9223372036854775807", KindUnknown, 0, 0},
 		{"list", KindList, 0, 0},
 		{"string", KindUnknown, 0, 0},
 	} {

@@ -116,6 +116,10 @@ func parseKind(s string) (Kind, bool) {
 	return KindUnknown, false
 }
 
+// maxListDim bounds a fixed-size list's size (2^24 values: a vector wider
+// than any index holds), so that its width in bits stays far inside int.
+const maxListDim = 1 << 24
+
 // ParseLogicalType maps a Lance logical type string to a DataType. Types the
 // kernel never decodes (strings, decimals, timestamps, ...) come back as
 // KindUnknown with Logical set; only reading their pages fails.
@@ -132,11 +136,15 @@ func ParseLogicalType(s string) DataType {
 		return DataType{Kind: KindStruct, Logical: s}
 	case strings.HasPrefix(s, "fixed_size_list:"):
 		// fixed_size_list:<elem>:<n>; the element may itself contain colons.
+		// Untrusted: "fixed_size_list:" alone has no element nor size.
 		last := strings.LastIndex(s, ":")
+		if last < len("fixed_size_list:") {
+			return DataType{Kind: KindUnknown, Logical: s}
+		}
 		elem := s[len("fixed_size_list:"):last]
 		n, err := strconv.Atoi(s[last+1:])
 		k, ok := parseKind(elem)
-		if err != nil || !ok || n <= 0 {
+		if err != nil || !ok || n <= 0 || n > maxListDim {
 			return DataType{Kind: KindUnknown, Logical: s}
 		}
 		return DataType{Kind: KindFixedSizeList, Elem: k, Dim: n, Logical: s}
