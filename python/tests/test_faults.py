@@ -215,8 +215,16 @@ def test_worker_killed(tmp_path, monkeypatch, where):
     with pytest.raises(ls.WorkerError) as ei:
         ls.optimize(uri, "vec_idx", executor="processes", max_workers=2, fan_in=2, progress=False)
     msg = str(ei.value)
-    assert "was killed by SIGKILL while running item 0" in msg and "task 0 of level 1" in msg, msg
-    assert ei.value.items == (0,)
+    assert "task 0 of level 1" in msg, msg
+    # How the worker died comes from its exit code, when the pool still
+    # lists the process: it usually does; when it has already forgotten it
+    # (a race inside concurrent.futures, seen once on CI), the error still
+    # names every task that did not finish, the killed one first.
+    if "was killed by" in msg:
+        assert "was killed by SIGKILL while running item 0" in msg, msg
+        assert ei.value.items == (0,)
+    else:
+        assert "a worker process died" in msg and ei.value.items[0] == 0, msg
     deadline = time.monotonic() + 10
     while _pool_workers() and time.monotonic() < deadline:
         time.sleep(0.05)

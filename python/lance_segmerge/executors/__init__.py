@@ -71,14 +71,20 @@ class FuturesExecutor:
         index = {f: i for i, f in enumerate(futures)}
         procs = dict(getattr(self._pool, "_processes", None) or {})
         try:
-            for f in cf.as_completed(futures):
-                try:
-                    f.result()  # raise the first failure
-                except cf.BrokenExecutor as exc:
-                    procs.update(getattr(self._pool, "_processes", None) or {})
-                    raise self._lost(futures, index, procs, exc) from exc
-                if on_done is not None:
-                    on_done(index[f])
+            pending = set(futures)
+            while pending:
+                # Keep every worker process seen (a pool may start one at any
+                # time, and forgets a dead one when it breaks): its exit code
+                # says how it died.
+                finished, pending = cf.wait(pending, timeout=0.05, return_when=cf.FIRST_COMPLETED)
+                procs.update(getattr(self._pool, "_processes", None) or {})
+                for f in sorted(finished, key=index.__getitem__):
+                    try:
+                        f.result()  # raise the first failure
+                    except cf.BrokenExecutor as exc:
+                        raise self._lost(futures, index, procs, exc) from exc
+                    if on_done is not None:
+                        on_done(index[f])
         except BaseException:
             self.cancel()
             raise
