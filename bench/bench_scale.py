@@ -228,10 +228,7 @@ def measure_cold(work: Path, p: ScalePreset, t: str, parts: int, data: dict[str,
     return summarize(runs, {"deltas": index_bytes(dlt["uri"], dlt["groups"])})
 
 
-S3_SERVER = "inprocess"
-
-
-def measure_s3(work: Path, p: ScalePreset, t: str, parts: int, data: dict[str, Any]) -> dict[str, Any]:
+def measure_s3(work: Path, p: ScalePreset, t: str, parts: int, data: dict[str, Any], server: str = "inprocess") -> dict[str, Any]:
     """Run BenchmarkMergeS3 (gokernel/segment) next to moto: it uploads the
     deltas dataset, merges it on local disk, then on S3 through a proxy
     that delays every request, at each number of requests in flight."""
@@ -240,7 +237,7 @@ def measure_s3(work: Path, p: ScalePreset, t: str, parts: int, data: dict[str, A
            "SEGMERGE_BENCH_S3_INFLIGHT": ",".join(str(n) for n in p.s3_inflight), "GOEXPERIMENT": "simd"}
     cmd = [os.environ.get("GO", "go"), "test", "-run", "^$",
            "-bench", "^BenchmarkMergeS3$", "-benchtime", "1x", "-count", str(p.repeats), "-timeout", "2h", "./gokernel/segment/"]
-    if S3_SERVER == "moto":  # a Python server: it, not the merge, is the bottleneck on 2 cores
+    if server == "moto":  # a Python server: it, not the merge, is the bottleneck on 2 cores
         cmd = [sys.executable, str(REPO / "tools" / "with_emulators.py"), "--"] + cmd
     else:  # gofakes3 in the benchmark's process
         env["SEGMERGE_BENCH_S3_SERVER"] = "inprocess"
@@ -357,8 +354,6 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--s3-server", choices=["inprocess", "moto"], default="inprocess",
                     help="the S3 server of the s3 preset: gofakes3 inside the benchmark (default) or moto")
     args = ap.parse_args(argv)
-    global S3_SERVER
-    S3_SERVER = args.s3_server
     p = PRESETS[args.preset]
     if args.types:
         p.types = args.types.split(",")
@@ -381,7 +376,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             if args.build_only:
                 continue
             if p.s3:
-                summary = measure_s3(work, p, t, parts, data)
+                summary = measure_s3(work, p, t, parts, data, args.s3_server)
             elif p.cold:
                 summary = measure_cold(work, p, t, parts, data)
             else:

@@ -305,7 +305,7 @@ func (s *Azure) Open(ctx context.Context, name string) (Object, error) {
 	}
 	key, _ := s.key(name)
 	u := s.blobURL(key)
-	return &restObject{name: name, size: e.Size, id: restIdentity("az", u, e), read: func(ctx context.Context, p []byte, off int64) error {
+	return &restObject{name: name, id: restIdentity("az", u, e), blockSource: blockSource{size: e.Size, read: func(ctx context.Context, p []byte, off int64) error {
 		mk := func() (*http.Request, error) {
 			r, err := newRequest(http.MethodGet, u, nil)()
 			if err == nil {
@@ -319,7 +319,7 @@ func (s *Azure) Open(ctx context.Context, name string) (Object, error) {
 			}
 			return readRangeBody(resp, p, off)
 		})
-	}}, nil
+	}}}, nil
 }
 
 // azureList is the part of List Blobs' answer we read.

@@ -243,7 +243,7 @@ func (s *GCS) Open(ctx context.Context, name string) (Object, error) {
 	}
 	key, _ := s.key(name)
 	media := s.objectURL(key) + "?alt=media"
-	return &restObject{name: name, size: e.Size, id: restIdentity("gs", s.objectURL(key), e), read: func(ctx context.Context, p []byte, off int64) error {
+	return &restObject{name: name, id: restIdentity("gs", s.objectURL(key), e), blockSource: blockSource{size: e.Size, read: func(ctx context.Context, p []byte, off int64) error {
 		mk := func() (*http.Request, error) {
 			r, err := newRequest(http.MethodGet, media, nil)()
 			if err == nil {
@@ -257,7 +257,7 @@ func (s *GCS) Open(ctx context.Context, name string) (Object, error) {
 			}
 			return readRangeBody(resp, p, off)
 		})
-	}}, nil
+	}}}, nil
 }
 
 func (s *GCS) List(ctx context.Context, prefix string) ([]Entry, error) {

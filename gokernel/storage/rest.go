@@ -365,11 +365,8 @@ func readRangeBody(resp *http.Response, p []byte, off int64) error {
 // restObject is an object of a REST store: ranged reads through read.
 type restObject struct {
 	name string
-	size int64
 	id   string
-	read func(ctx context.Context, p []byte, off int64) error
-	src  *blockSource // set on first read
-	once sync.Once
+	blockSource
 }
 
 // restIdentity names an object's bytes by its URL, size and version tag
@@ -390,8 +387,7 @@ func (o *restObject) ReadAt(ctx context.Context, p []byte, off int64) error {
 	if len(p) == 0 {
 		return nil
 	}
-	o.once.Do(func() { o.src = &blockSource{size: o.size, read: o.read} })
-	return o.src.readAt(ctx, p, off)
+	return o.readAt(ctx, p, off)
 }
 
 func (o *restObject) Size() int64  { return o.size }
