@@ -60,8 +60,11 @@ def test_recall_against_pylance_create_index(tmp_path: Path, base: tuple[str, np
     # (pylance) and 0.4204 ± 0.025 (ours), single runs 0.37-0.47 on both
     # sides: no systematic gap (the rules are pylance's, see
     # test_dot_pq_follows_pylance_create_index), but two single runs can
-    # differ by 0.07.
-    slack = 0.08 if index_type == "IVF_PQ" else 0.05
+    # differ by 0.07. RQ too: its rotation is random, and l2 IVF_RQ here
+    # gave 0.851-0.908 over our seeds 1-6 (mean 0.885) and 0.877-0.905 over
+    # six pylance trainings (mean 0.892); seed 1 is our lowest, and a CI run
+    # drew pylance's 0.905 against it.
+    slack = 0.08 if index_type in ("IVF_PQ", "IVF_RQ") else 0.05
     assert r_ours >= r_theirs - slack, (r_ours, r_theirs)
     segs = ls.open(ours).list_index_segments("vec_idx")
     assert len(segs) == 1 and segs[0].num_rows == N
