@@ -248,10 +248,9 @@ type KMeansOptions struct {
 	Tolerance float64
 	Rng       *rand.Rand
 	Workers   int
-	// HierarchicalK: above 256 clusters, k-means is hierarchical, as
-	// Lance's: HierarchicalK clusters first, then the largest cluster is
-	// split into up to HierarchicalK clusters, and again, until there are
-	// k. Default 16 (Lance's); 1 trains all k clusters at once.
+	// HierarchicalK: above 256 clusters, k-means is a tree of k-means
+	// runs of up to HierarchicalK parts each (see kmeansHierarchical).
+	// Default 16 (Lance's); 1 trains all k clusters at once.
 	HierarchicalK int
 }
 
@@ -355,49 +354,62 @@ func kmeansFlat(ctx context.Context, data []float32, n, dim, k int, o KMeansOpti
 	return res, nil
 }
 
-// cluster is a node of hierarchical k-means: its vectors (row numbers of
-// the data), its centroid, and the order it was made in.
-type cluster struct {
-	id       int
-	rows     []int32
-	centroid []float32
-	final    bool // splitting it put every vector in one part
-}
-
-// kmeansHierarchical trains HierarchicalK clusters on the data, then
-// repeatedly splits the largest cluster not yet found unsplittable (into
-// size/HierarchicalK parts, between 2 and HierarchicalK, never beyond k)
-// by k-means on its own vectors, until there are k clusters. Centroids are
-// returned in the order the clusters were made, as Lance orders them.
+// kmeansHierarchical builds a tree of k-means runs whose leaves are the k
+// clusters, as pylance 14's proportional hierarchical k-means does: a node
+// holding q clusters' worth of vectors clusters them into up to
+// HierarchicalK parts and hands each part a share of q proportional to its
+// vectors (largest remainder), so every leaf holds about n/k vectors
+// however skewed the data is. A part whose share rounds to zero joins its
+// nearest sibling; a node whose vectors do not split (duplicates) ends as
+// one leaf, and the clusters it could not make are split off the largest
+// leaves at the end. A leaf's centroid is the mean of its vectors; the
+// loss is every vector's distance to its own leaf's centroid.
 func kmeansHierarchical(ctx context.Context, data []float32, n, dim, k int, o KMeansOptions) (*KMeansResult, error) {
-	hk := o.HierarchicalK
-	all := make([]int32, n)
-	for i := range all {
-		all[i] = int32(i)
+	res := &KMeansResult{Centroids: make([]float32, 0, k*dim)}
+	counts := make([]int, 0, k)
+	dist := vecmath.L2Sq
+	if o.Metric == encode.Dot {
+		dist = func(a, b []float32) float32 { return 1 - vecmath.Dot(a, b) }
 	}
-	next := 0
-	var clusters []*cluster
-	var total *KMeansResult
-	var buf []float32 // a cluster's vectors, reused from split to split
-	split := func(rows []int32, parts int) ([]*cluster, error) {
-		sub := data
-		if len(rows) != n {
-			buf = slices.Grow(buf[:0], len(rows)*dim)[:len(rows)*dim]
-			sub = buf
-			for i, r := range rows {
-				copy(sub[i*dim:(i+1)*dim], data[int(r)*dim:(int(r)+1)*dim])
+	leaf := func(rows []int32) {
+		c := make([]float64, dim)
+		for _, r := range rows {
+			for j, x := range data[int(r)*dim : (int(r)+1)*dim] {
+				c[j] += float64(x)
 			}
 		}
-		km, err := kmeansFlat(ctx, sub, len(rows), dim, parts, o)
+		at := len(res.Centroids)
+		for _, x := range c {
+			res.Centroids = append(res.Centroids, float32(x/float64(len(rows))))
+		}
+		cent := res.Centroids[at:]
+		for _, r := range rows {
+			res.Loss += float64(dist(data[int(r)*dim:(int(r)+1)*dim], cent))
+		}
+		counts = append(counts, len(rows))
+	}
+	var buf []float32 // a node's vectors, reused from node to node
+	var node func(rows []int32, quota int) error
+	node = func(rows []int32, quota int) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		quota = min(quota, len(rows))
+		if quota <= 1 {
+			leaf(rows)
+			return nil
+		}
+		buf = slices.Grow(buf[:0], len(rows)*dim)[:len(rows)*dim]
+		for i, r := range rows {
+			copy(buf[i*dim:(i+1)*dim], data[int(r)*dim:(int(r)+1)*dim])
+		}
+		parts := min(o.HierarchicalK, quota)
+		km, err := kmeansFlat(ctx, buf, len(rows), dim, parts, o)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if total == nil {
-			total = km
-		} else {
-			total.Iters += km.Iters
-		}
-		a := newAssigner(sub, len(rows), dim, o.Workers)
+		res.Iters += km.Iters
+		a := newAssigner(buf, len(rows), dim, o.Workers)
 		a.assign(km.Centroids, o.Metric)
 		members := make([][]int32, parts)
 		for i, c := range a.idx {
@@ -405,76 +417,98 @@ func kmeansHierarchical(ctx context.Context, data []float32, n, dim, k int, o KM
 				members[c] = append(members[c], rows[i])
 			}
 		}
-		var out []*cluster
+		sizes := make([]int, parts)
 		for c, m := range members {
-			if len(m) > 0 {
-				out = append(out, &cluster{rows: m, centroid: km.Centroids[c*dim : (c+1)*dim]})
-			}
+			sizes[c] = len(m)
 		}
-		return out, nil
-	}
-	first, err := split(all, min(hk, k, n))
-	if err != nil {
-		return nil, err
-	}
-	for _, c := range first {
-		c.id = next
-		next++
-		clusters = append(clusters, c)
-	}
-	for len(clusters) < k {
-		big := -1
-		for i, c := range clusters {
-			if c.final {
+		quotas := allocateQuotas(sizes, quota)
+		// Parts without a cluster join the nearest part that has one.
+		for c, q := range quotas {
+			if q > 0 || len(members[c]) == 0 {
 				continue
 			}
-			if big < 0 || len(c.rows) > len(clusters[big].rows) {
-				big = i
+			best, bestD := -1, float32(math.Inf(1))
+			for d, qd := range quotas {
+				if qd == 0 {
+					continue
+				}
+				if dd := vecmath.L2Sq(km.Centroids[c*dim:(c+1)*dim], km.Centroids[d*dim:(d+1)*dim]); dd < bestD {
+					best, bestD = d, dd
+				}
+			}
+			members[best] = append(members[best], members[c]...)
+			members[c] = nil
+		}
+		if nonEmpty := slices.IndexFunc(quotas, func(q int) bool { return q > 0 }); nonEmpty >= 0 && len(members[nonEmpty]) == len(rows) {
+			leaf(rows) // nothing split: duplicates
+			return nil
+		}
+		for c, q := range quotas {
+			if q > 0 {
+				if err := node(members[c], q); err != nil {
+					return err
+				}
 			}
 		}
-		if big < 0 || len(clusters[big].rows) <= 1 {
-			break
-		}
-		c := clusters[big]
-		size := len(c.rows)
-		remaining := k - (len(clusters) - 1)
-		parts := min(2, remaining, size)
-		if size > hk {
-			parts = max(2, min(size/hk, remaining, hk))
-		}
-		kids, err := split(c.rows, parts)
-		if err != nil {
-			return nil, err
-		}
-		if len(kids) <= 1 {
-			c.final = true
-			continue
-		}
-		clusters = append(clusters[:big], clusters[big+1:]...)
-		for _, kid := range kids {
-			kid.id = next
-			next++
-			clusters = append(clusters, kid)
-		}
+		return nil
 	}
-	slices.SortFunc(clusters, func(a, b *cluster) int { return a.id - b.id })
-	cent := make([]float32, 0, k*dim)
-	counts := make([]int, 0, k)
-	for _, c := range clusters {
-		cent = append(cent, c.centroid...)
-		counts = append(counts, len(c.rows))
+	all := make([]int32, n)
+	for i := range all {
+		all[i] = int32(i)
 	}
-	// Clusters that could not be split (duplicates): fill up to k by
-	// halving the largest, as flat k-means does with empty clusters.
+	if err := node(all, k); err != nil {
+		return nil, err
+	}
+	// Nodes that could not split leave clusters missing: split them off
+	// the largest leaves, as flat k-means does with empty clusters.
 	for len(counts) < k {
-		cent = append(cent, make([]float32, dim)...)
+		res.Centroids = append(res.Centroids, make([]float32, dim)...)
 		counts = append(counts, 0)
 	}
-	splitEmpty(cent, counts, dim, o.Rng)
-	a := newAssigner(data, n, dim, o.Workers)
-	total.Centroids = cent
-	total.Loss = a.assign(cent, o.Metric)
-	return total, nil
+	splitEmpty(res.Centroids, counts, dim, o.Rng)
+	return res, nil
+}
+
+// allocateQuotas shares q clusters among parts in proportion to their
+// sizes: each gets the floor of its share, and the clusters left go to the
+// largest remainders (ties to the larger part, then the first). A part
+// never gets more clusters than it has vectors.
+func allocateQuotas(sizes []int, q int) []int {
+	total := 0
+	for _, s := range sizes {
+		total += s
+	}
+	out := make([]int, len(sizes))
+	if total == 0 {
+		return out
+	}
+	left := q
+	rem := make([]int, len(sizes)) // remainder numerators, over total
+	for i, s := range sizes {
+		out[i] = min(s, s*q/total)
+		rem[i] = s*q - out[i]*total
+		left -= out[i]
+	}
+	order := make([]int, len(sizes))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		if rem[a] != rem[b] {
+			return rem[b] - rem[a]
+		}
+		return sizes[b] - sizes[a]
+	})
+	for _, i := range order {
+		if left == 0 {
+			break
+		}
+		if out[i] < sizes[i] {
+			out[i]++
+			left--
+		}
+	}
+	return out
 }
 
 // assigner assigns rows of data to their nearest centroid on several
