@@ -126,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--executor", default="auto", help="maintain's executor (default auto)")
     ap.add_argument("--segments-per-tier", type=int, help="maintain's tiered policy (default: the policy's)")
     ap.add_argument("--floor-rows", type=int, help="maintain's tiered policy (default: the policy's)")
+    ap.add_argument("--max-segments", type=int, help="maintain's tiered policy, latency first (default: no cap)")
     ap.add_argument("--out", default=str(HERE / "results"))
     ap.add_argument("--work", help="scratch directory (kept when given)")
     args = ap.parse_args(argv)
@@ -159,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
     stats = {c: {"merge_seconds": 0.0, "bytes_rewritten": 0, "bytes_ingested": 0, "merges": 0, "rows_rewritten": 0,
                  "rows_ingested": 0} for c in CONTENDERS}
     points: list[dict[str, Any]] = []
-    tier = {k: v for k, v in (("segments_per_tier", args.segments_per_tier), ("floor_rows", args.floor_rows)) if v}
+    tier = {k: v for k, v in (("segments_per_tier", args.segments_per_tier), ("floor_rows", args.floor_rows),
+                              ("max_segments", args.max_segments)) if v}
     t_start = time.perf_counter()
     for i in range(1, p.appends + 1):
         lo = p.base_rows + (i - 1) * p.rows_per_append

@@ -59,6 +59,14 @@ type PlanOptions struct {
 	// segment may carry before it is rewritten to drop them. nil means
 	// DefaultDeletesPctAllowed.
 	DeletesPctAllowed *float64 `json:"deletes_pct_allowed"`
+	// MaxSegments caps the segments a tiered pass leaves (latency first):
+	// when the tiered choice would leave more, the smallest are merged
+	// together until at most this many remain, whatever max_segment_rows
+	// says (segments at or above it count, but are only ever rewritten
+	// alone). A query probes every segment, so this bounds its cost, at
+	// the price of rewriting rows more often (bench/ingest_bound.py gives
+	// the least any policy can rewrite under a cap). 0: no cap.
+	MaxSegments int `json:"max_segments"`
 }
 
 // Task is one worker's job: merge these segments into one.

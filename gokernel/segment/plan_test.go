@@ -98,7 +98,7 @@ func TestGroupSizes(t *testing.T) {
 
 // TestTiered drives the tiered policy from testdata/tiered:
 //
-//	tiered [segments_per_tier=N] [max_segment_rows=N] [floor_rows=N] [deletes_pct_allowed=F] [segments_per_task=N]
+//	tiered [segments_per_tier=N] [max_segment_rows=N] [floor_rows=N] [deletes_pct_allowed=F] [segments_per_task=N] [max_segments=N]
 //	a 100 5      <- name, rows, stale rows (input order = merge order, oldest first)
 //	----
 //	task 0: a c: reason
@@ -131,6 +131,8 @@ func TestTiered(t *testing.T) {
 				opts.FloorRows = v
 			case "segments_per_task":
 				opts.SegmentsPerTask = int(v)
+			case "max_segments":
+				opts.MaxSegments = int(v)
 			default:
 				t.Fatalf("unknown argument %s", arg.Key)
 			}
@@ -180,6 +182,7 @@ func TestTieredIngestion(t *testing.T) {
 		tier             int
 		floor            int64
 		base, delta      uint64
+		cap              int // max_segments; 0: none
 		maxSegs, maxWA10 int // bounds; maxWA10 is write amplification x 10
 	}{
 		{tier: 10, floor: 1000, base: 20_000, delta: 500, maxSegs: 21, maxWA10: 17},
@@ -187,9 +190,19 @@ func TestTieredIngestion(t *testing.T) {
 		{tier: 10, floor: 100_000, base: 20_000, delta: 500, maxSegs: 10, maxWA10: 25},
 		{tier: 4, floor: 20_000, base: 20_000, delta: 500, maxSegs: 6, maxWA10: 81},
 		{tier: 10, floor: 1000, base: 100_000, delta: 3000, maxSegs: 22, maxWA10: 14},
+		// Latency first: the cap holds after every pass, rewriting near
+		// bench/ingest_bound.py's least for the cap: 19.50 / 5.13 / 3.27
+		// rows per row ingested for 1 / 2 / 3 segments on the first shape
+		// (measured 19.50 / 5.17 / 3.80), 5.02 / 2.58 for 2 / 4 on the
+		// second (measured 5.06 / 3.44).
+		{tier: 10, floor: 100_000, base: 20_000, delta: 500, cap: 1, maxSegs: 1, maxWA10: 250},
+		{tier: 10, floor: 100_000, base: 20_000, delta: 500, cap: 2, maxSegs: 2, maxWA10: 55},
+		{tier: 10, floor: 100_000, base: 20_000, delta: 500, cap: 3, maxSegs: 3, maxWA10: 42},
+		{tier: 10, floor: 1000, base: 100_000, delta: 3000, cap: 2, maxSegs: 2, maxWA10: 55},
+		{tier: 10, floor: 1000, base: 100_000, delta: 3000, cap: 4, maxSegs: 4, maxWA10: 38},
 	} {
-		t.Run(fmt.Sprintf("tier=%d,floor=%d,base=%d,delta=%d", tc.tier, tc.floor, tc.base, tc.delta), func(t *testing.T) {
-			opts := PlanOptions{Policy: PolicyTiered, SegmentsPerTier: tc.tier, FloorRows: tc.floor, SegmentsPerTask: 32}
+		t.Run(fmt.Sprintf("tier=%d,floor=%d,base=%d,delta=%d,cap=%d", tc.tier, tc.floor, tc.base, tc.delta, tc.cap), func(t *testing.T) {
+			opts := PlanOptions{Policy: PolicyTiered, SegmentsPerTier: tc.tier, FloorRows: tc.floor, SegmentsPerTask: 32, MaxSegments: tc.cap}
 			segs := []tierSeg{{Rows: tc.base}}
 			var written, ingested uint64
 			maxSegs := 0

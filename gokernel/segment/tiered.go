@@ -76,6 +76,7 @@ type tieredTask struct {
 // tieredSettings are the policy's options with defaults applied.
 type tieredSettings struct {
 	perTier, atOnce   int
+	maxSegments       int // 0: no cap
 	maxRows, floor    uint64
 	deletesPctAllowed float64
 }
@@ -86,6 +87,7 @@ func (o PlanOptions) tiered() tieredSettings {
 		maxRows:           uint64(cmp.Or(o.MaxSegmentRows, DefaultMaxSegmentRows)),
 		floor:             uint64(cmp.Or(o.FloorRows, DefaultFloorRows)),
 		deletesPctAllowed: DefaultDeletesPctAllowed,
+		maxSegments:       o.MaxSegments,
 	}
 	if o.DeletesPctAllowed != nil {
 		s.deletesPctAllowed = *o.DeletesPctAllowed
@@ -102,14 +104,16 @@ func (o PlanOptions) tiered() tieredSettings {
 func (o PlanOptions) checkTiered() error {
 	switch {
 	case o.Policy != PolicyTiered:
-		if o.SegmentsPerTier != 0 || o.MaxSegmentRows != 0 || o.FloorRows != 0 || o.DeletesPctAllowed != nil {
-			return fmt.Errorf("%w: segments_per_tier, max_segment_rows, floor_rows and deletes_pct_allowed need policy %q", errkind.InvalidInput, PolicyTiered)
+		if o.SegmentsPerTier != 0 || o.MaxSegmentRows != 0 || o.FloorRows != 0 || o.DeletesPctAllowed != nil || o.MaxSegments != 0 {
+			return fmt.Errorf("%w: segments_per_tier, max_segment_rows, floor_rows, deletes_pct_allowed and max_segments need policy %q", errkind.InvalidInput, PolicyTiered)
 		}
 		return nil
 	case o.SegmentsPerTier < 0 || o.SegmentsPerTier == 1:
 		return fmt.Errorf("%w: segments_per_tier must be at least 2, got %d", errkind.InvalidInput, o.SegmentsPerTier)
 	case o.MaxSegmentRows < 0:
 		return fmt.Errorf("%w: max_segment_rows must be positive, got %d", errkind.InvalidInput, o.MaxSegmentRows)
+	case o.MaxSegments < 0:
+		return fmt.Errorf("%w: max_segments must be positive, got %d", errkind.InvalidInput, o.MaxSegments)
 	case o.FloorRows < 0:
 		return fmt.Errorf("%w: floor_rows must be positive, got %d", errkind.InvalidInput, o.FloorRows)
 	case o.DeletesPctAllowed != nil && !(*o.DeletesPctAllowed >= 0 && *o.DeletesPctAllowed <= 100):
@@ -142,7 +146,10 @@ func (o PlanOptions) checkTiered() error {
 //     the largest member's share of the merge (floored sizes), so similar
 //     sizes win; the small size exponent prefers smaller merges a little;
 //     the last factor prefers merges that reclaim the most.
-//  4. Segments that stay but carry more than deletesPctAllowed stale rows
+//  4. With a cap (maxSegments) and more segments left than it allows,
+//     the smallest of what is left (segments and chosen merges alike) are
+//     merged into one, so that at most maxSegments remain.
+//  5. Segments that stay but carry more than deletesPctAllowed stale rows
 //     are rewritten alone.
 //
 // Deterministic: ties go to the earlier candidate in size order, and
@@ -232,6 +239,9 @@ func planTiered(segs []tierSeg, s tieredSettings) ([]tieredTask, string) {
 		slices.Sort(best)
 		tasks = append(tasks, tieredTask{best, bestReason})
 	}
+	if s.maxSegments > 0 {
+		tasks = capSegments(segs, eligible, tasks, merging, large, s.maxSegments, s.floor)
+	}
 	for _, i := range eligible {
 		if !merging[i] && segs[i].stalePct() > s.deletesPctAllowed {
 			tasks = append(tasks, tieredTask{[]int{i}, fmt.Sprintf(
@@ -242,9 +252,101 @@ func planTiered(segs []tierSeg, s tieredSettings) ([]tieredTask, string) {
 	// Tasks in the order of their first member.
 	slices.SortStableFunc(tasks, func(a, b tieredTask) int { return cmp.Compare(a.members[0], b.members[0]) })
 	var sum strings.Builder
-	fmt.Fprintf(&sum, "tiered: %d segments (%d at or above max_segment_rows %d), %d allowed (segments_per_tier %d, floor_rows %d); %d merges chosen",
-		len(segs), large, s.maxRows, allowed, s.perTier, s.floor, len(tasks))
+	fmt.Fprintf(&sum, "tiered: %d segments (%d at or above max_segment_rows %d), %d allowed (segments_per_tier %d, floor_rows %d",
+		len(segs), large, s.maxRows, allowed, s.perTier, s.floor)
+	if s.maxSegments > 0 {
+		fmt.Fprintf(&sum, ", max_segments %d", s.maxSegments)
+	}
+	fmt.Fprintf(&sum, "); %d merges chosen", len(tasks))
 	return tasks, sum.String()
+}
+
+// capSegments applies the latency-first cap to a tiered choice: tasks are
+// the merges chosen (those of segments at or above the maximum too),
+// merging the eligible segments they take. While the pass would leave
+// more than maxSegments segments, the smallest units left (a free
+// eligible segment, or a chosen merge by what it writes) are merged into
+// one task: all the units needed at once, so each row is rewritten once
+// per pass, and the next larger ones too while that rewrites less over
+// the passes to come (see below). Segments at or above the maximum count
+// but are never merged.
+func capSegments(segs []tierSeg, eligible []int, tasks []tieredTask, merging map[int]bool, large, maxSegments int, floor uint64) []tieredTask {
+	type unit struct {
+		members []int
+		rows    uint64
+		task    int // index into tasks, -1 for a free segment
+	}
+	var units []unit
+	for ti, t := range tasks {
+		if len(t.members) == 1 && !slices.Contains(eligible, t.members[0]) {
+			continue // a large segment rewritten alone
+		}
+		var rows uint64
+		for _, m := range t.members {
+			rows += segs[m].live()
+		}
+		units = append(units, unit{t.members, rows, ti})
+	}
+	for _, i := range eligible {
+		if !merging[i] {
+			units = append(units, unit{[]int{i}, segs[i].live(), -1})
+		}
+	}
+	over := large + len(units) - maxSegments
+	if over <= 0 || len(units) < 2 {
+		return tasks
+	}
+	// Smallest first; ties to the older (first member earlier).
+	slices.SortStableFunc(units, func(a, b unit) int {
+		return cmp.Or(cmp.Compare(a.rows, b.rows), cmp.Compare(slices.Min(a.members), slices.Min(b.members)))
+	})
+	take := units[:min(len(units), over+1)]
+	var rows uint64
+	for _, u := range take {
+		rows += u.rows
+	}
+	// Fold on into the next larger unit while this merge has grown to
+	// sqrt(2 × that unit × fresh rows): with fresh rows D arriving per
+	// pass, keeping a unit M apart costs rewriting it every pass, folding
+	// it costs rewriting the larger one B once, and over a cycle the rows
+	// rewritten per row ingested are least when M reaches sqrt(2·B·D).
+	// The fresh rows are estimated as the merge less its largest unit
+	// (at a cap, the deltas since the last pass join the smallest unit).
+	fresh := max(rows-take[len(take)-1].rows, units[0].rows)
+	for len(take) < len(units) {
+		next := units[len(take)].rows
+		if float64(rows) < math.Sqrt(2*float64(next)*float64(fresh)) {
+			break
+		}
+		take = units[:len(take)+1]
+		rows += next
+	}
+	var members []int
+	drop := map[int]bool{}
+	for _, u := range take {
+		members = append(members, u.members...)
+		if u.task >= 0 {
+			drop[u.task] = true
+		}
+		for _, m := range u.members {
+			merging[m] = true
+		}
+	}
+	slices.Sort(members)
+	var out []tieredTask
+	for ti, t := range tasks {
+		if !drop[ti] {
+			out = append(out, t)
+		}
+	}
+	left := large + len(units) - len(take) + 1
+	folded := ""
+	if n := len(take) - min(len(units), over+1); n > 0 {
+		folded = fmt.Sprintf(", %d of them folded in early to rewrite less later", n)
+	}
+	return append(out, tieredTask{members, fmt.Sprintf(
+		"cap: %d segments would remain, over max_segments %d; the %d smallest (%d live rows) merged into one%s, leaving %d",
+		large+len(units), maxSegments, len(take), rows, folded, left)})
 }
 
 // allowedSegments is how many of the eligible segments (sorted largest

@@ -236,6 +236,7 @@ def cmd_maintain(args: argparse.Namespace) -> int:
         max_segment_rows=args.max_segment_rows,
         floor_rows=args.floor_rows,
         deletes_pct_allowed=args.deletes_pct_allowed,
+        max_segments=args.max_segments,
         executor=args.executor,
         max_workers=args.workers,
         fan_in=args.fan_in,
@@ -420,6 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
     mt.add_argument("--max-segment-rows", type=int)
     mt.add_argument("--floor-rows", type=int)
     mt.add_argument("--deletes-pct-allowed", type=float)
+    mt.add_argument("--max-segments", type=int, help="latency first: leave at most this many segments after each pass")
     mt.add_argument("--executor", default="auto", choices=["auto", "local", "processes", "ray", "dask"])
     mt.add_argument("--workers", type=int, help="pool size")
     mt.add_argument("--fan-in", type=int, default=32)

@@ -711,6 +711,7 @@ def _policy_options(
     max_segment_rows: Optional[int],
     floor_rows: Optional[int],
     deletes_pct_allowed: Optional[float],
+    max_segments: Optional[int] = None,
 ) -> dict[str, Any]:
     """Check the merge policy's options and encode them for the kernel
     (``None`` = the kernel's default)."""
@@ -721,6 +722,7 @@ def _policy_options(
         "max_segment_rows": max_segment_rows,
         "floor_rows": floor_rows,
         "deletes_pct_allowed": deletes_pct_allowed,
+        "max_segments": max_segments,
     }
     if policy != "tiered":
         extra = [k for k, v in given.items() if v is not None]
@@ -728,7 +730,7 @@ def _policy_options(
             raise InvalidInputError(f"{', '.join(extra)} only apply to policy='tiered'")
         return {}
     out: dict[str, Any] = {"policy": policy}
-    for key, minimum in (("segments_per_tier", 2), ("max_segment_rows", 1), ("floor_rows", 1)):
+    for key, minimum in (("segments_per_tier", 2), ("max_segment_rows", 1), ("floor_rows", 1), ("max_segments", 1)):
         val = given[key]
         if val is None:
             continue
@@ -784,6 +786,7 @@ def plan_index_segment_merge(
     max_segment_rows: Optional[int] = None,
     floor_rows: Optional[int] = None,
     deletes_pct_allowed: Optional[float] = None,
+    max_segments: Optional[int] = None,
 ) -> MergePlan:
     """Plan the merge of the segments of a vector index into disjoint tasks.
 
@@ -838,6 +841,17 @@ def plan_index_segment_merge(
     deletes_pct_allowed : float, optional
         Tiered: the share (percent) of deleted or stale rows a segment may
         carry before it is rewritten to drop them. Default 33.
+    max_segments : int, optional
+        Tiered, latency first: the most segments the index may have after
+        the pass. When the tiered choice would leave more, the smallest
+        segments (and chosen merges) are merged into one, and larger ones
+        are folded in early when that rewrites fewer rows over the coming
+        passes; segments at or above ``max_segment_rows`` count but are
+        never merged. A query searches every segment, so this bounds query
+        cost, at the price of rewriting rows more often: keeping at most 1
+        / 2 / 3 segments after every pass rewrites each row at least about
+        19 / 5 / 3.2 times on the ingestion benchmark's schedule
+        (``bench/ingest_bound.py``). Default: no cap.
 
     Returns
     -------
@@ -855,7 +869,7 @@ def plan_index_segment_merge(
         Segment kinds lance-segmerge does not read.
     """
     ds = as_dataset(dataset)
-    pol = _policy_options(policy, segments_per_tier, max_segment_rows, floor_rows, deletes_pct_allowed)
+    pol = _policy_options(policy, segments_per_tier, max_segment_rows, floor_rows, deletes_pct_allowed, max_segments)
     if pol and (max_segments_to_merge is not None or target_rows_per_task is not None):
         raise InvalidInputError("max_segments_to_merge and target_rows_per_task do not apply to policy='tiered'")
     opts = _plan_options(index_name, segments_per_task, max_segments_to_merge, target_rows_per_task, requantize_sq, pol)

@@ -200,6 +200,7 @@ def maintain(
     max_segment_rows: Optional[int] = None,
     floor_rows: Optional[int] = None,
     deletes_pct_allowed: Optional[float] = None,
+    max_segments: Optional[int] = None,
     segments_per_task: int = 32,
     executor: Union[str, cf.Executor, Executor] = "auto",
     max_workers: Optional[int] = None,
@@ -239,8 +240,9 @@ def maintain(
     policy : {"tiered", "all"}, default "tiered"
         ``"all"`` merges every segment (as :func:`optimize`, into
         ``fan_in``-wide trees down to one segment).
-    segments_per_tier, max_segment_rows, floor_rows, deletes_pct_allowed
-        The tiered policy's options (see :func:`plan_index_segment_merge`).
+    segments_per_tier, max_segment_rows, floor_rows, deletes_pct_allowed, max_segments
+        The tiered policy's options (see :func:`plan_index_segment_merge`);
+        ``max_segments`` trades rewriting for query latency.
     segments_per_task : int, default 32
         Most segments one task merges.
     executor, max_workers, fan_in, requantize_sq, progress, window_rows
@@ -288,6 +290,7 @@ def maintain(
         "max_segment_rows": max_segment_rows,
         "floor_rows": floor_rows,
         "deletes_pct_allowed": deletes_pct_allowed,
+        "max_segments": max_segments,
     }
     if policy == "all":
         policy_kwargs["segments_per_task"] = fan_in

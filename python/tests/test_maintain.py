@@ -90,6 +90,9 @@ def test_tiered_plan(deltas):
         ({"deletes_pct_allowed": "a lot"}, "deletes_pct_allowed"),
         ({"segments_per_tier": 2.5}, "segments_per_tier"),
         ({"max_segments_to_merge": 4}, "do not apply"),
+        ({"max_segments": 0}, "max_segments"),
+        ({"max_segments": -2}, "max_segments"),
+        ({"max_segments": 1.5}, "max_segments"),
     ],
 )
 def test_tiered_nonsense_numbers(deltas, kwargs, match):
@@ -105,6 +108,8 @@ def test_policy_errors(deltas):
         ls.plan_index_segment_merge(deltas.uri, "vec_idx", policy="lucene")
     with pytest.raises(ls.InvalidInputError, match="only apply to policy='tiered'"):
         ls.plan_index_segment_merge(deltas.uri, "vec_idx", segments_per_tier=4)
+    with pytest.raises(ls.InvalidInputError, match="max_segments only apply"):
+        ls.maintain(deltas.uri, "vec_idx", policy="all", max_segments=2)
     for watch in (0, -1, True, "60"):
         with pytest.raises(ls.InvalidInputError, match="watch"):
             ls.maintain(deltas.uri, "vec_idx", watch=watch)
@@ -127,6 +132,28 @@ def test_maintain_pass(copy, deltas):
     again = ls.maintain(copy, "vec_idx", segments_per_tier=4)
     assert not again.committed and again.version == rep.version and again.tasks == 0
     assert ls.cleanup(copy, 0, dry_run=True) == []
+
+
+def test_max_segments_caps_a_pass(copy, deltas):
+    """Latency first: with segments_per_tier=16 the tiered policy alone
+    merges nothing; max_segments=2 leaves the base and one merge of every
+    delta, and pylance answers as well as before from the two segments."""
+    assert ls.plan_index_segment_merge(copy, "vec_idx", policy="tiered", segments_per_tier=16).tasks == ()
+    plan = ls.plan_index_segment_merge(copy, "vec_idx", policy="tiered", segments_per_tier=16, max_segments=2)
+    assert "max_segments 2" in plan.summary
+    assert len(plan.tasks) == 1 and plan.tasks[0].reason.startswith("cap:") and len(plan.tasks[0].segments) == DELTAS
+    queries = lancegen.vectors(20, seed=9)
+    r_before = lancegen.recall(lance.dataset(copy), deltas.vectors, queries, nprobes=4)
+    rep = ls.maintain(copy, "vec_idx", segments_per_tier=16, max_segments=2)
+    assert rep.committed and (rep.segments_before, rep.segments_after) == (DELTAS + 1, 2)
+    assert rep.rows_written == DELTAS * 100
+    pds = lance.dataset(copy)
+    assert len(pds.describe_indices()[0].segments) == 2
+    assert lancegen.recall(pds, deltas.vectors, queries, nprobes=4) >= r_before - 0.01
+    # One segment: the base is folded in as well.
+    rep = ls.maintain(copy, "vec_idx", max_segments=1)
+    assert rep.committed and rep.segments_after == 1 and rep.rows_written == lance.dataset(copy).count_rows()
+    assert len(lance.dataset(copy).describe_indices()[0].segments) == 1
 
 
 def test_stale_rows_are_counted_and_reclaimed(tmp_path):
