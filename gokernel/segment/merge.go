@@ -31,11 +31,16 @@ type MergeOptions struct {
 	// IndexUUID names the output segment; a new random uuid when "".
 	IndexUUID string `json:"index_uuid"`
 	// WindowRows bounds the rows (over all inputs) of a window: partitions
-	// are read in windows of about this many rows, and two windows are in
-	// memory at once (one read ahead while the other is merged and
+	// are read in windows of about this many rows, and ReadAhead + 1
+	// windows are in memory at once (read ahead while one is merged and
 	// written). Default 131072 (for 16-byte PQ codes and row ids, about
 	// 3 MiB read per window, plus the same again for the merged partition).
 	WindowRows int `json:"window_rows"`
+	// ReadAhead is how many windows are read while one is merged. Default:
+	// 1 on stores that ask for few requests in flight (a local disk), 3 on
+	// object stores, where every window's reads wait at least one round
+	// trip (20 ms proxy, 168 MiB: 91 → see bench/results/scale-s3-*).
+	ReadAhead int `json:"read_ahead"`
 	// Parallelism bounds the reads in flight (a window's columns of every
 	// input, each one ranged read or a few), and the HNSW partition graphs
 	// built concurrently (at most one per core). Default: what the store
@@ -70,6 +75,14 @@ type MergeOptions struct {
 // ask for more.
 const defaultParallelism = 4
 
+// remoteReadAhead is MergeOptions.ReadAhead on stores that ask for more
+// requests in flight than defaultParallelism (object stores); maxReadAhead
+// bounds any setting (windows in memory: ReadAhead + 1).
+const (
+	remoteReadAhead = 3
+	maxReadAhead    = 8
+)
+
 func (o MergeOptions) withDefaults() MergeOptions {
 	if o.WindowRows <= 0 {
 		o.WindowRows = 1 << 17
@@ -77,6 +90,10 @@ func (o MergeOptions) withDefaults() MergeOptions {
 	if o.Parallelism <= 0 {
 		o.Parallelism = defaultParallelism
 	}
+	if o.ReadAhead <= 0 {
+		o.ReadAhead = 1
+	}
+	o.ReadAhead = min(o.ReadAhead, maxReadAhead)
 	if o.Progress == nil {
 		o.Progress = &Progress{}
 	}
@@ -104,6 +121,9 @@ func (o MergeOptions) withDefaults() MergeOptions {
 func Merge(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, opts MergeOptions) (*pb.IndexMetadata, error) {
 	if opts.Parallelism <= 0 {
 		opts.Parallelism = storage.Concurrency(st, defaultParallelism)
+	}
+	if opts.ReadAhead <= 0 && opts.Parallelism > defaultParallelism {
+		opts.ReadAhead = remoteReadAhead
 	}
 	opts = opts.withDefaults()
 	prog := opts.Progress
@@ -182,10 +202,10 @@ type merger struct {
 	// codes a merged partition's code column; both are reused across
 	// partitions (grown, never shrunk): the writer copies what it keeps.
 	scratch, codes []byte
-	// readBufs are the window read buffers, per input and column, in two
-	// sets: one for the window being merged, one for the window read
-	// ahead. A set is reused two windows later.
-	readBufs [2][][]byte
+	// readBufs are the window read buffers, per input and column, in
+	// ReadAhead + 1 sets: one for the window being merged, one for each
+	// window read ahead. A set is reused ReadAhead + 1 windows later.
+	readBufs [][][]byte
 	// hn writes index.idx of IVF_HNSW_* merges, graph by graph (nil for
 	// the other types).
 	hn *hnswMerge
@@ -386,8 +406,8 @@ type shardWindow struct {
 
 // mergeWindows streams the windows through two stages: while one window's
 // partitions are merged and written (one goroutine: the writer is
-// sequential), the next window is read and decoded. At most two windows are
-// in memory at once.
+// sequential), the next ReadAhead windows are read and decoded. At most
+// ReadAhead + 1 windows are in memory at once.
 func (mg *merger) mergeWindows(ctx context.Context, w *lancefile.Writer, lengths []uint32) error {
 	type read struct {
 		shards []shardWindow
@@ -397,40 +417,52 @@ func (mg *merger) mergeWindows(ctx context.Context, w *lancefile.Writer, lengths
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	defer mg.releaseBuffers() // after every reader is done (see below)
-	ahead := make(chan read, 1)
-	readAhead := func(win window, set int) {
+	sets := mg.opts.ReadAhead + 1
+	mg.readBufs = make([][][]byte, sets)
+	done := make([]chan read, len(wins)) // window i's read, when started
+	readAhead := func(i int) {
+		done[i] = make(chan read, 1)
 		go func() {
 			var r read
 			defer func() {
 				if p := recover(); p != nil {
 					r = read{err: fmt.Errorf("lance-segmerge kernel panic reading a window: %v\n%s", p, debug.Stack())}
 				}
-				ahead <- r
+				done[i] <- r
 			}()
-			r.shards, r.err = mg.readWindow(ctx, win, set)
+			r.shards, r.err = mg.readWindow(ctx, wins[i], i%sets)
 		}()
 	}
-	if len(wins) > 0 {
-		readAhead(wins[0], 0)
+	// Wait for every read started and not received: none may outlive the
+	// merge (the buffers go back to the pool).
+	received := 0
+	drain := func() {
+		cancel()
+		for j := received; j < len(wins) && done[j] != nil; j++ {
+			<-done[j]
+		}
+	}
+	for i := 0; i < min(sets-1, len(wins)); i++ {
+		readAhead(i)
 	}
 	for i, win := range wins {
-		r := <-ahead
+		r := <-done[i]
+		received = i + 1
 		if r.err != nil {
+			drain()
 			return r.err
 		}
 		if err := ctx.Err(); err != nil {
+			drain()
 			return err
 		}
-		if i+1 < len(wins) {
-			// Window i-1's buffers are free: it was written (and the
+		if next := i + sets - 1; next < len(wins) {
+			// Window i-1's buffer set is free: it was written (and the
 			// writer copies what it keeps) before this iteration.
-			readAhead(wins[i+1], (i+1)%2)
+			readAhead(next)
 		}
 		if err := mg.mergeWindow(ctx, w, win, r.shards, lengths); err != nil {
-			if i+1 < len(wins) {
-				cancel()
-				<-ahead // the reader must not outlive the merge
-			}
+			drain()
 			return err
 		}
 	}

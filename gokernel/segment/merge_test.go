@@ -171,8 +171,9 @@ func TestMergeChainsAndWindows(t *testing.T) {
 			want[k] = v
 		}
 	}
-	for _, window := range []int{1, 50, 1 << 20} {
-		opts := MergeOptions{WindowRows: window, Parallelism: 2}
+	for _, tc := range []struct{ window, ahead int }{{1, 1}, {50, 1}, {1 << 20, 1}, {1, 3}, {50, 3}, {50, 8}} {
+		window := tc.window
+		opts := MergeOptions{WindowRows: window, Parallelism: 2, ReadAhead: tc.ahead}
 		m1, err := Merge(ctx, st, testSnapshot(), segs[:3], opts)
 		if err != nil {
 			t.Fatal(err)
@@ -333,15 +334,17 @@ func TestMergeCancelRemovesOutput(t *testing.T) {
 	a := fakeSegment(t, mem, 0, []uint32{100, 100, 100, 100, 100}, true)
 	b := fakeSegment(t, mem, 1, []uint32{100, 100, 100, 100, 100}, false)
 	before, _ := mem.List(context.Background(), table.IndicesDir)
-	ctx, cancel := context.WithCancel(context.Background())
-	st := cancelOnCreate{mem, cancel}
-	_, err := Merge(ctx, st, testSnapshot(), []*pb.IndexMetadata{a, b}, MergeOptions{WindowRows: 1})
-	if !errors.Is(err, context.Canceled) || errkind.Tag(err) != "cancelled" {
-		t.Fatalf("got %v", err)
-	}
-	after, _ := mem.List(context.Background(), table.IndicesDir)
-	if len(after) != len(before) {
-		t.Fatalf("a cancelled merge left %d files", len(after)-len(before))
+	for _, ahead := range []int{1, 3} { // windows read ahead: every reader is waited for
+		ctx, cancel := context.WithCancel(context.Background())
+		st := cancelOnCreate{mem, cancel}
+		_, err := Merge(ctx, st, testSnapshot(), []*pb.IndexMetadata{a, b}, MergeOptions{WindowRows: 1, ReadAhead: ahead})
+		if !errors.Is(err, context.Canceled) || errkind.Tag(err) != "cancelled" {
+			t.Fatalf("read ahead %d: got %v", ahead, err)
+		}
+		after, _ := mem.List(context.Background(), table.IndicesDir)
+		if len(after) != len(before) {
+			t.Fatalf("read ahead %d: a cancelled merge left %d files", ahead, len(after)-len(before))
+		}
 	}
 }
 

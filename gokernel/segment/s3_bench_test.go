@@ -16,6 +16,7 @@ import (
 	"github.com/lance-segmerge/lance-segmerge/gokernel/ivf"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
+	"golang.org/x/sync/errgroup"
 )
 
 // BenchmarkMergeS3 merges every segment of one index of a real dataset
@@ -28,6 +29,10 @@ import (
 // SEGMERGE_BENCH_S3_INFLIGHT (default "4,16,64") reads in flight
 // ("s3-inflight-N"). MB/s counts the input index bytes. Each merge starts
 // with an empty segment cache, so opening the inputs is measured too.
+// "s3-floor" is what no merge there can beat: every input file read whole
+// (the store's concurrent 8 MiB ranged reads, 8 files at once) and written
+// back as a new object, through the same proxy; "s3-floor-nodelay" the
+// same without the delay (the server's own ceiling on this machine).
 func BenchmarkMergeS3(b *testing.B) {
 	src := os.Getenv("SEGMERGE_BENCH_S3_DATASET")
 	if src == "" {
@@ -84,13 +89,46 @@ func BenchmarkMergeS3(b *testing.B) {
 		b.Fatal(err)
 	}
 	var metas []*pb.IndexMetadata
+	var files []string
 	var bytes int64
 	for _, im := range snap.Indices {
 		if IsVector(im) {
 			metas = append(metas, im)
 			for _, f := range im.GetFiles() {
 				bytes += int64(f.GetSizeBytes())
+				files = append(files, "_indices/"+table.IndexUUID(im)+"/"+f.GetPath())
 			}
+		}
+	}
+	copyFloor := func(b *testing.B, st storage.Store) {
+		b.SetBytes(bytes)
+		for i := 0; i < b.N; i++ {
+			g, gctx := errgroup.WithContext(ctx)
+			g.SetLimit(8)
+			for _, name := range files {
+				g.Go(func() error {
+					o, err := st.Open(gctx, name)
+					if err != nil {
+						return err
+					}
+					defer o.Close()
+					buf := make([]byte, o.Size())
+					if err := o.ReadAt(gctx, buf, 0); err != nil {
+						return err
+					}
+					return storage.Put(gctx, st, "floor/"+name, buf)
+				})
+			}
+			if err := g.Wait(); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			for _, name := range files {
+				if err := st.Delete(ctx, "floor/"+name); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StartTimer()
 		}
 	}
 	merge := func(b *testing.B, st storage.Store, cleanup storage.Store, parallelism int) {
@@ -121,4 +159,6 @@ func BenchmarkMergeS3(b *testing.B) {
 		})
 	}
 	b.Run("s3-nodelay-default", func(b *testing.B) { merge(b, direct, direct, 0) })
+	b.Run("s3-floor", func(b *testing.B) { copyFloor(b, s3Store(b, bucket, proxy.URL, 3)) })
+	b.Run("s3-floor-nodelay", func(b *testing.B) { copyFloor(b, direct) })
 }
