@@ -5,15 +5,19 @@ Builds delta datasets with pylance (a base segment, then one delta segment
 per append, ``optimize_indices(num_indices_to_merge=0)``), on two sweeps:
 
 * deltas: the number of delta segments varies, the rows stay fixed;
-* rows: the rows vary, the number of deltas stays fixed.
+* rows: the rows vary, the number of deltas stays fixed;
+* partitions: the IVF partitions vary, rows and deltas stay fixed (each
+  segment carries its partitions' centroids and offsets, so a segment's
+  cost grows with them).
 
 On each dataset it times, in fresh processes, lance-segmerge's ``optimize``
 on one worker (in process: the per-segment and per-row costs without pool
 start-up) and on N worker processes, and pylance's ``optimize_indices``
-merging every segment. It fits ``t = a + b * deltas + c * rows`` to each
-contender by least squares and extrapolates to a target scale (default 1B
-rows and 1000 deltas) on clusters of N workers, using the tree that
-``optimize`` runs (levels of at most ``fan_in`` segments per task).
+merging every segment. It fits ``t = a + (b + d * partitions) * deltas +
+c * rows`` to each contender, one slope per sweep, and extrapolates to a
+target scale (default 1B rows, 1000 deltas, 4096 partitions) on clusters
+of N workers, using the tree that ``optimize`` runs (levels of at most
+``fan_in`` segments per task).
 
     python bench/cost_model.py                    # IVF_RQ, about 20 minutes on 2 cores
     python bench/cost_model.py --quick            # a smaller sweep, a few minutes
@@ -46,7 +50,7 @@ def build(root: Path, t: str, rows: int, deltas: int, delta_rows: int, dim: int,
     ``deltas`` appends, each indexed as its own delta segment."""
     import lance
 
-    uri = str(root / f"{t}-r{rows}-d{deltas}")
+    uri = str(root / f"{t}-r{rows}-d{deltas}-p{partitions}")
     if Path(uri).exists():
         return uri
     base = rows - deltas * delta_rows
@@ -79,29 +83,41 @@ def slope(xs: list[float], ys: list[float]) -> float:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / den if den else 0.0
 
 
-def fit(points: list[tuple[int, int, float]], fixed_rows: int, fixed_deltas: int) -> tuple[float, float, float]:
-    """Fit t = a + b*deltas + c*rows the way the sweeps were designed: c is
-    the slope over the rows sweep (deltas fixed), b the slope over the
-    deltas sweep (rows fixed), both at least 0 (a cost is never negative),
+Point = tuple[int, int, int, float]  # deltas, rows, partitions, seconds
+
+
+def fit(points: list[Point], fixed_rows: int, fixed_deltas: int, fixed_partitions: int,
+        partition_deltas: int) -> tuple[float, float, float, float]:
+    """Fit t = a + (b + d*partitions)*deltas + c*rows the way the sweeps
+    were designed: c is the slope over the rows sweep (deltas and
+    partitions fixed), b + d*fixed_partitions the slope over the deltas
+    sweep, d*partition_deltas the slope over the partitions sweep (made at
+    partition_deltas deltas), all at least 0 (a cost is never negative),
     and a the mean of what is left. One slow outlier moves one slope, not
-    both, as it would in a joint fit."""
-    rs = [(r, t) for d, r, t in points if d == fixed_deltas]
-    ds = [(d, t) for d, r, t in points if r == fixed_rows]
+    all, as it would in a joint fit. Without a partitions sweep d is 0 and
+    b is the per-delta cost at the fixed partitions."""
+    rs = [(r, t) for d, r, p, t in points if d == fixed_deltas and p == fixed_partitions]
+    ds = [(d, t) for d, r, p, t in points if r == fixed_rows and p == fixed_partitions]
+    ps = [(p, t) for d, r, p, t in points if r == fixed_rows and d == partition_deltas]
     c = max(0.0, slope([float(r) for r, _ in rs], [t for _, t in rs]))
-    b = max(0.0, slope([float(d) for d, _ in ds], [t for _, t in ds]))
-    a = max(0.0, sum(t - b * d - c * r for d, r, t in points) / len(points))
-    return a, b, c
+    per_delta = max(0.0, slope([float(d) for d, _ in ds], [t for _, t in ds]))
+    dp = max(0.0, slope([float(p) for p, _ in ps], [t for _, t in ps]) / max(1, partition_deltas))
+    dp = min(dp, per_delta / fixed_partitions)  # b stays >= 0
+    b = per_delta - dp * fixed_partitions
+    a = max(0.0, sum(t - (b + dp * p) * d - c * r for d, r, p, t in points) / len(points))
+    return a, b, c, dp
 
 
-def tree_time(model: tuple[float, float, float], deltas: int, rows: int, workers: int, fan_in: int,
-              target_segments: int) -> tuple[float, int]:
+def tree_time(model: tuple[float, float, float, float], deltas: int, rows: int, workers: int, fan_in: int,
+              target_segments: int, partitions: int = 0) -> tuple[float, int]:
     """Wall time of optimize's tree on ``workers`` workers: each level's
     work (b per input segment, c per row) is spread over min(workers,
     tasks) workers; levels continue until at most target_segments are
     left. Every level is charged for every row: an upper bound, since
     run_plan lets a segment larger than an average task (the base) skip
     the levels before the last. Returns (seconds, levels)."""
-    a, b, c = model
+    a, b0, c, dp = model
+    b = b0 + dp * partitions
     segs = deltas + 1
     total = a
     levels = 0
@@ -127,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-prefault", action="store_true", help="see bench_merge.prefault_memory")
     ap.add_argument("--target-rows", type=float, default=1e9)
     ap.add_argument("--target-deltas", type=int, default=1000)
+    ap.add_argument("--target-partitions", type=int, default=4096)
     ap.add_argument("--out", default=str(HERE / "results"))
     ap.add_argument("--work", help="scratch directory (kept, and reused, when given)")
     ap.add_argument("--from-json", help="re-analyse the measurements of an earlier report instead of measuring")
@@ -137,18 +154,22 @@ def main(argv: list[str] | None = None) -> int:
         return build_cost_model(args)
     if args.from_json:
         report = json.loads(Path(args.from_json).read_text())
-        analyse(report, int(args.target_rows), args.target_deltas)
+        analyse(report, int(args.target_rows), args.target_deltas, args.target_partitions)
         write_report(report, Path(args.from_json).with_suffix(""))
         return 0
     t = args.type
     dim, partitions, delta_rows = 128, 128, 1000
     if args.quick:
         row_sweep, delta_sweep, fixed_rows, fixed_deltas = [100_000, 200_000, 400_000], [10, 40, 80], 200_000, 40
+        part_sweep, partition_deltas = [128, 512, 1024], 40
     else:
         # Few deltas in the rows sweep: pylance's per-delta cost (~80 ms) would
-        # otherwise drown its per-row cost in run-to-run noise.
+        # otherwise drown its per-row cost in run-to-run noise. The
+        # partitions sweep at 50 deltas: its per-segment slope shows.
         row_sweep, delta_sweep, fixed_rows, fixed_deltas = [500_000, 1_000_000, 2_000_000, 4_000_000], [10, 50, 100, 200], 500_000, 10
-    configs = sorted({(fixed_rows, d) for d in delta_sweep} | {(r, fixed_deltas) for r in row_sweep})
+        part_sweep, partition_deltas = [128, 512, 2048], 50
+    configs = sorted({(fixed_rows, d, partitions) for d in delta_sweep} | {(r, fixed_deltas, partitions) for r in row_sweep}
+                     | {(fixed_rows, partition_deltas, p) for p in part_sweep})
     work = Path(args.work or tempfile.mkdtemp(prefix="segmerge-cost-"))
     work.mkdir(parents=True, exist_ok=True)
     if not args.no_prefault:
@@ -156,10 +177,10 @@ def main(argv: list[str] | None = None) -> int:
 
     keys = ["ours_1", f"ours_{args.workers}", "pylance"]
     rows_out = []
-    for rows, deltas in configs:
+    for rows, deltas, parts in configs:
         t0 = time.perf_counter()
-        src = build(work, t, rows, deltas, delta_rows, dim, partitions)
-        print(f"[{t}] rows={rows} deltas={deltas}: built in {time.perf_counter() - t0:.0f}s", flush=True)
+        src = build(work, t, rows, deltas, delta_rows, dim, parts)
+        print(f"[{t}] rows={rows} deltas={deltas} partitions={parts}: built in {time.perf_counter() - t0:.0f}s", flush=True)
         m: dict[str, list[float]] = {k: [] for k in keys}
         for r in range(args.repeats):
             order = ["ours", "pylance"] if r % 2 == 0 else ["pylance", "ours"]
@@ -172,13 +193,13 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     m["pylance"].append(bm.pylance_optimize(u, deltas + 1)["seconds"])
         med = {k: bm.median(v) for k, v in m.items()}
-        rows_out.append({"rows": rows, "deltas": deltas, **med})
+        rows_out.append({"rows": rows, "deltas": deltas, "partitions": parts, **med})
         print(f"    {med}", flush=True)
 
     report = {"type": t, "machine": bm.machine(), "dim": dim, "partitions": partitions, "delta_rows": delta_rows,
               "repeats": args.repeats, "workers": args.workers, "fixed_rows": fixed_rows, "fixed_deltas": fixed_deltas,
-              "measurements": rows_out}
-    analyse(report, int(args.target_rows), args.target_deltas)
+              "partition_deltas": partition_deltas, "measurements": rows_out}
+    analyse(report, int(args.target_rows), args.target_deltas, args.target_partitions)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     write_report(report, Path(args.out) / f"cost-{t}-{stamp}")
     if not args.work:
@@ -211,27 +232,33 @@ def build_cost_model(args: Any) -> int:
     return 0
 
 
-def analyse(report: dict[str, Any], R: int, D: int) -> None:
-    """Fit the models to report["measurements"] and extrapolate to R rows
-    and D deltas (fills report["models"] and report["extrapolation"])."""
-    points: dict[str, list[tuple[int, int, float]]] = {}
+def analyse(report: dict[str, Any], R: int, D: int, P: int = 4096) -> None:
+    """Fit the models to report["measurements"] and extrapolate to R rows,
+    D deltas and P partitions (fills report["models"] and
+    report["extrapolation"]). Reports from before the partitions sweep
+    fit d = 0."""
+    P0 = report["partitions"]
+    points: dict[str, list[Point]] = {}
     for m in report["measurements"]:
         for k, v in m.items():
-            if k not in ("rows", "deltas"):
-                points.setdefault(k, []).append((m["deltas"], m["rows"], v))
-    models = {k: fit(v, report["fixed_rows"], report["fixed_deltas"]) for k, v in points.items()}
-    report["models"] = {k: {"a_s": a, "b_s_per_segment": b, "c_s_per_row": c} for k, (a, b, c) in models.items()}
-    pa, pb, pc = models["pylance"]
-    pylance_t = pa + pb * D + pc * R
+            if k not in ("rows", "deltas", "partitions"):
+                points.setdefault(k, []).append((m["deltas"], m["rows"], m.get("partitions", P0), v))
+    pd = report.get("partition_deltas", -1)
+    models = {k: fit(v, report["fixed_rows"], report["fixed_deltas"], P0, pd) for k, v in points.items()}
+    report["models"] = {k: {"a_s": a, "b_s_per_segment": b, "c_s_per_row": c, "d_s_per_segment_partition": dp,
+                            "per_segment_at_fixed_partitions_s": b + dp * P0}
+                        for k, (a, b, c, dp) in models.items()}
+    pa, pb, pc, pdp = models["pylance"]
+    pylance_t = pa + (pb + pdp * P) * D + pc * R
     ex = []
     fans = (4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
     for n in (1, 8, 32, 128):
         # The best fan_in for each goal (what a user would pass).
-        one, lv1, f1 = min(tree_time(models["ours_1"], D, R, n, f, 1) + (f,) for f in fans)
-        many, lvn, fn = min(tree_time(models["ours_1"], D, R, n, f, n) + (f,) for f in fans)
+        one, lv1, f1 = min(tree_time(models["ours_1"], D, R, n, f, 1, P) + (f,) for f in fans)
+        many, lvn, fn = min(tree_time(models["ours_1"], D, R, n, f, n, P) + (f,) for f in fans)
         ex.append({"workers": n, "to_1_segment_s": one, "levels_1": lv1, "fan_in_1": f1, "to_n_segments_s": many,
                    "levels_n": lvn, "fan_in_n": fn})
-    report["extrapolation"] = {"rows": R, "deltas": D, "pylance_s": pylance_t, "ours": ex}
+    report["extrapolation"] = {"rows": R, "deltas": D, "partitions": P, "pylance_s": pylance_t, "ours": ex}
 
 
 def write_report(report: dict[str, Any], base: Path) -> None:
@@ -256,23 +283,29 @@ def markdown(rep: dict[str, Any], workers: int) -> str:
     lines = [f"# Cost model: optimize over delta segments, {rep['type']} (pylance {m['pylance']})", "",
              f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB. {rep['dim']}-d, {rep['partitions']} partitions, "
              f"deltas of {rep['delta_rows']} rows; medians of {rep['repeats']} runs, each in a fresh process.", "",
-             f"| rows | deltas | ours, 1 worker (s) | ours, {workers} processes (s) | pylance optimize_indices (s) |",
-             "| ---: | ---: | ---: | ---: | ---: |"]
+             f"| rows | deltas | partitions | ours, 1 worker (s) | ours, {workers} processes (s) | pylance optimize_indices (s) |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rep["measurements"]:
-        lines.append(f"| {r['rows']} | {r['deltas']} | {r['ours_1']:.2f} | {r[f'ours_{workers}']:.2f} | {r['pylance']:.2f} |")
-    lines += ["", "Fit `t = a + b·deltas + c·rows` (c: slope over the rows sweep at "
-              f"{rep['fixed_deltas']} deltas; b: slope over the deltas sweep at {rep['fixed_rows']} rows):", "",
-              "| contender | a (s) | b (ms per segment) | c (µs per row) | rows/s at scale |", "| --- | ---: | ---: | ---: | ---: |"]
+        lines.append(f"| {r['rows']} | {r['deltas']} | {r.get('partitions', rep['partitions'])} | {r['ours_1']:.2f} | "
+                     f"{r[f'ours_{workers}']:.2f} | {r['pylance']:.2f} |")
+    lines += ["", "Fit `t = a + (b + d·partitions)·deltas + c·rows` (c: slope over the rows sweep at "
+              f"{rep['fixed_deltas']} deltas; b + d·{rep['partitions']}: slope over the deltas sweep at {rep['fixed_rows']} rows; "
+              f"d: slope over the partitions sweep at {rep.get('partition_deltas', '-')} deltas, per delta):", "",
+              f"| contender | a (s) | b (ms per segment) | d (µs per segment and partition) | per segment at {rep['partitions']} partitions (ms) "
+              "| c (µs per row) | rows/s at scale |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for k, v in rep["models"].items():
         c = v["c_s_per_row"]
-        lines.append(f"| {k} | {v['a_s']:.2f} | {v['b_s_per_segment'] * 1e3:.1f} | {c * 1e6:.3f} | "
+        dp = v.get("d_s_per_segment_partition", 0.0)
+        lines.append(f"| {k} | {v['a_s']:.2f} | {v['b_s_per_segment'] * 1e3:.2f} | {dp * 1e6:.2f} | "
+                     f"{(v['b_s_per_segment'] + dp * rep['partitions']) * 1e3:.2f} | {c * 1e6:.3f} | "
                      f"{(1 / c if c else float('inf')):.0f} |")
     for k, v in rep["models"].items():
         if v["c_s_per_row"] == 0:
             lines += ["", f"For {k} the sweep shows no per-row cost above the noise: its extrapolation below is a "
                       "lower bound (it ignores reading and writing the rows)."]
     e = rep["extrapolation"]
-    lines += ["", f"Extrapolated to {e['rows']:.0e} rows and {e['deltas']} deltas. pylance `optimize_indices` "
+    lines += ["", f"Extrapolated to {e['rows']:.0e} rows, {e['deltas']} deltas and {e.get('partitions', rep['partitions'])} "
+              "partitions. pylance `optimize_indices` "
               f"(one process): **{hms(e['pylance_s'])}**.", "",
               "| workers N | ours → 1 segment | fan_in, levels | ours → N segments (`target_segments=N`) | fan_in, levels |",
               "| ---: | ---: | ---: | ---: | ---: |"]

@@ -143,3 +143,29 @@ def test_ingest_bound_matches_merge_everything() -> None:
     assert abs(closed - 18.83) < 0.01
     two, three = least_rewrites(passes, base, 2), least_rewrites(passes, base, 3)
     assert 3 < three < two < closed
+
+
+def test_cost_model_fits_each_sweep() -> None:
+    """bench/cost_model.py's fit on synthetic times t = a + (b + d·P)·deltas
+    + c·rows over its three sweeps recovers every coefficient, and the
+    extrapolation charges the per-partition cost at the target partitions."""
+    sys.path.insert(0, str(REPO / "bench"))
+    try:
+        import cost_model as cm
+    finally:
+        sys.path.pop(0)
+    a, b, c, d = 0.2, 0.8e-3, 0.15e-6, 4e-6
+    P0, R0, D0, PD = 128, 500_000, 10, 50
+    cfgs = {(R0, x, P0) for x in (10, 50, 100, 200)} | {(r, D0, P0) for r in (500_000, 10**6, 2 * 10**6)}
+    cfgs |= {(R0, PD, p) for p in (128, 512, 2048)}
+    pts = [(dl, r, p, a + (b + d * p) * dl + c * r) for r, dl, p in sorted(cfgs)]
+    fa, fb, fc, fd = cm.fit(pts, R0, D0, P0, PD)
+    assert fa == pytest.approx(a, rel=1e-6) and fb == pytest.approx(b, rel=1e-6)
+    assert fc == pytest.approx(c, rel=1e-6) and fd == pytest.approx(d, rel=1e-6)
+    t1, _ = cm.tree_time((fa, fb, fc, fd), 1000, 10**9, 1, 1024, 1, 4096)
+    t0, _ = cm.tree_time((fa, fb, fc, fd), 1000, 10**9, 1, 1024, 1, 0)
+    assert t1 - t0 == pytest.approx(d * 4096 * 1001, rel=1e-6)
+    # An old report (no partitions sweep) fits d = 0, b the whole per-delta cost.
+    old = [(dl, r, P0, t) for dl, r, p, t in pts if p == P0]
+    _, ob, _, od = cm.fit(old, R0, D0, P0, -1)
+    assert od == 0 and ob == pytest.approx(b + d * P0, rel=1e-6)
