@@ -395,7 +395,10 @@ func kmeansHierarchical(ctx context.Context, data []float32, n, dim, k int, o KM
 			return err
 		}
 		quota = min(quota, len(rows))
-		if quota <= 1 {
+		if quota == 0 { // no vectors (only rows that assign nowhere can leave a part empty)
+			return nil
+		}
+		if quota == 1 {
 			leaf(rows)
 			return nil
 		}
