@@ -2,6 +2,7 @@ package segment
 
 import (
 	"context"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
@@ -93,5 +94,47 @@ func verifyS3(t *testing.T, st storage.Store) {
 	}
 	if len(seen) != killFragments {
 		t.Fatalf("%d fragments covered", len(seen))
+	}
+}
+
+// On an object store the merge reads windows ahead (3 by default); the
+// merged rows are exactly those of the same merge on a memory store, with
+// windows of one row and of many, through the block cache.
+func TestMergeReadAheadOnS3(t *testing.T) {
+	ctx := context.Background()
+	endpoint := s3test.InProcess(t)
+	remote := s3Store(t, s3test.NewBucketAt(t, endpoint), endpoint, 3)
+	mem := storage.NewMem("memory://readahead")
+	r := rand.New(rand.NewPCG(4, 4))
+	var onS3, inMem []*pb.IndexMetadata
+	for frag := uint32(0); frag < 5; frag++ {
+		lengths := make([]uint32, testParts)
+		for p := range lengths {
+			lengths[p] = uint32(r.IntN(90))
+		}
+		onS3 = append(onS3, fakeSegment(t, remote, frag, lengths, frag%2 == 0))
+		inMem = append(inMem, fakeSegment(t, mem, frag, lengths, frag%2 == 0))
+	}
+	if got := storage.Concurrency(remote, defaultParallelism); got <= defaultParallelism {
+		t.Fatalf("the S3 store asks for %d requests in flight: the default read-ahead would not apply", got)
+	}
+	for _, window := range []int{1, 40, 1 << 20} {
+		want, err := Merge(ctx, mem, testSnapshot(), inMem, MergeOptions{WindowRows: window})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := Merge(ctx, remote, testSnapshot(), onS3, MergeOptions{WindowRows: window})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, g := rowMajor(t, mem, want), rowMajor(t, remote, got)
+		if len(w) == 0 || len(g) != len(w) {
+			t.Fatalf("window %d: %d rows on S3, %d in memory", window, len(g), len(w))
+		}
+		for k, v := range w {
+			if g[k] != v {
+				t.Fatalf("window %d: row %x is %s on S3, %s in memory", window, k, g[k], v)
+			}
+		}
 	}
 }

@@ -147,7 +147,11 @@ def test_list_plan_merge_commit(cloud: Cloud, capsys: pytest.CaptureFixture[str]
 
 def test_optimize_with_worker_processes_then_pylance_appends(cloud: Cloud) -> None:
     ds = ls.open(cloud.uri, storage_options=cloud.opts)
-    queries = lancegen.vectors(10, seed=2)
+    # 20 queries, as the other recall checks: the 0.01 slack is two
+    # neighbours of 200 (a lossless merge can still flip a PQ distance tie
+    # at the k boundary: one CI run lost one of 100, 0.32 -> 0.31, and
+    # 0.32 - 0.31 > 0.01 in floating point).
+    queries = lancegen.vectors(20, seed=2)
     before = lancegen.recall(lance.dataset(cloud.uri, storage_options=cloud.opts), cloud.x, queries, k=10, nprobes=4)
     # Workers get the options through the pickled Dataset (the user passed
     # them in); nothing else carries them.
