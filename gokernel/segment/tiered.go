@@ -77,6 +77,7 @@ type tieredTask struct {
 type tieredSettings struct {
 	perTier, atOnce   int
 	maxSegments       int // 0: no cap
+	perTask           int // most inputs of one merge (segments_per_task)
 	maxRows, floor    uint64
 	deletesPctAllowed float64
 }
@@ -88,6 +89,7 @@ func (o PlanOptions) tiered() tieredSettings {
 		floor:             uint64(cmp.Or(o.FloorRows, DefaultFloorRows)),
 		deletesPctAllowed: DefaultDeletesPctAllowed,
 		maxSegments:       o.MaxSegments,
+		perTask:           max(2, cmp.Or(o.SegmentsPerTask, 32)),
 	}
 	if o.DeletesPctAllowed != nil {
 		s.deletesPctAllowed = *o.DeletesPctAllowed
@@ -240,7 +242,7 @@ func planTiered(segs []tierSeg, s tieredSettings) ([]tieredTask, string) {
 		tasks = append(tasks, tieredTask{best, bestReason})
 	}
 	if s.maxSegments > 0 {
-		tasks = capSegments(segs, eligible, tasks, merging, large, s.maxSegments, s.floor)
+		tasks = capSegments(segs, eligible, tasks, merging, large, s.maxSegments, s.perTask)
 	}
 	for _, i := range eligible {
 		if !merging[i] && segs[i].stalePct() > s.deletesPctAllowed {
@@ -269,8 +271,10 @@ func planTiered(segs []tierSeg, s tieredSettings) ([]tieredTask, string) {
 // one task: all the units needed at once, so each row is rewritten once
 // per pass, and the next larger ones too while that rewrites less over
 // the passes to come (see below). Segments at or above the maximum count
-// but are never merged.
-func capSegments(segs []tierSeg, eligible []int, tasks []tieredTask, merging map[int]bool, large, maxSegments int, floor uint64) []tieredTask {
+// but are never merged. The merge takes at most perTask inputs (a merge
+// opens every input at once) beyond its two smallest units: when more are
+// needed, the pass leaves more than maxSegments and the next one goes on.
+func capSegments(segs []tierSeg, eligible []int, tasks []tieredTask, merging map[int]bool, large, maxSegments, perTask int) []tieredTask {
 	type unit struct {
 		members []int
 		rows    uint64
@@ -321,6 +325,23 @@ func capSegments(segs []tierSeg, eligible []int, tasks []tieredTask, merging map
 		take = units[:len(take)+1]
 		rows += next
 	}
+	inputs, keep := 0, 0
+	for ; keep < len(take); keep++ {
+		n := len(take[keep].members)
+		if keep >= 2 && inputs+n > perTask {
+			break
+		}
+		inputs += n
+	}
+	limited := ""
+	if keep < len(take) {
+		take = take[:keep]
+		rows = 0
+		for _, u := range take {
+			rows += u.rows
+		}
+		limited = fmt.Sprintf(" (at most %d inputs per merge, segments_per_task: the next pass goes on)", perTask)
+	}
 	var members []int
 	drop := map[int]bool{}
 	for _, u := range take {
@@ -345,8 +366,8 @@ func capSegments(segs []tierSeg, eligible []int, tasks []tieredTask, merging map
 		folded = fmt.Sprintf(", %d of them folded in early to rewrite less later", n)
 	}
 	return append(out, tieredTask{members, fmt.Sprintf(
-		"cap: %d segments would remain, over max_segments %d; the %d smallest (%d live rows) merged into one%s, leaving %d",
-		large+len(units), maxSegments, len(take), rows, folded, left)})
+		"cap: %d segments would remain, over max_segments %d; the %d smallest (%d live rows) merged into one%s, leaving %d%s",
+		large+len(units), maxSegments, len(take), rows, folded, left, limited)})
 }
 
 // allowedSegments is how many of the eligible segments (sorted largest

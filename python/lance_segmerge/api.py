@@ -847,7 +847,8 @@ def plan_index_segment_merge(
         segments (and chosen merges) are merged into one, and larger ones
         are folded in early when that rewrites fewer rows over the coming
         passes; segments at or above ``max_segment_rows`` count but are
-        never merged. A query searches every segment, so this bounds query
+        never merged, and the merge takes at most ``segments_per_task``
+        inputs (the next pass goes on). A query searches every segment, so this bounds query
         cost, at the price of rewriting rows more often: keeping at most 1
         / 2 / 3 segments after every pass rewrites each row at least about
         19 / 5 / 3.2 times on the ingestion benchmark's schedule
