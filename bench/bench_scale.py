@@ -314,7 +314,8 @@ def report_markdown(res: dict[str, Any]) -> str:
             lines.append("")
             continue
         ib = s["input_bytes"]
-        lines += [f"Segments dataset: {ib['segments'] / 2**20:.1f} MiB; deltas dataset: {ib['deltas'] / 2**20:.1f} MiB.", "",
+        sizes = "; ".join(f"{k} dataset: {v / 2**20:.1f} MiB" for k, v in ib.items())  # the cold preset has no segments dataset
+        lines += [sizes[0].upper() + sizes[1:] + ".", "",
                   "| run | wall s | MB/s | peak RSS MiB |", "| --- | ---: | ---: | ---: |"]
         for name, v in s.items():
             if name == "input_bytes":
