@@ -39,7 +39,8 @@ type MergeOptions struct {
 	// ReadAhead is how many windows are read while one is merged. Default:
 	// 1 on stores that ask for few requests in flight (a local disk), 3 on
 	// object stores, where every window's reads wait at least one round
-	// trip (20 ms proxy, 168 MiB: 91 → see bench/results/scale-s3-*).
+	// trip (S3 through a 20 ms proxy, 168 MiB: 91 MB/s with 1, 108–116
+	// with 3; bench/results/scale-s3-20261201-024631.md).
 	ReadAhead int `json:"read_ahead"`
 	// Parallelism bounds the reads in flight (a window's columns of every
 	// input, each one ranged read or a few), and the HNSW partition graphs
