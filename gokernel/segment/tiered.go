@@ -282,8 +282,10 @@ func capSegments(segs []tierSeg, eligible []int, tasks []tieredTask, merging map
 	}
 	var units []unit
 	for ti, t := range tasks {
-		if len(t.members) == 1 && !slices.Contains(eligible, t.members[0]) {
-			continue // a large segment rewritten alone
+		if len(t.members) == 1 {
+			// A large segment rewritten alone: tier merges take at least
+			// two, and eligible segments' reclaims come after the cap.
+			continue
 		}
 		var rows uint64
 		for _, m := range t.members {
@@ -300,9 +302,10 @@ func capSegments(segs []tierSeg, eligible []int, tasks []tieredTask, merging map
 	if over <= 0 || len(units) < 2 {
 		return tasks
 	}
-	// Smallest first; ties to the older (first member earlier).
+	// Smallest first; ties to the older (members are sorted: the first
+	// is the oldest).
 	slices.SortStableFunc(units, func(a, b unit) int {
-		return cmp.Or(cmp.Compare(a.rows, b.rows), cmp.Compare(slices.Min(a.members), slices.Min(b.members)))
+		return cmp.Or(cmp.Compare(a.rows, b.rows), cmp.Compare(a.members[0], b.members[0]))
 	})
 	take := units[:min(len(units), over+1)]
 	var rows uint64
