@@ -79,7 +79,11 @@ func (c *colWriter) appendCopy(a *Array) error {
 	if c.own == nil {
 		// From the process-wide pool: a process that merges segment after
 		// segment does not grow a new 8 MiB buffer per column each time.
-		c.own = bufpool.Default.Get(c.w.opts.MaxPageBytes + len(a.Values))
+		size := c.w.opts.MaxPageBytes
+		if n := c.w.opts.ExpectedRows; n > 0 {
+			size = min(size, (n*c.f.Type.ValueBits()+7)/8)
+		}
+		c.own = bufpool.Default.Get(size + len(a.Values))
 	}
 	for _, p := range c.pending { // earlier references join the copy
 		c.own = append(c.own, p.Values...)

@@ -164,6 +164,15 @@ const intoSlackBytes = 64 << 10
 // values a mini-block chunk holds beyond the range.
 func IntoCap(t DataType, rows int) int { return rows*t.ValueBits()/8 + intoSlackBytes }
 
+// IntoCap is the package's IntoCap for this file: the slack never exceeds
+// the file's own rows (a chunk decodes only rows the file holds), so a
+// small file's buffer is the size of its column, not the size of the slack.
+// A merge of a thousand 1000-row deltas keeps one such buffer per input and
+// column.
+func (r *Reader) IntoCap(t DataType, rows int) int {
+	return min(IntoCap(t, rows), int(r.numRows)*t.ValueBits()/8)
+}
+
 func pagesTouched(pages []*pb.Page, start, end int) int {
 	touched, pageStart := 0, 0
 	for _, p := range pages {
@@ -187,7 +196,7 @@ func (r *Reader) readFixedInto(ctx context.Context, col int, t DataType, start, 
 	pages := r.columns[col].GetPages()
 	w := t.ValueBits() / 8
 	buf := dst[:0]
-	if need := IntoCap(t, end-start); cap(buf) < need {
+	if need := r.IntoCap(t, end-start); cap(buf) < need {
 		buf = make([]byte, 0, need)
 	}
 	pageStart := 0

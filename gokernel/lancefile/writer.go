@@ -44,6 +44,12 @@ type WriterOptions struct {
 	// that size keep reads efficient and bound the writer's memory to
 	// about MaxPageBytes per column.
 	MaxPageBytes int
+	// ExpectedRows, when known, is about how many rows the file will hold
+	// (an upper bound is fine). A column's page buffer then starts at what
+	// those rows need rather than at MaxPageBytes, so a small file does not
+	// take (and fault in) MaxPageBytes of memory per column; a column that
+	// outgrows it grows as a slice does. 0: unknown.
+	ExpectedRows int
 }
 
 func (o WriterOptions) withDefaults() WriterOptions {

@@ -200,6 +200,32 @@ func TestWriteReadRoundTrip(t *testing.T) {
 							t.Fatalf("%s %v into: %v", s.name, rg, err)
 						}
 						equalRows(t, fmt.Sprintf("%s %v into", s.name, rg), want[i].Slice(rg[0], rg[1]), into)
+						// The file's own bound (never more than its rows) is
+						// enough: decoded in place, nothing allocated.
+						if !isList(s.t) && s.nullFrac == 0 && v != V2_0 && rg[1] > rg[0] {
+							n := rd.IntoCap(s.t, rg[1]-rg[0])
+							if n > total*s.t.ValueBits()/8 {
+								t.Fatalf("%s: IntoCap %d above the file's %d rows", s.name, n, total)
+							}
+							exact := make([]byte, 0, n)
+							got, err := rd.ReadInto(ctx, s.name, uint64(rg[0]), uint64(rg[1]), exact)
+							if err != nil {
+								t.Fatalf("%s %v exact: %v", s.name, rg, err)
+							}
+							equalRows(t, fmt.Sprintf("%s %v exact", s.name, rg), want[i].Slice(rg[0], rg[1]), got)
+							if &got.Values[0] != &exact[:1][0] {
+								t.Fatalf("%s %v: a buffer of IntoCap = %d bytes was not used", s.name, rg, n)
+							}
+							// No page decode outgrew it either: as few
+							// allocations as with a buffer far larger.
+							large := make([]byte, 0, n+1<<20)
+							allocs := func(dst []byte) float64 {
+								return testing.AllocsPerRun(3, func() { rd.ReadInto(ctx, s.name, uint64(rg[0]), uint64(rg[1]), dst) })
+							}
+							if a, b := allocs(exact), allocs(large); a > b {
+								t.Fatalf("%s %v: %v allocations with IntoCap = %d bytes, %v with more", s.name, rg, a, n, b)
+							}
+						}
 					}
 				}
 				// Alignment: every page and global buffer starts on 64 bytes.
@@ -403,5 +429,43 @@ func TestWriteChunkedCopies(t *testing.T) {
 				equalRows(t, s.name, all, got)
 			}
 		})
+	}
+}
+
+// TestExpectedRowsKeepsTheBytes: the ExpectedRows hint only sizes the
+// column buffers; the file is the same whether the hint is absent, far too
+// low (the buffers grow), exact or far too high.
+func TestExpectedRowsKeepsTheBytes(t *testing.T) {
+	const n, batches = 1500, 3
+	for _, v := range []Version{V2_0, V2_2} {
+		var first []byte
+		for _, hint := range []int{0, 1, n * batches, 100 * n * batches} {
+			r := rand.New(rand.NewPCG(11, 7))
+			var buf bytes.Buffer
+			w, err := NewWriter(&buf, specFields(), WriterOptions{Version: v, MaxPageBytes: 32 << 10, ExpectedRows: hint})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for b := 0; b < batches; b++ {
+				batch := make([][]*Array, len(specs)) // each column in two pieces
+				for i, s := range specs {
+					a := genArray(r, s.t, s.item, n, s.nullFrac, s.empty)
+					batch[i] = []*Array{a.Slice(0, n/3), a.Slice(n/3, n)}
+				}
+				if err := w.WriteChunked(batch); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := w.Finish(); err != nil {
+				t.Fatal(err)
+			}
+			if first == nil {
+				first = buf.Bytes()
+				continue
+			}
+			if !bytes.Equal(buf.Bytes(), first) {
+				t.Fatalf("%s: ExpectedRows %d wrote a different file (%d bytes, %d without the hint)", v, hint, buf.Len(), len(first))
+			}
+		}
 	}
 }

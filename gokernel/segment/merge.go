@@ -286,7 +286,11 @@ func (mg *merger) writeAux(ctx context.Context) (int64, error) {
 	for _, f := range m.fields {
 		fields = append(fields, lancefile.NewField(f.Name, f.Type, f.Nullable))
 	}
-	w, err := lancefile.NewWriter(counted, fields, lancefile.WriterOptions{Version: m.version})
+	inRows := 0 // at most what the output holds (stale rows are dropped)
+	for _, s := range mg.srcs {
+		inRows += int(s.files.Aux.NumRows())
+	}
+	w, err := lancefile.NewWriter(counted, fields, lancefile.WriterOptions{Version: m.version, ExpectedRows: inRows})
 	if err != nil {
 		return 0, err
 	}
@@ -501,7 +505,7 @@ func (mg *merger) readWindow(ctx context.Context, win window, set int) ([]shardW
 			goSafe(g, func() error {
 				var dst []byte
 				if f.Type.ValueBits() > 0 { // fixed width (nulls fall back to a fresh buffer)
-					need := lancefile.IntoCap(f.Type, int(end-start))
+					need := s.files.Aux.IntoCap(f.Type, int(end-start))
 					if cap(bufs[i*nf+c]) < need {
 						bufpool.Default.Put(bufs[i*nf+c])
 						bufs[i*nf+c] = bufpool.Default.Get(need)

@@ -32,9 +32,11 @@ var Default = New(256 << 20)
 // New returns a pool that holds at most limit bytes.
 func New(limit int) *Pool { return &Pool{limit: limit} }
 
-// minClass is the smallest class pooled (64 KiB): smaller buffers are cheap
-// to allocate.
-const minClass = 16
+// minClass is the smallest class pooled (4 KiB). Not larger: a merge of
+// many small segments holds a buffer per input and column, and rounding a
+// 1000-row delta's 8 KiB up to a large class multiplied what it held (a
+// 200-delta merge faulted in 200 MB of fresh memory for 5 MB of rows).
+const minClass = 12
 
 func classOf(n int) int {
 	if n <= 1<<minClass {

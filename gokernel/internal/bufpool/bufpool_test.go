@@ -10,7 +10,8 @@ func TestPool(t *testing.T) {
 		reused   bool // after a Put of the same class
 		putOther []byte
 	}{
-		{"small requests get the smallest class", 100, 1 << 16, true, nil},
+		{"small requests get the smallest class", 100, 1 << 12, true, nil},
+		{"a small delta's column keeps its size", 9000, 1 << 14, true, nil},
 		{"rounded up to a power of two", 100_000, 1 << 17, true, nil},
 		{"exact power of two", 1 << 20, 1 << 20, true, nil},
 		{"foreign buffers are not pooled", 1 << 18, 1 << 18, false, make([]byte, 0, 300_000)},
