@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/bufpool"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
 )
@@ -263,10 +264,13 @@ func ReadModel(ctx context.Context, r *lancefile.Reader, name string) (*Model, e
 	if err != nil || pos <= 0 || pos >= r.NumGlobalBuffers() {
 		return nil, fmt.Errorf("%w: %s: %q = %q is not a global buffer of the %d in the file", errkind.Corrupt, name, KeyIVF, s, r.NumGlobalBuffers())
 	}
-	b, err := r.GlobalBuffer(ctx, pos)
+	// Pooled: decoding copies what it keeps, and a plan over a thousand
+	// deltas reads two IVF messages (with their centroids) per segment.
+	b, err := r.GlobalBufferInto(ctx, pos, bufpool.Default.Get(0))
 	if err != nil {
 		return nil, err
 	}
+	defer bufpool.Default.Put(b)
 	m, err := DecodeModel(b)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)

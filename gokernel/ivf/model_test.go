@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"path/filepath"
 	"runtime"
@@ -138,5 +139,37 @@ func TestOpenFilesFixture(t *testing.T) {
 	}
 	if _, err := OpenFiles(context.Background(), st, "_indices/nope/", lancefile.Options{}); !errors.Is(err, errkind.NotFound) {
 		t.Fatalf("missing segment: %v", err)
+	}
+}
+
+// TestParseQuantizerMetaShared: the deltas of one index carry the same
+// quantizer text, parsed once and shared; other texts get their own; the
+// cache stays bounded; a text that does not parse is never cached.
+func TestParseQuantizerMetaShared(t *testing.T) {
+	text := func(i int) string { return fmt.Sprintf(`{"dim":%d,"num_bits":8,"bounds":{"start":-1,"end":1}}`, i+1) }
+	a, err := ParseQuantizerMeta(text(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := ParseQuantizerMeta(text(0))
+	c, _ := ParseQuantizerMeta(text(1))
+	if a != b || a == c || a.Dim != 1 || c.Dim != 2 {
+		t.Fatalf("shared %v, distinct %v, dims %d %d", a == b, a != c, a.Dim, c.Dim)
+	}
+	for i := range 3 * quantCacheMax {
+		if q, err := ParseQuantizerMeta(text(i)); err != nil || q.Dim != i+1 {
+			t.Fatalf("text %d: %v %v", i, q, err)
+		}
+		if n := len(parsedQuant.m); n > quantCacheMax {
+			t.Fatalf("%d texts cached, bound %d", n, quantCacheMax)
+		}
+	}
+	for range 2 {
+		if _, err := ParseQuantizerMeta(`{"dim":`); err == nil {
+			t.Fatal("truncated JSON parsed")
+		}
+	}
+	if parsedQuant.get(`{"dim":`) != nil {
+		t.Fatal("a failed parse was cached")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 )
@@ -108,6 +109,47 @@ type QuantizerMeta struct {
 
 // ParseQuantizerMeta parses one quantizer metadata JSON object.
 func ParseQuantizerMeta(s string) (*QuantizerMeta, error) {
+	if q := parsedQuant.get(s); q != nil {
+		return q, nil
+	}
+	q, err := parseQuantizerMeta(s)
+	if err != nil {
+		return nil, err
+	}
+	parsedQuant.put(s, q)
+	return q, nil
+}
+
+// parsedQuant holds parsed quantizer metadata by its JSON text: the
+// segments of one index carry the same text (an IVF_RQ one has kilobytes of
+// fast rotation signs), so a plan over a thousand deltas parses it once.
+// The entries are shared; nothing modifies a QuantizerMeta once parsed.
+var parsedQuant = &quantCache{m: map[string]*QuantizerMeta{}}
+
+// quantCacheMax bounds the texts kept: when full, the cache starts over.
+const quantCacheMax = 64
+
+type quantCache struct {
+	mu sync.Mutex
+	m  map[string]*QuantizerMeta
+}
+
+func (c *quantCache) get(s string) *QuantizerMeta {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[s]
+}
+
+func (c *quantCache) put(s string, q *QuantizerMeta) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= quantCacheMax {
+		clear(c.m)
+	}
+	c.m[s] = q
+}
+
+func parseQuantizerMeta(s string) (*QuantizerMeta, error) {
 	q := &QuantizerMeta{}
 	if err := json.Unmarshal([]byte(s), &q.Raw); err != nil {
 		return nil, fmt.Errorf("%w: ivf: quantizer metadata %q: %w", errkind.Corrupt, truncate(s, 200), err)

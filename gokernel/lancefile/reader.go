@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/bufpool"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
 )
@@ -85,7 +86,12 @@ func (r *Reader) readMetadata(ctx context.Context) error {
 		return fmt.Errorf("%w: file of %d bytes is shorter than its footer", errkind.Corrupt, size)
 	}
 	tailLen := min(size, tailBytes)
-	tail := make([]byte, tailLen)
+	// Pooled: a plan opens two files per segment, a thousand deltas 2000
+	// tails, and fresh ones were most of what a cold plan allocated (and
+	// collected). Nothing decoded keeps a reference into it (protobuf
+	// decoding copies bytes and strings).
+	tail := bufpool.Default.Get(int(tailLen))[:tailLen]
+	defer bufpool.Default.Put(tail)
 	if err := r.obj.ReadAt(ctx, tail, size-tailLen); err != nil {
 		return err
 	}
@@ -265,7 +271,24 @@ func (r *Reader) GlobalBuffer(ctx context.Context, i int) ([]byte, error) {
 	if ref.size > uint64(r.opts.MaxGlobalBufferBytes) {
 		return nil, fmt.Errorf("%w: lancefile: %s: global buffer %d of %d bytes is above the %d-byte limit", errkind.Corrupt, r.name, i, ref.size, r.opts.MaxGlobalBufferBytes)
 	}
-	buf := make([]byte, ref.size)
+	return r.GlobalBufferInto(ctx, i, make([]byte, ref.size))
+}
+
+// GlobalBufferInto is GlobalBuffer, reading into dst when its capacity
+// suffices (a caller that decodes the bytes and drops them can pool dst).
+func (r *Reader) GlobalBufferInto(ctx context.Context, i int, dst []byte) ([]byte, error) {
+	if i < 0 || i >= len(r.globals) {
+		return nil, fmt.Errorf("%w: lancefile: %s: global buffer %d of %d", errkind.Corrupt, r.name, i, len(r.globals))
+	}
+	ref := r.globals[i]
+	if ref.size > uint64(r.opts.MaxGlobalBufferBytes) {
+		return nil, fmt.Errorf("%w: lancefile: %s: global buffer %d of %d bytes is above the %d-byte limit", errkind.Corrupt, r.name, i, ref.size, r.opts.MaxGlobalBufferBytes)
+	}
+	buf := dst[:0]
+	if uint64(cap(buf)) < ref.size {
+		buf = make([]byte, ref.size)
+	}
+	buf = buf[:ref.size]
 	if err := r.obj.ReadAt(ctx, buf, int64(ref.pos)); err != nil {
 		return nil, fmt.Errorf("lancefile: %s: global buffer %d: %w", r.name, i, err)
 	}
