@@ -27,7 +27,7 @@ from ._validate import (
     _uuid,
 )
 from .errors import InvalidInputError
-from .types import IndexSegment, MergePlan, SegmentList
+from .types import IndexSegment, MergePlan, SegmentList, _from_kernel
 
 if TYPE_CHECKING:  # pragma: no cover
     from lance.dataset import LanceDataset
@@ -209,7 +209,8 @@ class Dataset:
             index_name or "",
             not with_stats,
         )
-        return SegmentList(IndexSegment.from_dict(d) for d in out)
+        with _from_kernel():
+            return SegmentList(IndexSegment.from_dict(d) for d in out)
 
     def merge_existing_index_segments(
         self,
@@ -428,13 +429,24 @@ def as_dataset(
     )
 
 
-def _at_version(given: Any, ds: Dataset, version: int) -> Any:
+def _at_version(given: Any, ds: Dataset, version: int, have: Any = None) -> Any:
     """The dataset at ``version``, as the kind of handle the caller gave:
     a LanceDataset for a LanceDataset (checked out with pylance, keeping its
-    session and options), else our Dataset."""
+    session and options), else our Dataset: ``have`` when it is already
+    that (a commit's result handed up through the callers, instead of
+    opening the new version again at each level)."""
     if _is_lance_dataset(given):
         return given if int(given.version) == version else given.checkout_version(version)
-    return ds if ds.version == version else ds.checkout(version)
+    if ds.version == version:
+        return ds
+    if (
+        isinstance(have, Dataset)
+        and have.version == version
+        and have.uri == ds.uri
+        and have._storage_options == ds._storage_options
+    ):
+        return have
+    return ds.checkout(version)
 
 
 def _to_segments(items: Any, dataset: Optional[Dataset] = None) -> list[IndexSegment]:
@@ -590,7 +602,8 @@ def merge_existing_index_segments(
         result = json.loads(out)
         for note in result.pop("notes", None) or ():
             logger.info("merge into %s: %s", result.get("uuid"), note)
-        merged = IndexSegment.from_dict(result)
+        with _from_kernel():
+            merged = IndexSegment.from_dict(result)
         reporter.finish(merged.num_partitions, merged.num_rows)
     finally:
         reporter.close()
@@ -875,7 +888,8 @@ def plan_index_segment_merge(
         raise InvalidInputError("max_segments_to_merge and target_rows_per_task do not apply to policy='tiered'")
     opts = _plan_options(index_name, segments_per_task, max_segments_to_merge, target_rows_per_task, requantize_sq, pol)
     out = _ffi.call_json("PlanIndex", ds.uri, _ffi.options_json(ds.storage_options), ds.version, opts)
-    plan = MergePlan.from_dict(out)
+    with _from_kernel():
+        plan = MergePlan.from_dict(out)
     if plan.requantize_sq:
         logger.info("the IVF_SQ segments of %s have different bounds: the merges re-quantize them to their union", index_name)
     for t in plan.tasks:
@@ -908,7 +922,8 @@ def plan_segments(
     out = _ffi.call_json(
         "PlanSegments", dataset.uri, _ffi.options_json(dataset.storage_options), dataset.version, _segments_json(segments), opts
     )
-    return MergePlan.from_dict(out)
+    with _from_kernel():
+        return MergePlan.from_dict(out)
 
 
 def cleanup(

@@ -8,7 +8,7 @@ import logging
 import os
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Union, overload
 
 from . import _ffi, _progress, _worker
@@ -191,6 +191,7 @@ class RunResult:
     segments_after: int = 0
     seconds: float = 0.0
     executor: str = ""
+    dataset: Optional[Dataset] = field(default=None, repr=False)  # at the committed version
     verify_seconds: float = 0.0
 
 
@@ -352,6 +353,7 @@ def run_plan(
     resume: bool = False,
     hnsw_graph: str = "reuse",
     verify: bool = True,
+    _planned_here: bool = False,
 ) -> Any:
     """Execute a plan as a tree and commit once.
 
@@ -414,8 +416,10 @@ def run_plan(
         )
     # A plan may have travelled: the kernel checks it against the dataset
     # (segments of its index, fragment bitmaps the dataset can have) before
-    # any worker starts.
-    if plan.tasks:
+    # any worker starts. Not one optimize made a moment ago from this
+    # dataset at this version (_planned_here): the kernel built it from
+    # the same manifest it would check it against.
+    if plan.tasks and not _planned_here:
         _ffi.call("CheckPlan", dataset.uri, _ffi.options_json(dataset.storage_options), dataset.version, plan.to_json())
     _check_tree_args(fan_in, target_segments)
     _opt_pos_int(max_workers, "max_workers", 4096)
@@ -439,7 +443,7 @@ def run_plan(
         hnsw_graph=hnsw_graph,
         verify=verify,
     )
-    return _at_version(given, dataset, result.version)
+    return _at_version(given, dataset, result.version, result.dataset)
 
 
 def _run_plan(
@@ -515,9 +519,10 @@ def _run_plan(
             result.verify_seconds = _verify_outputs(dataset, final)
         if final:
             t_commit = time.perf_counter()
-            result.version = commit_existing_index_segments(
+            result.dataset = commit_existing_index_segments(
                 dataset, plan.index_name, plan.column, final, replaces=replaces
-            ).version
+            )
+            result.version = result.dataset.version
             committed = True
             commit_seconds = time.perf_counter() - t_commit
         result.committed = committed
@@ -771,10 +776,12 @@ def optimize(
             requantize_sq=requantize_sq,
         )
 
+    # A resumed run's plan comes from its journal (a file): checked.
     pinned, plan = _resume_point(ds, index_name, make_plan) if resume else (ds, make_plan(ds))
     out = run_plan(
         pinned,
         plan,
+        _planned_here=not resume,
         executor=executor,
         max_workers=max_workers,
         fan_in=fan_in,
@@ -786,7 +793,7 @@ def optimize(
         hnsw_graph=hnsw_graph,
         verify=verify,
     )
-    return _at_version(dataset, ds, out.version)
+    return _at_version(dataset, ds, out.version, out)
 
 
 def optimize_with_report(dataset: DatasetLike, index_name: str, **kwargs: Any) -> OptimizeReport:

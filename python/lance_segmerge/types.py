@@ -9,12 +9,14 @@ the native kernel or to an open dataset.
 from __future__ import annotations
 
 import base64
-import dataclasses
 import binascii
+import contextlib
+import contextvars
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, SupportsIndex, Union, cast, overload
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Optional, SupportsIndex, Union, cast, overload
 
 from ._display import Column, TableSpec, Tabular, human_bytes, kv_html, options, plural
 from ._validate import (
@@ -67,6 +69,24 @@ class IndexFile:
     def __post_init__(self) -> None:
         _str(self.path, "IndexFile path", empty=False)
         _int(self.size_bytes, f"size_bytes of {self.path}")
+
+
+# Set while decoding JSON the kernel itself just wrote (a listing, a plan, a
+# merge result): IndexSegment.from_dict then skips its checks, which are for
+# segments that arrive from outside (a plan from another machine, a file).
+# A plan over a thousand deltas builds thousands of segments, and the checks
+# were half of each one's Python cost.
+_KERNEL_JSON: contextvars.ContextVar[bool] = contextvars.ContextVar("lance_segmerge_kernel_json", default=False)
+
+
+@contextlib.contextmanager
+def _from_kernel() -> Iterator[None]:
+    """Decode the kernel's own JSON inside this block (see _KERNEL_JSON)."""
+    token = _KERNEL_JSON.set(True)
+    try:
+        yield
+    finally:
+        _KERNEL_JSON.reset(token)
 
 
 def _ms_to_datetime(ms: Any) -> Optional[datetime]:
@@ -309,6 +329,8 @@ class IndexSegment:
             ``d`` is not a segment: a missing or mistyped field, an
             out-of-range number, invalid base64.
         """
+        if _KERNEL_JSON.get():
+            return cls._trusted(d)
         d = _mapping(d, "an IndexSegment")
         u = _uuid(_field(d, "uuid", "an IndexSegment"), "IndexSegment uuid")
         what = f"segment {u}"
@@ -355,6 +377,53 @@ class IndexSegment:
             format_version=d.get("format_version", SEGMENT_FORMAT_VERSION),
             stale_rows=stats.get("stale_rows"),
         )
+
+    @classmethod
+    def _trusted(cls, d: Mapping[str, Any]) -> "IndexSegment":
+        """from_dict for JSON the kernel wrote: the same fields, built
+        without the checks of ``__post_init__`` (test_types checks that both
+        give equal segments)."""
+        stats = d.get("stats") or {}
+        get = stats.get
+        created = d.get("created_at_ms")
+        values = {
+            "uuid": d["uuid"],
+            "name": d["name"],
+            "fields": tuple(d.get("fields") or ()),
+            "dataset_version": d["dataset_version"],
+            "fragment_ids": tuple(d.get("fragment_ids") or ()),
+            "index_version": d.get("index_version") or 0,
+            "created_at": None if created is None else datetime.fromtimestamp(created / 1000.0, tz=timezone.utc),
+            "base_id": d.get("base_id"),
+            "files": tuple(IndexFile(f["path"], f["size_bytes"]) for f in d.get("files") or ()),
+            "index_details_type_url": d.get("index_details_type_url") or "",
+            "index_details": base64.b64decode(d.get("index_details") or b""),
+            "metadata": base64.b64decode(d.get("metadata") or b""),
+            "index_type": get("index_type"),
+            "distance_type": get("distance_type"),
+            "num_partitions": get("num_partitions"),
+            "partition_rows": tuple(get("partition_rows") or ()),
+            "num_rows": get("num_rows"),
+            "pq_transposed": get("pq_transposed"),
+            "rq_packed": get("rq_packed"),
+            "num_bits": get("num_bits") or None,
+            "num_sub_vectors": get("num_sub_vectors") or None,
+            "dimension": get("dimension") or None,
+            "file_version": get("file_version"),
+            "index_file_bytes": get("index_file_bytes"),
+            "auxiliary_file_bytes": get("auxiliary_file_bytes"),
+            "hnsw_m": get("hnsw_m") or None,
+            "hnsw_ef_construction": get("hnsw_ef_construction") or None,
+            "hnsw_max_level": get("hnsw_max_level") or None,
+            "hnsw_levels": get("hnsw_levels") or None,
+            "partition_graph_rows": tuple(get("partition_graph_rows") or ()),
+            "format_version": d.get("format_version", SEGMENT_FORMAT_VERSION),
+            "stale_rows": get("stale_rows"),
+        }
+        seg = cls.__new__(cls)
+        for k, v in values.items():
+            object.__setattr__(seg, k, v)
+        return seg
 
     def to_json(self) -> str:
         """Serialise to a JSON string."""

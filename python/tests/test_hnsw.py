@@ -235,6 +235,7 @@ def test_chains_and_trees(tmp_path, kind):
     assert pds.version == version and len(pds.describe_indices()[0].segments) == 1
     (seg,) = ls.open(built.uri).list_index_segments("vec_idx")
     assert seg.num_rows == 1600 and seg.index_type == kind
+    assert ls.IndexSegment.from_dict(seg.to_dict()) == seg and seg.partition_graph_rows  # listed (unchecked) = checked
     r = recalls(built.uri, built.vectors, kind)
     assert min(r.values()) >= (0.5 if kind == "IVF_HNSW_PQ" else 0.9), r
 

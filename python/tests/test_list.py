@@ -134,6 +134,32 @@ def test_segments_pickle_and_json(delta_datasets):
     assert "storage_options" not in repr(ds)
 
 
+@pytest.mark.parametrize("with_stats", [True, False])
+def test_kernel_json_decodes_like_checked_json(delta_datasets, with_stats):
+    """Segments decoded from the kernel's own JSON skip the checks made for
+    segments from outside, and must still be exactly what the checked path
+    builds (same values, tuples, bytes, datetimes), for every index type."""
+    from lance_segmerge import _ffi
+    from lance_segmerge.types import _from_kernel
+
+    for index_type, built in delta_datasets.items():
+        raw = _ffi.call_json("ListSegments", built.uri, _ffi.options_json(None), 0, "vec_idx", not with_stats)
+        assert len(raw) == 4
+        checked = [ls.IndexSegment.from_dict(d) for d in raw]
+        with _from_kernel():
+            trusted = [ls.IndexSegment.from_dict(d) for d in raw]
+        assert trusted == checked, index_type
+        for t, c in zip(trusted, checked):
+            assert t.to_dict() == c.to_dict() and hash(t.fields) == hash(c.fields)
+            assert all(type(getattr(t, f)) is type(getattr(c, f)) for f in c.__dataclass_fields__), index_type
+            assert pickle.loads(pickle.dumps(t)) == c
+        assert ls.open(built.uri).list_index_segments("vec_idx", with_stats=with_stats) == checked
+    # Outside the block, from_dict checks again.
+    bad = dict(raw[0], uuid="not-a-uuid")
+    with pytest.raises(ls.InvalidInputError, match="UUID"):
+        ls.IndexSegment.from_dict(bad)
+
+
 def test_list_without_stats(delta_datasets):
     ds = ls.open(delta_datasets["IVF_FLAT"].uri)
     segs = ds.list_index_segments("vec_idx", with_stats=False)
