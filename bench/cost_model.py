@@ -68,10 +68,16 @@ def build(root: Path, t: str, rows: int, deltas: int, delta_rows: int, dim: int,
     return uri
 
 
-def ours_local(uri: str) -> dict[str, Any]:
+def ours_local(uri: str, fan_in: int = 32) -> dict[str, Any]:
     setup = "import lance_segmerge as ls"
-    work = f"ls.optimize({uri!r}, 'vec_idx', executor='local', fan_in=32, progress=False)"
+    work = f"ls.optimize({uri!r}, 'vec_idx', executor='local', fan_in={fan_in}, progress=False)"
     return bm.run_child(setup, work)
+
+
+# fan_in for the one-level contender: every delta in one task, so a delta's
+# rows are rewritten once (with the default fan_in of 32, more than 32
+# deltas take two levels: their rows are rewritten twice).
+ONE_LEVEL_FAN_IN = 4096
 
 
 def slope(xs: list[float], ys: list[float]) -> float:
@@ -175,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_prefault:
         bm.prefault_memory()
 
-    keys = ["ours_1", f"ours_{args.workers}", "pylance"]
+    keys = ["ours_1", "ours_1_one_level", f"ours_{args.workers}", "pylance"]
     rows_out = []
     for rows, deltas, parts in configs:
         t0 = time.perf_counter()
@@ -188,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
                 u = bm.copy_dataset(src, str(work / f"run-{who}"))
                 if who == "ours":
                     m["ours_1"].append(ours_local(u)["seconds"])
+                    u = bm.copy_dataset(src, str(work / f"run-{who}"))
+                    m["ours_1_one_level"].append(ours_local(u, ONE_LEVEL_FAN_IN)["seconds"])
                     u = bm.copy_dataset(src, str(work / f"run-{who}"))
                     m[f"ours_{args.workers}"].append(bm.ours_optimize(u, args.workers)["seconds"])
                 else:
@@ -283,11 +291,13 @@ def markdown(rep: dict[str, Any], workers: int) -> str:
     lines = [f"# Cost model: optimize over delta segments, {rep['type']} (pylance {m['pylance']})", "",
              f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB. {rep['dim']}-d, {rep['partitions']} partitions, "
              f"deltas of {rep['delta_rows']} rows; medians of {rep['repeats']} runs, each in a fresh process.", "",
-             f"| rows | deltas | partitions | ours, 1 worker (s) | ours, {workers} processes (s) | pylance optimize_indices (s) |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+             f"| rows | deltas | partitions | ours, 1 worker (s) | ours, 1 worker, one level (s) | ours, {workers} processes (s) "
+             "| pylance optimize_indices (s) |",
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rep["measurements"]:
+        one = r.get("ours_1_one_level")  # reports before it have none
         lines.append(f"| {r['rows']} | {r['deltas']} | {r.get('partitions', rep['partitions'])} | {r['ours_1']:.2f} | "
-                     f"{r[f'ours_{workers}']:.2f} | {r['pylance']:.2f} |")
+                     f"{'-' if one is None else f'{one:.2f}'} | {r[f'ours_{workers}']:.2f} | {r['pylance']:.2f} |")
     lines += ["", "Fit `t = a + (b + d·partitions)·deltas + c·rows` (c: slope over the rows sweep at "
               f"{rep['fixed_deltas']} deltas; b + d·{rep['partitions']}: slope over the deltas sweep at {rep['fixed_rows']} rows; "
               f"d: slope over the partitions sweep at {rep.get('partition_deltas', '-')} deltas, per delta):", "",
@@ -312,6 +322,11 @@ def markdown(rep: dict[str, Any], workers: int) -> str:
     for x in e["ours"]:
         lines.append(f"| {x['workers']} | {hms(x['to_1_segment_s'])} | {x['fan_in_1']}, {x['levels_1']} | "
                      f"{hms(x['to_n_segments_s'])} | {x['fan_in_n']}, {x['levels_n']} |")
+    if "ours_1_one_level" in rep["models"]:
+        lines += ["", f"ours_1 is `optimize(executor='local')` with the default fan_in of 32: above 32 deltas the "
+                  "deltas merge in two levels and their rows are written twice. ours_1_one_level is the same with "
+                  f"fan_in={ONE_LEVEL_FAN_IN}, one task over every segment: the difference between their b is what the "
+                  "second level costs per delta."]
     lines += ["", "The model assumes each worker keeps its single-worker throughput (its own cores and its own "
               "share of storage bandwidth) and ignores the commit, which is one manifest write. Merging to one "
               "segment ends with a level that rewrites every row on one worker, so it cannot drop below c·rows; "
