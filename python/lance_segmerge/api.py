@@ -484,7 +484,9 @@ def _replaces(replaces: Any) -> list[str]:
 
 
 def _segments_json(segments: Sequence[IndexSegment]) -> str:
-    return json.dumps([s.to_dict() for s in segments])
+    """Segments as the kernel takes them: their manifest entries (the
+    kernel opens the files for their statistics)."""
+    return json.dumps([s._entry_dict() for s in segments])
 
 
 def merge_existing_index_segments(

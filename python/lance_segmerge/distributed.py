@@ -318,6 +318,7 @@ def run_plan(
     resume: bool = False,
     hnsw_graph: str = "reuse",
     verify: bool = True,
+    _planned_here: bool = False,
 ) -> Dataset: ...
 
 
@@ -336,6 +337,7 @@ def run_plan(
     resume: bool = False,
     hnsw_graph: str = "reuse",
     verify: bool = True,
+    _planned_here: bool = False,
 ) -> "LanceDataset": ...
 
 

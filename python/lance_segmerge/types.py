@@ -280,6 +280,34 @@ class IndexSegment:
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-serialisable dict (bytes as base64)."""
+        d = self._entry_dict()
+        d["stats"] = None if self.index_type is None else {
+            "index_type": self.index_type,
+            "distance_type": self.distance_type,
+            "num_partitions": self.num_partitions,
+            "partition_rows": list(self.partition_rows),
+            "num_rows": self.num_rows,
+            "pq_transposed": self.pq_transposed,
+            "rq_packed": self.rq_packed,
+            "num_bits": self.num_bits,
+            "num_sub_vectors": self.num_sub_vectors,
+            "dimension": self.dimension,
+            "file_version": self.file_version,
+            "index_file_bytes": self.index_file_bytes,
+            "auxiliary_file_bytes": self.auxiliary_file_bytes,
+            "stale_rows": self.stale_rows,
+            "hnsw_m": self.hnsw_m,
+            "hnsw_ef_construction": self.hnsw_ef_construction,
+            "hnsw_max_level": self.hnsw_max_level,
+            "hnsw_levels": self.hnsw_levels,
+            "partition_graph_rows": list(self.partition_graph_rows),
+        }
+        return d
+
+    def _entry_dict(self) -> dict[str, Any]:
+        """to_dict without the statistics: the manifest entry, all the kernel
+        reads of a segment it is given (it opens the files for the rest).
+        At 2048 partitions the statistics are most of a segment's JSON."""
         return {
             "format_version": self.format_version,
             "uuid": self.uuid,
@@ -294,29 +322,6 @@ class IndexSegment:
             "index_details_type_url": self.index_details_type_url,
             "index_details": _b64(self.index_details),
             "metadata": _b64(self.metadata),
-            "stats": None
-            if self.index_type is None
-            else {
-                "index_type": self.index_type,
-                "distance_type": self.distance_type,
-                "num_partitions": self.num_partitions,
-                "partition_rows": list(self.partition_rows),
-                "num_rows": self.num_rows,
-                "pq_transposed": self.pq_transposed,
-                "rq_packed": self.rq_packed,
-                "num_bits": self.num_bits,
-                "num_sub_vectors": self.num_sub_vectors,
-                "dimension": self.dimension,
-                "file_version": self.file_version,
-                "index_file_bytes": self.index_file_bytes,
-                "auxiliary_file_bytes": self.auxiliary_file_bytes,
-                "stale_rows": self.stale_rows,
-                "hnsw_m": self.hnsw_m,
-                "hnsw_ef_construction": self.hnsw_ef_construction,
-                "hnsw_max_level": self.hnsw_max_level,
-                "hnsw_levels": self.hnsw_levels,
-                "partition_graph_rows": list(self.partition_graph_rows),
-            },
         }
 
     @classmethod

@@ -28,7 +28,7 @@ from . import _ffi
 from ._display import Tabular
 from ._progress import ProgressArg, Reporter
 from ._validate import _bool, _field, _int, _loads, _mapping, _name, _opt_pos_int, _progress, _seq, _show, _str, _uuid
-from .api import DatasetLike, as_dataset, commit_existing_index_segments, remove_uncommitted
+from .api import DatasetLike, _segments_json, as_dataset, commit_existing_index_segments, remove_uncommitted
 from .errors import CorruptError, InvalidInputError
 from .types import IndexSegment
 
@@ -444,7 +444,7 @@ def check_outputs(dataset: DatasetLike, segments: Sequence[IndexSegment], *, sam
     t0 = time.perf_counter()
     out = _ffi.run_operation(
         "CheckSegments",
-        (ds.uri, _ffi.options_json(ds.storage_options), ds.version, json.dumps([s.to_dict() for s in segments]), json.dumps(opts)),
+        (ds.uri, _ffi.options_json(ds.storage_options), ds.version, _segments_json(segments), json.dumps(opts)),
     )
     return _from_kernel(out, ds.display_uri, time.perf_counter() - t0)
 

@@ -210,10 +210,14 @@ def test_go_search_recall_matches_pylance(tmp_path, index_type, metric, extra):
     ds.create_index("vec", index_type, name="vec_idx", metric=metric, **params)
     ds = lance.dataset(uri)
     seg = ls.open(uri).list_index_segments("vec_idx")[0]
-    q = _queries(x, 48)
+    exact = "num_bits" not in extra or index_type == "IVF_RQ"
+    # 4-bit PQ is searched with distance tables quantized differently from
+    # pylance's: the recalls differ per query, and over 48 queries the gap
+    # reached 0.031 once in CI (25 trainings: -0.023 to 0.013). Over 144 it
+    # stays within -0.016 to 0.002 (25 trainings).
+    q = _queries(x, 48 if exact else 144)
     ids, dists = ls.search_segment(uri, "vec_idx", seg, q, k=k, nprobes=nprobes)
     hits_go = hits_py = 0
-    exact = "num_bits" not in extra or index_type == "IVF_RQ"
     for i, qv in enumerate(q):
         truth = _truth(x, qv, metric, k)
         t = ds.to_table(nearest={"column": "vec", "q": qv, "k": k, "nprobes": nprobes}, columns=["id", "_distance"], with_row_id=True)
