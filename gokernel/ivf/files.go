@@ -8,7 +8,6 @@ import (
 	"strconv"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
-	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/bufpool"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
 )
@@ -264,14 +263,13 @@ func ReadModel(ctx context.Context, r *lancefile.Reader, name string) (*Model, e
 	if err != nil || pos <= 0 || pos >= r.NumGlobalBuffers() {
 		return nil, fmt.Errorf("%w: %s: %q = %q is not a global buffer of the %d in the file", errkind.Corrupt, name, KeyIVF, s, r.NumGlobalBuffers())
 	}
-	// Pooled: decoding copies what it keeps, and a plan over a thousand
-	// deltas reads two IVF messages (with their centroids) per segment.
-	b, err := r.GlobalBufferInto(ctx, pos, bufpool.Default.Get(0))
+	// Read into fresh memory that the centroids keep (no copy: a plan over
+	// a thousand deltas reads two IVF messages per segment).
+	b, err := r.GlobalBuffer(ctx, pos)
 	if err != nil {
 		return nil, err
 	}
-	defer bufpool.Default.Put(b)
-	m, err := DecodeModel(b)
+	m, err := decodeModelInPlace(b)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
@@ -112,6 +113,74 @@ func DecodeModel(b []byte) (*Model, error) {
 	if err := proto.Unmarshal(b, m); err != nil {
 		return nil, fmt.Errorf("%w: ivf: decode IVF message: %w", errkind.Corrupt, err)
 	}
+	return modelFromProto(m)
+}
+
+// decodeModelInPlace is DecodeModel leaving the centroids' bytes in b
+// instead of copying them (b must not be reused). A 2048-partition model
+// holds 1 MB of centroids, a segment two models, and a plan over a
+// thousand deltas reads them all: the copy was two fifths of a cold plan.
+// Protobuf decodes the rest (b without the centroid data).
+func decodeModelInPlace(b []byte) (*Model, error) {
+	rest, tensor, ok := splitField(b, ivfCentroidsTensorField)
+	if !ok {
+		return DecodeModel(b) // malformed or unusual (the field twice): the plain path says what
+	}
+	m := &pb.Ivf{}
+	if err := proto.Unmarshal(rest, m); err != nil {
+		return nil, fmt.Errorf("%w: ivf: decode IVF message: %w", errkind.Corrupt, err)
+	}
+	if tensor != nil {
+		trest, data, ok := splitField(tensor, tensorDataField)
+		if !ok {
+			return DecodeModel(b)
+		}
+		t := &pb.Tensor{}
+		if err := proto.Unmarshal(trest, t); err != nil {
+			return nil, fmt.Errorf("%w: ivf: decode IVF message: %w", errkind.Corrupt, err)
+		}
+		t.Data = data
+		m.CentroidsTensor = t
+	}
+	return modelFromProto(m)
+}
+
+// Field numbers of the messages decodeModelInPlace takes apart (index.proto).
+const (
+	ivfCentroidsTensorField protowire.Number = 4
+	tensorDataField         protowire.Number = 3
+)
+
+// splitField separates the length-delimited field num from the other
+// fields of message b: rest holds the others (a fresh buffer, without
+// num), value aliases b (nil when the field is absent). ok is false when b
+// does not parse or holds num more than once or with another wire type.
+func splitField(b []byte, num protowire.Number) (rest, value []byte, ok bool) {
+	rest = make([]byte, 0, 64)
+	for len(b) > 0 {
+		n, typ, tl := protowire.ConsumeTag(b)
+		if tl < 0 {
+			return nil, nil, false
+		}
+		vl := protowire.ConsumeFieldValue(n, typ, b[tl:])
+		if vl < 0 {
+			return nil, nil, false
+		}
+		if n == num {
+			if value != nil || typ != protowire.BytesType {
+				return nil, nil, false
+			}
+			v, _ := protowire.ConsumeBytes(b[tl:])
+			value = v[:len(v):len(v)]
+		} else {
+			rest = append(rest, b[:tl+vl]...)
+		}
+		b = b[tl+vl:]
+	}
+	return rest, value, true
+}
+
+func modelFromProto(m *pb.Ivf) (*Model, error) {
 	c, err := tensorFromProto(m.GetCentroidsTensor())
 	if err != nil {
 		return nil, fmt.Errorf("ivf: centroids: %w", err)

@@ -7,9 +7,13 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"reflect"
 	"runtime"
+	"slices"
 	"testing"
+	"unsafe"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
@@ -171,5 +175,68 @@ func TestParseQuantizerMetaShared(t *testing.T) {
 	}
 	if parsedQuant.get(`{"dim":`) != nil {
 		t.Fatal("a failed parse was cached")
+	}
+}
+
+// TestDecodeModelInPlace: the in-place decode gives what protobuf gives,
+// for models written in either field order, with the centroids message
+// twice (protobuf merges them), truncated or garbled; and its centroids
+// are the input's bytes, not a copy.
+func TestDecodeModelInPlace(t *testing.T) {
+	loss := 0.25
+	tensor := &pb.Tensor{DataType: pb.Tensor_FLOAT32, Shape: []uint32{3, 2}, Data: f32Tensor(3, 2, 1, 2, 3, 4, 5, 6).Data}
+	full := &pb.Ivf{Lengths: []uint32{4, 0, 9}, Offsets: []uint64{0, 4, 4}, CentroidsTensor: tensor, Loss: &loss}
+	enc := func(m proto.Message) []byte {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	tensorFirst := append(protowire.AppendBytes(protowire.AppendTag(nil, 4, protowire.BytesType), enc(tensor)), enc(&pb.Ivf{Lengths: full.Lengths, Loss: &loss})...)
+	twice := append(enc(full), enc(&pb.Ivf{CentroidsTensor: &pb.Tensor{Shape: []uint32{3, 2}}})...)
+	dataTwice := append(enc(&pb.Ivf{Lengths: full.Lengths}), protowire.AppendBytes(protowire.AppendTag(nil, 4, protowire.BytesType),
+		append(enc(tensor), protowire.AppendBytes(protowire.AppendTag(nil, 3, protowire.BytesType), tensor.Data)...))...)
+	cases := map[string][]byte{
+		"full":         enc(full),
+		"tensor first": tensorFirst,
+		"no centroids": enc(&pb.Ivf{Lengths: []uint32{1, 2}}),
+		"empty":        {},
+		"tensor twice": twice,
+		"data twice":   dataTwice,
+		"empty tensor": enc(&pb.Ivf{Lengths: []uint32{1}, CentroidsTensor: &pb.Tensor{}}),
+		"bad tensor":   enc(&pb.Ivf{Lengths: []uint32{1}, CentroidsTensor: &pb.Tensor{DataType: pb.Tensor_FLOAT32, Shape: []uint32{1, 4}, Data: []byte{1}}}),
+		"garbage":      {0xff, 0xff, 0xff},
+		"wrong type 4": protowire.AppendVarint(protowire.AppendTag(nil, 4, protowire.VarintType), 7),
+	}
+	full2 := enc(full)
+	for cut := 1; cut < len(full2); cut += 7 {
+		cases[fmt.Sprintf("truncated at %d", cut)] = full2[:cut]
+	}
+	for name, b := range cases {
+		t.Run(name, func(t *testing.T) {
+			want, werr := DecodeModel(b)
+			got, gerr := decodeModelInPlace(slices.Clone(b))
+			if (werr == nil) != (gerr == nil) {
+				t.Fatalf("protobuf: %v, in place: %v", werr, gerr)
+			}
+			if werr != nil {
+				if !errors.Is(gerr, errkind.Corrupt) {
+					t.Fatalf("in place: %v", gerr)
+				}
+				return
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("in place %+v, protobuf %+v", got, want)
+			}
+		})
+	}
+	b := enc(full)
+	m, err := decodeModelInPlace(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := unsafe.SliceData(m.Centroids.Data); uintptr(unsafe.Pointer(p)) < uintptr(unsafe.Pointer(&b[0])) || uintptr(unsafe.Pointer(p)) >= uintptr(unsafe.Pointer(&b[0]))+uintptr(len(b)) {
+		t.Fatal("centroids were copied")
 	}
 }

@@ -25,7 +25,7 @@ var allowed = map[string][]string{
 	"gokernel/lancefile": {"gokernel/errkind", "gokernel/storage", "gokernel/internal/pb", "gokernel/internal/bufpool"},
 	"gokernel/table":     {"gokernel/errkind", "gokernel/storage", "gokernel/internal/pb", "gokernel/lancefile"},
 	"gokernel/vecmath":   {},
-	"gokernel/ivf":       {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/internal/pb", "gokernel/internal/bufpool", "gokernel/vecmath"},
+	"gokernel/ivf":       {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/internal/pb", "gokernel/vecmath"},
 	"gokernel/hnsw":      {"gokernel/errkind", "gokernel/lancefile", "gokernel/vecmath"},
 	"gokernel/segment": {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table",
 		"gokernel/ivf", "gokernel/internal/pb", "gokernel/internal/bufpool", "gokernel/vecmath",
