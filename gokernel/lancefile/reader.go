@@ -271,24 +271,7 @@ func (r *Reader) GlobalBuffer(ctx context.Context, i int) ([]byte, error) {
 	if ref.size > uint64(r.opts.MaxGlobalBufferBytes) {
 		return nil, fmt.Errorf("%w: lancefile: %s: global buffer %d of %d bytes is above the %d-byte limit", errkind.Corrupt, r.name, i, ref.size, r.opts.MaxGlobalBufferBytes)
 	}
-	return r.GlobalBufferInto(ctx, i, make([]byte, ref.size))
-}
-
-// GlobalBufferInto is GlobalBuffer, reading into dst when its capacity
-// suffices (a caller that decodes the bytes and drops them can pool dst).
-func (r *Reader) GlobalBufferInto(ctx context.Context, i int, dst []byte) ([]byte, error) {
-	if i < 0 || i >= len(r.globals) {
-		return nil, fmt.Errorf("%w: lancefile: %s: global buffer %d of %d", errkind.Corrupt, r.name, i, len(r.globals))
-	}
-	ref := r.globals[i]
-	if ref.size > uint64(r.opts.MaxGlobalBufferBytes) {
-		return nil, fmt.Errorf("%w: lancefile: %s: global buffer %d of %d bytes is above the %d-byte limit", errkind.Corrupt, r.name, i, ref.size, r.opts.MaxGlobalBufferBytes)
-	}
-	buf := dst[:0]
-	if uint64(cap(buf)) < ref.size {
-		buf = make([]byte, ref.size)
-	}
-	buf = buf[:ref.size]
+	buf := make([]byte, ref.size)
 	if err := r.obj.ReadAt(ctx, buf, int64(ref.pos)); err != nil {
 		return nil, fmt.Errorf("lancefile: %s: global buffer %d: %w", r.name, i, err)
 	}
