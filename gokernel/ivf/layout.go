@@ -1,6 +1,9 @@
 package ivf
 
-import "math"
+import (
+	"encoding/binary"
+	"math"
+)
 
 // Code layouts. Lance stores codes in the order its search kernels read
 // them, per IVF partition of N rows:
@@ -11,11 +14,11 @@ import "math"
 // code of row k.
 //
 // RQ "packed": the N×L binary code bytes are regrouped for the FastScan
-// kernel in blocks of 32 rows: for block g and code byte c, 32 bytes at
-// 32·(g·L + c) hold the low nibbles of byte c of the block's 32 rows (byte
-// j: row perm0[j] in the low nibble, row perm0[j]+16 in the high nibble),
-// then 32 more bytes the high nibbles. The N mod 32 rows after the last full
-// block are stored column-major.
+// kernel in blocks of 32 rows: for block g and code byte c, the 32 bytes at
+// 32·(g·L + c) hold byte c of the block's 32 rows, bytes j < 16 their low
+// nibbles (row perm0[j] in the low half, row perm0[j]+16 in the high half)
+// and bytes 16 + j their high nibbles (the same rows). The N mod 32 rows
+// after the last full block are stored column-major.
 //
 // Neither transform is idempotent: applying either twice scrambles the
 // codes, which is why a merge must undo each input's layout before applying
@@ -56,13 +59,22 @@ func UntransposePQ(dst, src []byte, n, b int) {
 func PackRQ(dst, src []byte, n, l int) {
 	full := n / rqBlock
 	for g := 0; g < full; g++ {
-		for c := 0; c < l; c++ {
-			blk := dst[rqBlock*(g*l+c):]
-			for j := 0; j < 16; j++ {
-				a := rqBlock*g + rqPerm0[j]
-				x, y := src[a*l+c], src[(a+16)*l+c]
-				blk[j] = x&0x0f | (y&0x0f)<<4
-				blk[16+j] = x>>4 | y&0xf0
+		rows, out := src[g*rqBlock*l:(g+1)*rqBlock*l], dst[g*rqBlock*l:(g+1)*rqBlock*l]
+		for j := 0; j < 16; j++ {
+			a := rqPerm0[j]
+			x, y := rows[a*l:(a+1)*l], rows[(a+16)*l:(a+17)*l]
+			c := 0
+			for ; c+8 <= l; c += 8 { // eight code bytes of both rows at once
+				xw, yw := binary.LittleEndian.Uint64(x[c:]), binary.LittleEndian.Uint64(y[c:])
+				lo, hi := xw&lowNibbles|(yw&lowNibbles)<<4, xw>>4&lowNibbles|yw&^lowNibbles
+				o := out[32*c+j : 32*(c+7)+j+17]
+				for i := 0; i < 8; i++ {
+					o[32*i], o[32*i+16] = byte(lo>>(8*i)), byte(hi>>(8*i))
+				}
+			}
+			for ; c < l; c++ {
+				out[32*c+j] = x[c]&0x0f | (y[c]&0x0f)<<4
+				out[32*c+16+j] = x[c]>>4 | y[c]&0xf0
 			}
 		}
 	}
@@ -74,17 +86,32 @@ func PackRQ(dst, src []byte, n, l int) {
 	}
 }
 
+// lowNibbles masks the low nibble of each byte of a little-endian word.
+const lowNibbles = 0x0f0f0f0f0f0f0f0f
+
 // UnpackRQ is the inverse of PackRQ.
 func UnpackRQ(dst, src []byte, n, l int) {
 	full := n / rqBlock
 	for g := 0; g < full; g++ {
-		for c := 0; c < l; c++ {
-			blk := src[rqBlock*(g*l+c):]
-			for j := 0; j < 16; j++ {
-				a := rqBlock*g + rqPerm0[j]
-				u, v := blk[j], blk[16+j]
-				dst[a*l+c] = u&0x0f | (v&0x0f)<<4
-				dst[(a+16)*l+c] = u>>4 | v&0xf0
+		blk, rows := src[g*rqBlock*l:(g+1)*rqBlock*l], dst[g*rqBlock*l:(g+1)*rqBlock*l]
+		for j := 0; j < 16; j++ {
+			a := rqPerm0[j]
+			x, y := rows[a*l:(a+1)*l], rows[(a+16)*l:(a+17)*l]
+			c := 0
+			for ; c+8 <= l; c += 8 {
+				b := blk[32*c+j : 32*(c+7)+j+17]
+				var lo, hi uint64
+				for i := 0; i < 8; i++ {
+					lo |= uint64(b[32*i]) << (8 * i)
+					hi |= uint64(b[32*i+16]) << (8 * i)
+				}
+				binary.LittleEndian.PutUint64(x[c:], lo&lowNibbles|(hi&lowNibbles)<<4)
+				binary.LittleEndian.PutUint64(y[c:], lo>>4&lowNibbles|hi&^lowNibbles)
+			}
+			for ; c < l; c++ {
+				u, v := blk[32*c+j], blk[32*c+16+j]
+				x[c] = u&0x0f | (v&0x0f)<<4
+				y[c] = u>>4 | v&0xf0
 			}
 		}
 	}

@@ -98,3 +98,72 @@ func TestMergeTransposedPQ(t *testing.T) {
 		t.Fatal("MergeTransposedPQ differs from transposing the concatenation")
 	}
 }
+
+// packRQByBytes is the RQ layout as the format note states it, one byte at
+// a time: what PackRQ's word-at-a-time loop must produce.
+func packRQByBytes(dst, src []byte, n, l int) {
+	full := n / rqBlock
+	for g := 0; g < full; g++ {
+		for c := 0; c < l; c++ {
+			for j := 0; j < 16; j++ {
+				a := rqBlock*g + rqPerm0[j]
+				x, y := src[a*l+c], src[(a+16)*l+c]
+				dst[rqBlock*(g*l+c)+j] = x&0x0f | (y&0x0f)<<4
+				dst[rqBlock*(g*l+c)+16+j] = x>>4 | y&0xf0
+			}
+		}
+	}
+	p, r := full*rqBlock, n-full*rqBlock
+	for c := 0; c < l; c++ {
+		for k := 0; k < r; k++ {
+			dst[p*l+c*r+k] = src[(p+k)*l+c]
+		}
+	}
+}
+
+// TestPackRQWords: PackRQ (eight code bytes at a time where a row has
+// them) writes exactly the byte-wise layout, for row widths with and
+// without a remainder past the last eight bytes, and UnpackRQ undoes it.
+func TestPackRQWords(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 9))
+	for _, l := range []int{1, 3, 7, 8, 9, 12, 16, 24, 33, 48, 64} {
+		for _, n := range []int{0, 31, 32, 64, 65, 96 + 17} {
+			src := make([]byte, n*l)
+			for i := range src {
+				src[i] = byte(r.Uint32())
+			}
+			want, got := make([]byte, len(src)), make([]byte, len(src))
+			packRQByBytes(want, src, n, l)
+			PackRQ(got, src, n, l)
+			if !bytes.Equal(got, want) {
+				t.Fatalf("l=%d n=%d: PackRQ differs from the byte-wise layout", l, n)
+			}
+			back := make([]byte, len(src))
+			UnpackRQ(back, got, n, l)
+			if !bytes.Equal(back, src) {
+				t.Fatalf("l=%d n=%d: UnpackRQ(PackRQ(x)) != x", l, n)
+			}
+		}
+	}
+}
+
+func BenchmarkPackRQ(b *testing.B) {
+	const n, l = 32 * 1024, 16 // 128-d 1-bit codes
+	src, dst := make([]byte, n*l), make([]byte, n*l)
+	for i := range src {
+		src[i] = byte(i * 31)
+	}
+	b.SetBytes(int64(n * l))
+	for i := 0; i < b.N; i++ {
+		PackRQ(dst, src, n, l)
+	}
+}
+
+func BenchmarkUnpackRQ(b *testing.B) {
+	const n, l = 32 * 1024, 16
+	src, dst := make([]byte, n*l), make([]byte, n*l)
+	b.SetBytes(int64(n * l))
+	for i := 0; i < b.N; i++ {
+		UnpackRQ(dst, src, n, l)
+	}
+}
