@@ -3,6 +3,7 @@ against pylance 14.0.2 and numpy brute force."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -295,3 +296,88 @@ def test_sq_segments_with_different_bounds_keep_one_piece_recall(tmp_path, caplo
     # Strict mode refuses instead.
     with pytest.raises(ls.InvalidInputError, match="SQ bounds"):
         ls.merge_existing_index_segments(uri, [a, b], requantize_sq=False)
+
+
+def _unpack_fastscan(codes: np.ndarray, lengths: list[int]) -> np.ndarray:
+    """Row-major RQ codes from the packed (FastScan) bytes of a whole
+    auxiliary file, in numpy, from the layout's definition (blocks of 32
+    rows; for code byte c the 32 bytes at 32·(g·L + c): j < 16 the low
+    nibbles of rows perm[j] (low half) and perm[j]+16 (high half), 16 + j
+    their high nibbles; the rows after the last full block column-major)."""
+    perm = [0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15]
+    n_all, width = codes.shape
+    out = np.zeros_like(codes)
+    start = 0
+    for n in lengths:
+        src = codes[start : start + n].reshape(-1)
+        dst = out[start : start + n]
+        full = n // 32
+        for g in range(full):
+            blk = src[32 * g * width : 32 * (g + 1) * width].reshape(width, 32)  # [c][32 bytes]
+            lo, hi = blk[:, :16], blk[:, 16:]
+            for j, a in enumerate(perm):
+                dst[32 * g + a] = (lo[:, j] & 0x0F) | ((hi[:, j] & 0x0F) << 4)
+                dst[32 * g + a + 16] = (lo[:, j] >> 4) | (hi[:, j] & 0xF0)
+        r = n - 32 * full
+        if r:
+            dst[32 * full :] = src[32 * full * width :].reshape(width, r).T
+        start += n
+    assert start == n_all
+    return out
+
+
+def test_rq_128d_merge_agrees_with_pylance_optimize(tmp_path):
+    """128-d IVF_RQ codes are 16 bytes a row, which the kernel packs and
+    unpacks eight bytes at a time (narrower codes take the byte loop). A
+    base and two deltas written by pylance, merged by pylance's
+    optimize_indices in one copy and by ours in the other: every row has
+    the same partition, the same code bytes (decoded here in numpy from
+    the layout's definition) and the same correction factors, and pylance
+    answers the same queries from both."""
+    dim = 128
+    x = lancegen.vectors(7000, dim=dim, seed=41)
+    src = str(tmp_path / "src")
+    ds = lance.write_dataset(lancegen.table(x[:5000]), src, max_rows_per_file=2500)
+    ds.create_index("vec", "IVF_RQ", name="vec_idx", num_partitions=4)
+    for lo in (5000, 6000):
+        ds = lance.write_dataset(lancegen.table(x[lo : lo + 1000], lo), src, mode="append")
+        ds.optimize.optimize_indices(num_indices_to_merge=0)
+    assert len(lance.dataset(src).describe_indices()[0].segments) == 3
+    theirs, ours = str(tmp_path / "theirs"), str(tmp_path / "ours")
+    shutil.copytree(src, theirs)
+    shutil.copytree(src, ours)
+    lance.dataset(theirs).optimize.optimize_indices(num_indices_to_merge=3)
+    ls.optimize(ours, "vec_idx", progress=False)
+
+    def rows(uri):
+        (seg,) = lance.dataset(uri).describe_indices()[0].segments
+        path = os.path.join(uri, "_indices", seg.uuid, "auxiliary.idx")
+        tbl = LanceFileReader(path).read_all().to_table()
+        lengths = json.loads(_ffi.call("DescribeIVF", path))["lengths"]
+        rid = tbl["_rowid"].to_numpy()
+        code_col = next(c for c in tbl.column_names if "code" in c)
+        width = tbl.schema.field(code_col).type.list_size
+        codes = np.asarray(tbl[code_col].combine_chunks().values.to_numpy(), np.uint8).reshape(-1, width)
+        assert width == 16
+        part = np.repeat(np.arange(len(lengths)), lengths)
+        order = np.argsort(rid)
+        def column(c):  # fixed-size lists (pylance 14's __blocked_ex_codes) as 2-D arrays
+            col = tbl[c].combine_chunks()
+            if hasattr(col.type, "list_size"):
+                return np.asarray(col.values.to_numpy()).reshape(len(col), -1)
+            return col.to_numpy()
+
+        others = {c: column(c)[order] for c in tbl.column_names if c not in ("_rowid", code_col)}
+        return rid[order], part[order], _unpack_fastscan(codes, lengths)[order], others
+
+    trid, tpart, tcodes, tother = rows(theirs)
+    orid, opart, ocodes, oother = rows(ours)
+    np.testing.assert_array_equal(orid, trid)
+    np.testing.assert_array_equal(opart, tpart)
+    np.testing.assert_array_equal(ocodes, tcodes)
+    assert tother.keys() == oother.keys() and "__blocked_ex_codes" in tother
+    for c in tother:
+        np.testing.assert_array_equal(oother[c], tother[c], err_msg=c)
+    for q in x[::700]:
+        got = [lance.dataset(u).to_table(nearest={"column": "vec", "q": q, "k": 10, "nprobes": 4}, columns=["id"])["id"].to_pylist() for u in (theirs, ours)]
+        assert got[0] == got[1]
