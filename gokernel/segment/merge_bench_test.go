@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/policy"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
 )
@@ -151,7 +152,7 @@ func BenchmarkOptimizeReal(b *testing.B) {
 			b.Fatal(err)
 		}
 		t2 := time.Now()
-		plan, err := PlanIndex(ctx, st, snap, PlanOptions{IndexName: index, SegmentsPerTask: 1 << 12})
+		plan, err := PlanIndex(ctx, st, snap, PlanOptions{IndexName: index, Options: policy.Options{SegmentsPerTask: 1 << 12}})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/policy"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
 )
@@ -21,52 +22,16 @@ import (
 // commit refuse versions they do not know.
 const PlanFormatVersion = 1
 
-// PlanOptions shape a plan. SegmentsPerTask must be at least 2.
+// PlanOptions shape a plan: the index, the policy's options (see package
+// policy; embedded, so their JSON keys sit beside index_name) and how
+// IVF_SQ bounds are treated.
 type PlanOptions struct {
 	IndexName string `json:"index_name"`
-	// SegmentsPerTask is the most segments one task merges (a task of an
-	// odd remainder may get one more so that no task merges a single
-	// segment).
-	SegmentsPerTask int `json:"segments_per_task"`
-	// MaxSegmentsToMerge limits the plan to the newest segments (by
-	// dataset version, then commit order); the rest (typically the large
-	// base) is left untouched. 0 plans every segment.
-	MaxSegmentsToMerge int `json:"max_segments_to_merge"`
-	// TargetRowsPerTask, when set, adds tasks until the average task has
-	// about this many rows.
-	TargetRowsPerTask int64 `json:"target_rows_per_task"`
 	// StrictSQ refuses IVF_SQ segments whose bounds differ (see
 	// MergeOptions.StrictSQ); by default they are planned, and the plan
 	// records that its merges re-quantize.
 	StrictSQ bool `json:"strict_sq"`
-
-	// Policy chooses the segments: "" or PolicyAll (every live segment,
-	// in balanced tasks) or PolicyTiered (see planTiered). The options
-	// below apply to PolicyTiered only; zero means the default.
-	Policy string `json:"policy"`
-	// SegmentsPerTier is how many segments of about the same size the
-	// index may hold before they are merged; a tiered task merges at
-	// most this many (and at most SegmentsPerTask). Default 10.
-	SegmentsPerTier int `json:"segments_per_tier"`
-	// MaxSegmentRows: no merge writes more live rows, and a segment at or
-	// above it is only rewritten (alone) to reclaim deleted or stale rows.
-	// Default DefaultMaxSegmentRows.
-	MaxSegmentRows int64 `json:"max_segment_rows"`
-	// FloorRows: smaller segments count as this large. Default
-	// DefaultFloorRows.
-	FloorRows int64 `json:"floor_rows"`
-	// DeletesPctAllowed is the share of deleted or stale rows (percent) a
-	// segment may carry before it is rewritten to drop them. nil means
-	// DefaultDeletesPctAllowed.
-	DeletesPctAllowed *float64 `json:"deletes_pct_allowed"`
-	// MaxSegments caps the segments a tiered pass leaves (latency first):
-	// when the tiered choice would leave more, the smallest are merged
-	// together until at most this many remain, whatever max_segment_rows
-	// says (segments at or above it count, but are only ever rewritten
-	// alone). A query probes every segment, so this bounds its cost, at
-	// the price of rewriting rows more often (bench/ingest_bound.py gives
-	// the least any policy can rewrite under a cap). 0: no cap.
-	MaxSegments int `json:"max_segments"`
+	policy.Options
 }
 
 // Task is one worker's job: merge these segments into one.
@@ -171,19 +136,10 @@ func PlanIndex(ctx context.Context, st storage.Store, snap *table.Snapshot, opts
 }
 
 func (o PlanOptions) check() error {
-	switch {
-	case o.IndexName == "":
+	if o.IndexName == "" {
 		return fmt.Errorf("%w: an index name is required", errkind.InvalidInput)
-	case o.SegmentsPerTask < 2:
-		return fmt.Errorf("%w: segments_per_task must be at least 2, got %d", errkind.InvalidInput, o.SegmentsPerTask)
-	case o.MaxSegmentsToMerge < 0 || o.MaxSegmentsToMerge == 1:
-		return fmt.Errorf("%w: max_segments_to_merge must be at least 2, got %d", errkind.InvalidInput, o.MaxSegmentsToMerge)
-	case o.TargetRowsPerTask < 0:
-		return fmt.Errorf("%w: target_rows_per_task must be positive, got %d", errkind.InvalidInput, o.TargetRowsPerTask)
-	case o.Policy != "" && o.Policy != PolicyAll && o.Policy != PolicyTiered:
-		return fmt.Errorf("%w: policy must be %q or %q, got %q", errkind.InvalidInput, PolicyAll, PolicyTiered, o.Policy)
 	}
-	return o.checkTiered()
+	return o.Options.Check()
 }
 
 // PlanSegments groups the given segments into balanced tasks after
@@ -227,17 +183,17 @@ func PlanSegments(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 	var reasons []string
 	byID := fragmentsByID(snap)
 	if opts.Policy == PolicyTiered {
-		segs := make([]tierSeg, len(srcs))
+		segs := make([]policy.Segment, len(srcs))
 		for i := range srcs {
-			segs[i] = tierSeg{Rows: rows[i], Stale: staleRowsIn(byID, metas[i], rows[i]), Bytes: bytes[i]}
+			segs[i] = policy.Segment{Rows: rows[i], Stale: staleRowsIn(byID, metas[i], rows[i]), Bytes: bytes[i]}
 		}
-		var tasks []tieredTask
-		tasks, p.Summary = planTiered(segs, opts.tiered())
+		var tasks []policy.Task
+		tasks, p.Summary = policy.ChooseTiered(segs, opts.Options)
 		picked := map[int]bool{}
 		for _, t := range tasks {
-			groups = append(groups, t.members)
-			reasons = append(reasons, t.reason)
-			for _, i := range t.members {
+			groups = append(groups, t.Members)
+			reasons = append(reasons, t.Reason)
+			for _, i := range t.Members {
 				picked[i] = true
 			}
 		}
@@ -247,7 +203,7 @@ func PlanSegments(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 			}
 		}
 	} else {
-		groups = group(bytes, rows, opts)
+		groups = policy.Group(bytes, rows, opts.Options)
 	}
 	for ti, members := range groups {
 		t := Task{ID: ti}
@@ -297,56 +253,7 @@ func GroupSizes(load, rows []uint64, opts PlanOptions) ([][]int, error) {
 	if len(load) < 2 {
 		return [][]int{}, nil
 	}
-	return group(load, rows, opts), nil
-}
-
-// group assigns segments to tasks: as few tasks as segments_per_task (and
-// target_rows_per_task) allow, every task with at least two segments,
-// loads (bytes) balanced greedily, largest first. Deterministic: ties go
-// to the lowest task id, and each task lists its segments in input order.
-func group(load, rows []uint64, opts PlanOptions) [][]int {
-	n := len(load)
-	spt := opts.SegmentsPerTask
-	tasks := (n + spt - 1) / spt
-	if opts.TargetRowsPerTask > 0 {
-		var total uint64
-		for _, r := range rows {
-			total += r
-		}
-		tasks = max(tasks, int((total+uint64(opts.TargetRowsPerTask)-1)/uint64(opts.TargetRowsPerTask)))
-	}
-	tasks = max(1, min(tasks, n/2))
-	capacity := max(spt, (n+tasks-1)/tasks)
-	order := make([]int, n)
-	for i := range order {
-		order[i] = i
-	}
-	sort.SliceStable(order, func(a, b int) bool { return load[order[a]] > load[order[b]] })
-	members := make([][]int, tasks)
-	loads := make([]uint64, tasks)
-	for k, i := range order {
-		remaining := n - k
-		need := 0
-		for _, m := range members {
-			need += max(0, 2-len(m))
-		}
-		best := -1
-		for t := range members {
-			if len(members[t]) >= capacity || (remaining <= need && len(members[t]) >= 2) {
-				continue
-			}
-			if best < 0 || loads[t] < loads[best] {
-				best = t
-			}
-		}
-		members[best] = append(members[best], i)
-		loads[best] += load[i]
-	}
-	for _, m := range members {
-		sort.Ints(m)
-	}
-	sort.Slice(members, func(a, b int) bool { return members[a][0] < members[b][0] })
-	return members
+	return policy.Group(load, rows, opts.Options), nil
 }
 
 // planID names a plan by its content: the same inputs give the same id.

@@ -27,9 +27,11 @@ var allowed = map[string][]string{
 	"gokernel/vecmath":   {},
 	"gokernel/ivf":       {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/internal/pb", "gokernel/vecmath"},
 	"gokernel/hnsw":      {"gokernel/errkind", "gokernel/lancefile", "gokernel/vecmath"},
+	"gokernel/policy":    {"gokernel/errkind"},
+	"gokernel/journal":   {"gokernel/errkind", "gokernel/storage", "gokernel/table"},
 	"gokernel/segment": {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table",
 		"gokernel/ivf", "gokernel/internal/pb", "gokernel/internal/bufpool", "gokernel/vecmath",
-		"gokernel/encode", "gokernel/vecdata", "gokernel/hnsw"},
+		"gokernel/encode", "gokernel/vecdata", "gokernel/hnsw", "gokernel/policy", "gokernel/journal"},
 	"gokernel/train":  {"gokernel/errkind", "gokernel/encode", "gokernel/ivf", "gokernel/vecdata", "gokernel/vecmath"},
 	"gokernel/encode": {"gokernel/errkind", "gokernel/ivf", "gokernel/lancefile", "gokernel/vecmath"},
 	"gokernel/modelio": {"gokernel/errkind", "gokernel/encode", "gokernel/ivf", "gokernel/lancefile",
@@ -146,5 +148,36 @@ func TestRawAtomics(t *testing.T) {
 			}
 			return true
 		})
+	}
+}
+
+// pure lists the kernel packages that hold pure functions (no I/O, no
+// clock, no goroutines of their own) and the standard library packages
+// they may import.
+var pure = map[string][]string{
+	"gokernel/policy": {"cmp", "fmt", "math", "slices", "sort", "strings"},
+}
+
+// TestPurePackagesDoNoIO: the merge policy decides from sizes alone, so
+// that it can be tested (and reasoned about) without a store.
+func TestPurePackagesDoNoIO(t *testing.T) {
+	for _, f := range kernelFiles(t) {
+		std, ok := pure[f.pkg]
+		if !ok || f.test {
+			continue
+		}
+		for _, imp := range f.ast.Imports {
+			path, _ := strconv.Unquote(imp.Path.Value)
+			if strings.HasPrefix(path, module) {
+				continue // the kernel rules are TestImportDirection's
+			}
+			ok := false
+			for _, a := range std {
+				ok = ok || path == a
+			}
+			if !ok {
+				t.Errorf("%s imports %s: package %s is pure (allowed: %v)", f.path, path, f.pkg, std)
+			}
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package segment
+package policy
 
 import (
 	"cmp"
@@ -8,20 +8,6 @@ import (
 	"strings"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
-	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
-	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
-)
-
-// Merge policies (PlanOptions.Policy).
-const (
-	// PolicyAll merges every live segment of the index (or the newest
-	// MaxSegmentsToMerge) into balanced tasks: what optimize does.
-	PolicyAll = "all"
-	// PolicyTiered picks which segments are worth merging now, the way
-	// Lucene's TieredMergePolicy does: similar sizes together, a bounded
-	// number of segments per size tier, a maximum merged size, and
-	// preference for merges that reclaim deleted or stale rows.
-	PolicyTiered = "tiered"
 )
 
 // Tiered-policy defaults, used when the option is zero.
@@ -50,27 +36,27 @@ const (
 	DefaultDeletesPctAllowed = 33.0
 )
 
-// tierSeg is one candidate segment of a tiered plan.
-type tierSeg struct {
+// Segment is one candidate of a plan, as the policies see it.
+type Segment struct {
 	Rows  uint64 // rows in its files
 	Stale uint64 // rows deleted or of fragments no longer in the dataset (≤ Rows)
 	Bytes uint64 // size of its files
 }
 
-func (s tierSeg) live() uint64 { return s.Rows - min(s.Stale, s.Rows) }
+func (s Segment) live() uint64 { return s.Rows - min(s.Stale, s.Rows) }
 
-func (s tierSeg) stalePct() float64 {
+func (s Segment) stalePct() float64 {
 	if s.Rows == 0 {
 		return 0
 	}
 	return 100 * float64(min(s.Stale, s.Rows)) / float64(s.Rows)
 }
 
-// tieredTask is one merge chosen by the tiered policy: indices into the
+// Task is one merge chosen by the tiered policy: indices into the
 // candidates, in input order, and why it was chosen.
-type tieredTask struct {
-	members []int
-	reason  string
+type Task struct {
+	Members []int
+	Reason  string
 }
 
 // tieredSettings are the policy's options with defaults applied.
@@ -82,7 +68,7 @@ type tieredSettings struct {
 	deletesPctAllowed float64
 }
 
-func (o PlanOptions) tiered() tieredSettings {
+func (o Options) tiered() tieredSettings {
 	s := tieredSettings{
 		perTier:           cmp.Or(o.SegmentsPerTier, DefaultSegmentsPerTier),
 		maxRows:           uint64(cmp.Or(o.MaxSegmentRows, DefaultMaxSegmentRows)),
@@ -103,11 +89,11 @@ func (o PlanOptions) tiered() tieredSettings {
 	return s
 }
 
-func (o PlanOptions) checkTiered() error {
+func (o Options) checkTiered() error {
 	switch {
-	case o.Policy != PolicyTiered:
+	case o.Policy != Tiered:
 		if o.SegmentsPerTier != 0 || o.MaxSegmentRows != 0 || o.FloorRows != 0 || o.DeletesPctAllowed != nil || o.MaxSegments != 0 {
-			return fmt.Errorf("%w: segments_per_tier, max_segment_rows, floor_rows, deletes_pct_allowed and max_segments need policy %q", errkind.InvalidInput, PolicyTiered)
+			return fmt.Errorf("%w: segments_per_tier, max_segment_rows, floor_rows, deletes_pct_allowed and max_segments need policy %q", errkind.InvalidInput, Tiered)
 		}
 		return nil
 	case o.SegmentsPerTier < 0 || o.SegmentsPerTier == 1:
@@ -121,7 +107,7 @@ func (o PlanOptions) checkTiered() error {
 	case o.DeletesPctAllowed != nil && !(*o.DeletesPctAllowed >= 0 && *o.DeletesPctAllowed <= 100):
 		return fmt.Errorf("%w: deletes_pct_allowed must be a percentage in [0, 100], got %v", errkind.InvalidInput, *o.DeletesPctAllowed)
 	case o.MaxSegmentsToMerge != 0 || o.TargetRowsPerTask != 0:
-		return fmt.Errorf("%w: max_segments_to_merge and target_rows_per_task do not apply to policy %q (it chooses the segments itself)", errkind.InvalidInput, PolicyTiered)
+		return fmt.Errorf("%w: max_segments_to_merge and target_rows_per_task do not apply to policy %q (it chooses the segments itself)", errkind.InvalidInput, Tiered)
 	}
 	if s := o.tiered(); s.floor > s.maxRows {
 		return fmt.Errorf("%w: floor_rows (%d) is above max_segment_rows (%d)", errkind.InvalidInput, s.floor, s.maxRows)
@@ -129,7 +115,7 @@ func (o PlanOptions) checkTiered() error {
 	return nil
 }
 
-// planTiered chooses the merges worth running now among segs (in merge
+// ChooseTiered chooses the merges worth running now among segs (in merge
 // order: oldest first), after Lucene's TieredMergePolicy, with rows in
 // place of bytes:
 //
@@ -156,15 +142,19 @@ func (o PlanOptions) checkTiered() error {
 //
 // Deterministic: ties go to the earlier candidate in size order, and
 // segments of equal size are ordered by their input position.
-func planTiered(segs []tierSeg, s tieredSettings) ([]tieredTask, string) {
-	var tasks []tieredTask
+func ChooseTiered(segs []Segment, opts Options) ([]Task, string) {
+	return chooseTiered(segs, opts.tiered())
+}
+
+func chooseTiered(segs []Segment, s tieredSettings) ([]Task, string) {
+	var tasks []Task
 	var eligible []int // not too large
 	large := 0
 	for i, sg := range segs {
 		if sg.live() >= s.maxRows {
 			large++
 			if sg.stalePct() > s.deletesPctAllowed {
-				tasks = append(tasks, tieredTask{[]int{i}, fmt.Sprintf(
+				tasks = append(tasks, Task{[]int{i}, fmt.Sprintf(
 					"reclaim: %.0f%% of its %d rows are deleted or stale (> deletes_pct_allowed %.0f%%); at or above max_segment_rows %d, so rewritten alone",
 					sg.stalePct(), sg.Rows, s.deletesPctAllowed, s.maxRows)})
 			}
@@ -239,20 +229,20 @@ func planTiered(segs []tierSeg, s tieredSettings) ([]tieredTask, string) {
 		}
 		chosen++
 		slices.Sort(best)
-		tasks = append(tasks, tieredTask{best, bestReason})
+		tasks = append(tasks, Task{best, bestReason})
 	}
 	if s.maxSegments > 0 {
 		tasks = capSegments(segs, eligible, tasks, merging, large, s.maxSegments, s.perTask)
 	}
 	for _, i := range eligible {
 		if !merging[i] && segs[i].stalePct() > s.deletesPctAllowed {
-			tasks = append(tasks, tieredTask{[]int{i}, fmt.Sprintf(
+			tasks = append(tasks, Task{[]int{i}, fmt.Sprintf(
 				"reclaim: %.0f%% of its %d rows are deleted or stale (> deletes_pct_allowed %.0f%%), rewritten alone",
 				segs[i].stalePct(), segs[i].Rows, s.deletesPctAllowed)})
 		}
 	}
 	// Tasks in the order of their first member.
-	slices.SortStableFunc(tasks, func(a, b tieredTask) int { return cmp.Compare(a.members[0], b.members[0]) })
+	slices.SortStableFunc(tasks, func(a, b Task) int { return cmp.Compare(a.Members[0], b.Members[0]) })
 	var sum strings.Builder
 	fmt.Fprintf(&sum, "tiered: %d segments (%d at or above max_segment_rows %d), %d allowed (segments_per_tier %d, floor_rows %d",
 		len(segs), large, s.maxRows, allowed, s.perTier, s.floor)
@@ -274,24 +264,24 @@ func planTiered(segs []tierSeg, s tieredSettings) ([]tieredTask, string) {
 // but are never merged. The merge takes at most perTask inputs (a merge
 // opens every input at once) beyond its two smallest units: when more are
 // needed, the pass leaves more than maxSegments and the next one goes on.
-func capSegments(segs []tierSeg, eligible []int, tasks []tieredTask, merging map[int]bool, large, maxSegments, perTask int) []tieredTask {
+func capSegments(segs []Segment, eligible []int, tasks []Task, merging map[int]bool, large, maxSegments, perTask int) []Task {
 	type unit struct {
-		members []int
+		Members []int
 		rows    uint64
 		task    int // index into tasks, -1 for a free segment
 	}
 	var units []unit
 	for ti, t := range tasks {
-		if len(t.members) == 1 {
+		if len(t.Members) == 1 {
 			// A large segment rewritten alone: tier merges take at least
 			// two, and eligible segments' reclaims come after the cap.
 			continue
 		}
 		var rows uint64
-		for _, m := range t.members {
+		for _, m := range t.Members {
 			rows += segs[m].live()
 		}
-		units = append(units, unit{t.members, rows, ti})
+		units = append(units, unit{t.Members, rows, ti})
 	}
 	for _, i := range eligible {
 		if !merging[i] {
@@ -305,7 +295,7 @@ func capSegments(segs []tierSeg, eligible []int, tasks []tieredTask, merging map
 	// Smallest first; ties to the older (members are sorted: the first
 	// is the oldest).
 	slices.SortStableFunc(units, func(a, b unit) int {
-		return cmp.Or(cmp.Compare(a.rows, b.rows), cmp.Compare(a.members[0], b.members[0]))
+		return cmp.Or(cmp.Compare(a.rows, b.rows), cmp.Compare(a.Members[0], b.Members[0]))
 	})
 	take := units[:min(len(units), over+1)]
 	var rows uint64
@@ -330,7 +320,7 @@ func capSegments(segs []tierSeg, eligible []int, tasks []tieredTask, merging map
 	}
 	inputs, keep := 0, 0
 	for ; keep < len(take); keep++ {
-		n := len(take[keep].members)
+		n := len(take[keep].Members)
 		if keep >= 2 && inputs+n > perTask {
 			break
 		}
@@ -348,16 +338,16 @@ func capSegments(segs []tierSeg, eligible []int, tasks []tieredTask, merging map
 	var members []int
 	drop := map[int]bool{}
 	for _, u := range take {
-		members = append(members, u.members...)
+		members = append(members, u.Members...)
 		if u.task >= 0 {
 			drop[u.task] = true
 		}
-		for _, m := range u.members {
+		for _, m := range u.Members {
 			merging[m] = true
 		}
 	}
 	slices.Sort(members)
-	var out []tieredTask
+	var out []Task
 	for ti, t := range tasks {
 		if !drop[ti] {
 			out = append(out, t)
@@ -368,7 +358,7 @@ func capSegments(segs []tierSeg, eligible []int, tasks []tieredTask, merging map
 	if n := len(take) - min(len(units), over+1); n > 0 {
 		folded = fmt.Sprintf(", %d of them folded in early to rewrite less later", n)
 	}
-	return append(out, tieredTask{members, fmt.Sprintf(
+	return append(out, Task{members, fmt.Sprintf(
 		"cap: %d segments would remain, over max_segments %d; the %d smallest (%d live rows) merged into one%s, leaving %d%s",
 		large+len(units), maxSegments, len(take), rows, folded, left, limited)})
 }
@@ -376,7 +366,7 @@ func capSegments(segs []tierSeg, eligible []int, tasks []tieredTask, merging map
 // allowedSegments is how many of the eligible segments (sorted largest
 // first) the index may hold: perTier per tier, tiers growing by atOnce
 // from the smallest segment's floored size.
-func allowedSegments(segs []tierSeg, eligible []int, s tieredSettings) int {
+func allowedSegments(segs []Segment, eligible []int, s tieredSettings) int {
 	if len(eligible) == 0 {
 		return 0
 	}
@@ -397,48 +387,4 @@ func allowedSegments(segs []tierSeg, eligible []int, s tieredSettings) int {
 		level = min(float64(s.maxRows), level*float64(s.atOnce))
 	}
 	return max(int(allowed), s.perTier)
-}
-
-// StaleRows estimates, from the manifest alone, how many of a segment's
-// rows are deleted or belong to fragments no longer in the dataset: its
-// rows minus the live rows (physical rows less deletions) of the fragments
-// it covers that still exist. A merge drops exactly these. It is exact
-// unless the indexed column has nulls (they are not indexed, so the
-// estimate is low by their count, never below 0), and 0 when a covered
-// fragment does not record its physical rows (old manifests).
-func StaleRows(snap *table.Snapshot, im *pb.IndexMetadata, rows uint64) uint64 {
-	return staleRowsIn(fragmentsByID(snap), im, rows)
-}
-
-// fragmentsByID indexes snap's fragments by id (once per call site, not
-// once per segment: a thousand deltas over a thousand fragments).
-func fragmentsByID(snap *table.Snapshot) map[uint64]*pb.DataFragment {
-	byID := make(map[uint64]*pb.DataFragment, len(snap.Manifest.GetFragments()))
-	for _, f := range snap.Manifest.GetFragments() {
-		byID[f.GetId()] = f
-	}
-	return byID
-}
-
-// staleRowsIn is StaleRows over fragmentsByID(snap).
-func staleRowsIn(byID map[uint64]*pb.DataFragment, im *pb.IndexMetadata, rows uint64) uint64 {
-	ids, ok, err := table.DecodeFragmentBitmap(im.GetFragmentBitmap())
-	if err != nil || !ok {
-		return 0
-	}
-	var live uint64
-	for _, id := range ids {
-		f := byID[uint64(id)]
-		if f == nil {
-			continue
-		}
-		if f.GetPhysicalRows() == 0 {
-			return 0
-		}
-		live += f.GetPhysicalRows() - min(f.GetDeletionFile().GetNumDeletedRows(), f.GetPhysicalRows())
-	}
-	if rows <= live {
-		return 0
-	}
-	return rows - live
 }
