@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/journal"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/segment"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
 )
@@ -29,7 +30,7 @@ func JournalRead(uri, optionsJSON, indexName string) (out string, err error) {
 	if err != nil {
 		return "", tagged(err)
 	}
-	j, err := segment.ReadJournal(ctx, st, indexName)
+	j, err := journal.Read(ctx, st, indexName)
 	if errors.Is(err, errkind.NotFound) {
 		return "", nil
 	}
@@ -44,7 +45,7 @@ func JournalRead(uri, optionsJSON, indexName string) (out string, err error) {
 func JournalWrite(uri, optionsJSON, journalJSON string) (err error) {
 	defer recoverTo(&err)
 	ctx := context.Background()
-	var j segment.Journal
+	var j journal.Journal
 	if err := json.Unmarshal([]byte(journalJSON), &j); err != nil {
 		return tagged(fmt.Errorf("%w: run journal JSON: %w", errkind.InvalidInput, err))
 	}
@@ -52,7 +53,7 @@ func JournalWrite(uri, optionsJSON, journalJSON string) (err error) {
 	if err != nil {
 		return tagged(err)
 	}
-	return tagged(segment.WriteJournal(ctx, st, &j))
+	return tagged(journal.Write(ctx, st, &j))
 }
 
 // JournalDelete removes the run journal of an index, if any.
@@ -63,7 +64,7 @@ func JournalDelete(uri, optionsJSON, indexName string) (err error) {
 	if err != nil {
 		return tagged(err)
 	}
-	return tagged(segment.DeleteJournal(ctx, st, indexName))
+	return tagged(journal.Delete(ctx, st, indexName))
 }
 
 // VerifyOutput checks a merge output recorded in a run journal (see

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,74 +13,10 @@ import (
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/ivf"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/journal"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
 )
-
-func TestJournalValidate(t *testing.T) {
-	out := uuid.NewString()
-	good := func() *Journal {
-		return &Journal{Format: JournalFormat, FormatVersion: JournalFormatVersion, IndexName: "vec_idx", PlanID: "p", ReadVersion: 3,
-			Tasks: []JournalTask{{Level: 1, Inputs: []string{"a", "b"}, Output: out, State: TaskPlanned}}}
-	}
-	for _, tc := range []struct {
-		name string
-		edit func(j *Journal)
-		want string
-	}{
-		{"good", func(j *Journal) {}, ""},
-		{"other format", func(j *Journal) { j.Format = "x" }, "format"},
-		{"future version", func(j *Journal) { j.FormatVersion = 2 }, "format_version"},
-		{"no plan", func(j *Journal) { j.PlanID = "" }, "required"},
-		{"bad output", func(j *Journal) { j.Tasks[0].Output = "../../x" }, "not a uuid"},
-		{"bad state", func(j *Journal) { j.Tasks[0].State = "maybe" }, "state"},
-		{"done without files", func(j *Journal) { j.Tasks[0].State = TaskDone }, "no files"},
-		{"duplicate output", func(j *Journal) { j.Tasks = append(j.Tasks, j.Tasks[0]) }, "twice"},
-		{"no inputs", func(j *Journal) { j.Tasks[0].Inputs = nil }, "inputs"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			j := good()
-			tc.edit(j)
-			err := j.Validate()
-			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, errkind.Corrupt)) {
-				t.Fatalf("got %v, want %q", err, tc.want)
-			}
-		})
-	}
-}
-
-func TestJournalReadWrite(t *testing.T) {
-	ctx := context.Background()
-	st := storage.NewMem("memory://journal")
-	if _, err := ReadJournal(ctx, st, "vec_idx"); !errors.Is(err, errkind.NotFound) {
-		t.Fatalf("no journal: %v", err)
-	}
-	j := &Journal{IndexName: "vec_idx", PlanID: "p", ReadVersion: 3, Tasks: []JournalTask{}}
-	if err := WriteJournal(ctx, st, j); err != nil {
-		t.Fatal(err)
-	}
-	got, err := ReadJournal(ctx, st, "vec_idx")
-	if err != nil || got.PlanID != "p" || got.Format != JournalFormat {
-		t.Fatalf("%v %v", got, err)
-	}
-	if !strings.HasPrefix(JournalPath("vec_idx"), "_indices/_segmerge/") || JournalPath("a") == JournalPath("b") {
-		t.Fatal(JournalPath("vec_idx"))
-	}
-	for _, body := range []string{"{", `{"format":"other"}`, strings.Repeat(" ", journalLimit+1)} {
-		if err := storage.Put(ctx, st, JournalPath("vec_idx"), []byte(body)); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := ReadJournal(ctx, st, "vec_idx"); !errors.Is(err, errkind.Corrupt) {
-			t.Fatalf("%.20q: %v", body, err)
-		}
-	}
-	if err := WriteJournal(ctx, st, &Journal{IndexName: "vec_idx"}); !errors.Is(err, errkind.InvalidInput) {
-		t.Fatalf("invalid journal written: %v", err)
-	}
-	if err := DeleteJournal(ctx, st, "vec_idx"); err != nil {
-		t.Fatal(err)
-	}
-}
 
 func TestVerifyOutput(t *testing.T) {
 	ctx := context.Background()
@@ -147,9 +82,9 @@ func TestCleanupJournals(t *testing.T) {
 	if _, err := Merge(ctx, st, snap, snap.Indices[:2], MergeOptions{IndexUUID: out}); err != nil {
 		t.Fatal(err)
 	}
-	j := &Journal{IndexName: "vec_idx", PlanID: "p", ReadVersion: snap.Ref.Version, Sources: src,
-		Tasks: []JournalTask{{Level: 1, Inputs: src, Output: out, State: TaskPlanned}}}
-	if err := WriteJournal(ctx, st, j); err != nil {
+	j := &journal.Journal{IndexName: "vec_idx", PlanID: "p", ReadVersion: snap.Ref.Version, Sources: src,
+		Tasks: []journal.Task{{Level: 1, Inputs: src, Output: out, State: journal.TaskPlanned}}}
+	if err := journal.Write(ctx, st, j); err != nil {
 		t.Fatal(err)
 	}
 	old := time.Now().Add(-2 * time.Hour)
@@ -163,7 +98,7 @@ func TestCleanupJournals(t *testing.T) {
 		t.Fatalf("live journal: %v %v", orphans, err)
 	}
 	j.Sources = []string{uuid.NewString()} // a source that is no longer committed
-	if err := WriteJournal(ctx, st, j); err != nil {
+	if err := journal.Write(ctx, st, j); err != nil {
 		t.Fatal(err)
 	}
 	orphans, err = Cleanup(ctx, st, time.Hour, false, time.Now())
@@ -175,43 +110,18 @@ func TestCleanupJournals(t *testing.T) {
 			t.Fatalf("%+v", o)
 		}
 	}
-	if _, err := ReadJournal(ctx, st, "vec_idx"); !errors.Is(err, errkind.NotFound) {
+	if _, err := journal.Read(ctx, st, "vec_idx"); !errors.Is(err, errkind.NotFound) {
 		t.Fatalf("journal left: %v", err)
 	}
 	if entries, _ := st.List(ctx, table.IndicesDir+out+"/"); len(entries) != 0 {
 		t.Fatalf("output left: %v", entries)
 	}
 	// A corrupt journal is stale too (dry run: reported, kept).
-	if err := storage.Put(ctx, st, JournalPath("x"), []byte("{")); err != nil {
+	if err := storage.Put(ctx, st, journal.Path("x"), []byte("{")); err != nil {
 		t.Fatal(err)
 	}
 	orphans, err = Cleanup(ctx, st, time.Hour, true, time.Now())
 	if err != nil || len(orphans) != 1 || !orphans[0].Journal || orphans[0].Removed {
 		t.Fatalf("corrupt journal: %+v %v", orphans, err)
 	}
-}
-
-// FuzzReadJournal: whatever bytes sit where a journal should be, reading
-// it gives a journal that validates or a typed error, never a panic.
-func FuzzReadJournal(f *testing.F) {
-	f.Add([]byte(`{"format":"lance-segmerge-journal","format_version":1,"index_name":"i","plan_id":"p","read_version":3,"tasks":[{"level":1,"inputs":["a"],"output":"00000000-0000-4000-8000-000000000000","state":"done","files":[{"path":"auxiliary.idx","size_bytes":5}]}]}`))
-	f.Add([]byte(`{"format":"lance-segmerge-journal","format_version":1,"index_name":"i","plan_id":"p","read_version":3,"tasks":[{"level":0}]}`))
-	f.Add([]byte("{"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		ctx := context.Background()
-		st := storage.NewMem("memory://fuzz-journal")
-		if err := storage.Put(ctx, st, JournalPath("i"), b); err != nil {
-			t.Fatal(err)
-		}
-		j, err := ReadJournal(ctx, st, "i")
-		if err != nil {
-			if !errors.Is(err, errkind.Corrupt) {
-				t.Fatalf("untyped error %v", err)
-			}
-			return
-		}
-		if err := j.Validate(); err != nil {
-			t.Fatalf("read a journal that does not validate: %v", err)
-		}
-	})
 }
