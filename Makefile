@@ -39,12 +39,15 @@ $(VENV)/.deps: Makefile
 
 venv: $(VENV)/.deps
 
-# Generate and compile the gopy extension into python/lance_segmerge/_native.
+# Generate and compile the gopy extension into python/lance_segmerge/_native,
+# with the test suite's tools (pybind/testtools_*.go); wheels and the sdist
+# build without them.
 build: venv
-	$(PY) tools/build_native.py --python $(abspath $(PY))
+	$(PY) tools/build_native.py --python $(abspath $(PY)) --tags segmerge_testtools
 
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags segmerge_testtools ./pybind/
 
 # Go and Python tests run next to local object-store emulators on loopback
 # (moto for S3, fake-gcs-server for GCS, Azurite for Azure Blob), which

@@ -1,3 +1,5 @@
+//go:build segmerge_testtools
+
 package pybind
 
 import (

@@ -9,7 +9,6 @@ import (
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/segment"
-	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/verify"
 )
 
@@ -172,25 +171,4 @@ func RepairSegment(opID, uri, optionsJSON string, version int, indexName, segUUI
 		Report  *verify.SegmentReport `json:"report"`
 	}{info, rep})
 	return string(b), tagged(err)
-}
-
-// DamageSegment damages one segment of an index for tests and drills
-// (verify.Damage; specJSON holds verify.DamageSpec) and returns the
-// damaged segment's uuid. Never run it on data you care about.
-func DamageSegment(uri, optionsJSON, indexName, segUUID, specJSON string) (out string, err error) {
-	defer recoverTo(&err)
-	ctx := context.Background()
-	var spec verify.DamageSpec
-	if err := json.Unmarshal([]byte(specJSON), &spec); err != nil {
-		return "", tagged(fmt.Errorf("%w: damage spec: %w", errkind.InvalidInput, err))
-	}
-	st, snap, err := openSnapshot(ctx, uri, optionsJSON, 0)
-	if err != nil {
-		return "", tagged(err)
-	}
-	im, err := verify.Damage(ctx, st, snap, indexName, segUUID, spec)
-	if err != nil {
-		return "", tagged(err)
-	}
-	return table.IndexUUID(im), nil
 }

@@ -41,6 +41,11 @@ def main() -> int:
         default=os.path.join(ROOT, "python", "lance_segmerge", "_native"),
         help="package directory to receive the runtime files",
     )
+    ap.add_argument(
+        "--tags",
+        default="",
+        help="Go build tags (make build passes segmerge_testtools: the test suite's tools; wheels build without)",
+    )
     args = ap.parse_args()
     python = os.path.abspath(args.python) if os.sep in args.python else shutil.which(args.python) or args.python
 
@@ -59,6 +64,10 @@ def main() -> int:
     run([go, "build", "-o", os.path.join(bindir, "gopy"), "github.com/go-python/gopy"], env)
     run([go, "build", "-o", os.path.join(bindir, "goimports"), "golang.org/x/tools/cmd/goimports"], env)
 
+    if args.tags:
+        # gopy passes -build-tags to `go build` but not to the package
+        # loader that finds the functions to bind; GOFLAGS reaches both.
+        env["GOFLAGS"] = (env.get("GOFLAGS", "") + f" -tags={args.tags}").strip()
     out = os.path.join(ROOT, "_build", "gopy")
     shutil.rmtree(out, ignore_errors=True)
     run(
@@ -69,6 +78,7 @@ def main() -> int:
             f"-output={out}",
             "-name=segmerge",
             "-no-make=true",
+            f"-build-tags={args.tags}",
             "./pybind",
         ],
         env,

@@ -21,7 +21,7 @@ import pytest
 import lance_segmerge as ls
 from lance_segmerge import _cli
 from lance_segmerge.errors import CorruptError, InvalidInputError, NotFoundError
-from lance_segmerge.verify import _damage_segment
+from damage import damage_segment as _damage_segment
 
 import lancegen as lg
 
