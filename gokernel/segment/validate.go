@@ -11,6 +11,7 @@ import (
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/RoaringBitmap/roaring/v2/roaring64"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
@@ -369,6 +370,63 @@ func (s *source) checkModel() error {
 		return fmt.Errorf("%w: segment %s: SQ metadata without bounds", errkind.Corrupt, s.uuid)
 	case f.Type.Quantizer() != "flat" && f.Quant == nil:
 		return fmt.Errorf("%w: segment %s has no quantizer metadata", errkind.Corrupt, s.uuid)
+	}
+	return s.checkDetails()
+}
+
+// checkDetails checks the index details a segment's manifest entry carries
+// against its files: they travel with the entry (a plan, a JSON segment
+// from another machine) and a merge or commit copies them into the
+// manifest, where pylance reads them. VectorIndexDetails must decode; a
+// compression it names must be the files' quantizer (with the same bits
+// and sub-vectors), and a metric it sets the files' distance. Entries
+// without details (older writers) and details of another type pass.
+func (s *source) checkDetails() error {
+	d := s.meta.GetIndexDetails()
+	if d == nil || !hasSuffixFold(d.GetTypeUrl(), "VectorIndexDetails") {
+		return nil
+	}
+	var v pb.VectorIndexDetails
+	if err := proto.Unmarshal(d.GetValue(), &v); err != nil {
+		return fmt.Errorf("%w: segment %s: its index details (%s) do not decode: %v", errkind.InvalidInput, s.uuid, d.GetTypeUrl(), err)
+	}
+	f := s.files
+	bad := func(what string, details, files any) error {
+		return fmt.Errorf("%w: segment %s: its index details say %s %v, its files %v", errkind.InvalidInput, s.uuid, what, details, files)
+	}
+	// proto3 does not write the default (L2): only a metric the details
+	// set is compared.
+	if m := metricName(v.GetMetricType()); v.GetMetricType() != pb.VectorIndexDetails_L2 && !strings.EqualFold(m, f.Distance) {
+		return bad("metric", m, f.Distance)
+	}
+	var kind string
+	var bits, subs uint32
+	switch c := v.GetCompression().(type) {
+	case nil:
+		return nil
+	case *pb.VectorIndexDetails_Flat_:
+		kind = "flat"
+	case *pb.VectorIndexDetails_Sq_:
+		kind, bits = "sq", c.Sq.GetNumBits()
+	case *pb.VectorIndexDetails_Pq_:
+		kind, bits, subs = "pq", c.Pq.GetNumBits(), c.Pq.GetNumSubVectors()
+	case *pb.VectorIndexDetails_Rq_:
+		kind, bits = "rq", c.Rq.GetNumBits()
+	}
+	if kind != f.Type.Quantizer() {
+		return bad("compression", kind, f.Type.Quantizer())
+	}
+	if q := f.Quant; q != nil {
+		fileBits := q.NumBits
+		if kind == "pq" {
+			fileBits = q.NBits
+		}
+		if bits != 0 && fileBits != 0 && int(bits) != fileBits {
+			return bad("num_bits", bits, fileBits)
+		}
+		if subs != 0 && q.NumSubVectors != 0 && int(subs) != q.NumSubVectors {
+			return bad("num_sub_vectors", subs, q.NumSubVectors)
+		}
 	}
 	return nil
 }
