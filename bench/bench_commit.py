@@ -59,7 +59,7 @@ def ours_check_only(uri: str, seg_json: str) -> dict[str, Any]:
     setup = f"""
         import json, lance_segmerge as ls
         from lance_segmerge import _ffi
-        from lance_segmerge.api import _segments_json
+        from lance_segmerge.api import segments_json as _segments_json
         segs = [ls.IndexSegment.from_dict(d) for d in json.load(open({seg_json!r}))]
     """
     work = f"_ffi.call('CheckCoverage', {uri!r}, '', 0, _segments_json(segs), 4)"

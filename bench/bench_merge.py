@@ -215,7 +215,7 @@ def copy_dataset(src: str, dst: str) -> str:
 def ours_merge(uri: str, seg_json: str, groups: list[list[str]], workers: int) -> dict[str, Any]:
     setup = f"""
         import lance_segmerge as ls, concurrent.futures as cf, multiprocessing as mp, json
-        from lance_segmerge import _worker
+        from lance_segmerge import _jobs
         from lance_segmerge.types import MergeTask
         ds = ls.open({uri!r})
         by = {{d["uuid"]: ls.IndexSegment.from_dict(d) for d in json.load(open({seg_json!r}))}}
@@ -225,7 +225,7 @@ def ours_merge(uri: str, seg_json: str, groups: list[list[str]], workers: int) -
         if {workers} > 1:
             # A warm pool: what is timed is the merging, not process start-up.
             pool = cf.ProcessPoolExecutor({workers}, mp_context=mp.get_context("spawn"))
-            list(pool.map(_worker.ping, range({workers})))
+            list(pool.map(_jobs.ping, range({workers})))
     """
     if workers == 1:
         work = "out = [ds.merge_existing_index_segments(t) for t in tasks]"

@@ -17,7 +17,7 @@ def peak_rss() -> int:
 
 
 def merge_and_measure(job: dict[str, Any]) -> dict[str, Any]:
-    from lance_segmerge import _worker
+    from lance_segmerge import _jobs
 
-    out = _worker.merge_task(job)
+    out = _jobs.merge_task(job)
     return {"segment": out, "peak_rss": peak_rss()}

@@ -2,13 +2,15 @@
 indices, fanned out over Ray, Dask or processes.
 
 The kernel is written in Go and reads and writes the Lance table and file
-formats directly; datasets stay readable by pylance.
+formats directly; datasets stay readable by pylance. docs/architecture.md
+maps every public name to the module that holds it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from . import _ffi
 from .api import (
     Dataset,
     cleanup,
@@ -17,7 +19,7 @@ from .api import (
     open,
     plan_index_segment_merge,
 )
-from .distributed import OptimizeProgress, choose_executor, optimize, optimize_with_report, run_plan, run_plan_with_report
+from ._costmodel import choose_executor
 from .errors import (
     CancelledError,
     ConflictError,
@@ -30,11 +32,24 @@ from .errors import (
     UnsupportedError,
     WorkerError,
 )
-from .maintain import MaintainReport, maintain
+from .maintain import maintain
 from .plot import plot_merge_tree, plot_partition_sizes, plot_segment_sizes
-from .tree import MergeTree, OptimizeReport, TreeTask, merge_tree
+from .reports import (
+    MaintainReport,
+    MergeTree,
+    OptimizeProgress,
+    OptimizeReport,
+    RepairAction,
+    RepairReport,
+    SegmentVerdict,
+    TreeTask,
+    VerifyCheck,
+    VerifyReport,
+)
+from .runs import optimize, optimize_with_report, run_plan, run_plan_with_report
+from .tree import merge_tree
 from .types import IndexFile, IndexSegment, MergePlan, MergeTask, OperationProgress, SegmentList
-from .verify import RepairAction, RepairReport, SegmentVerdict, VerifyCheck, VerifyReport, repair_index, search_segment, verify_index
+from .verify import repair_index, search_segment, verify_index
 
 __version__ = "0.1.0"
 
@@ -116,6 +131,4 @@ def __getattr__(name: str) -> Any:
 
 def kernel_version() -> str:
     """Version of the native Go kernel."""
-    from . import _ffi
-
     return str(_ffi.call("Version"))

@@ -17,10 +17,13 @@ import sys
 import traceback
 from typing import Any, Callable, NoReturn, Optional, Sequence
 
-from . import errors
+from . import errors, plot
+from ._display import compact_ids, human_bytes
 from .api import Dataset, cleanup, plan_index_segment_merge
-from .distributed import optimize_with_report
-from .maintain import MaintainReport, maintain
+from .maintain import maintain
+from .reports import MaintainReport
+from .runs import optimize_with_report
+from .verify import repair_index, verify_index
 
 #: Exit codes: 0 success, 1 internal error (a bug), 2 bad command line
 #: (argparse), then one per error class. Documented in the README.
@@ -63,25 +66,9 @@ def _duration(text: str) -> float:
     return float(m[1]) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m[2]]
 
 
-def _human(n: Optional[int]) -> str:
-    if n is None:
-        return "-"
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return str(n)
-
-
 def _table(rows: Sequence[Sequence[str]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
-
-
-def _frags(ids: Sequence[int]) -> str:
-    text = ",".join(map(str, ids[:8]))
-    return text + (f",… ({len(ids)})" if len(ids) > 8 else "")
 
 
 def _storage_options(text: str) -> tuple[str, str]:
@@ -108,8 +95,6 @@ def _write_plot(make: Callable[[], Any], path: str) -> int:
 
 
 def _plot_listing(kind: str, segs: Any, after: Any = None) -> Callable[[], Any]:
-    from . import plot
-
     if kind == "partitions":
         return lambda: plot.plot_partition_sizes(after if after is not None else segs)
     return lambda: plot.plot_segment_sizes(segs, after)
@@ -129,9 +114,9 @@ def cmd_ls(args: argparse.Namespace) -> int:
         flag = s.pq_transposed if s.pq_transposed is not None else s.rq_packed
         layout = {True: "query", False: "row-major", None: "-"}[flag]
         rows.append(
-            (s.name, s.uuid, s.index_type or "?", _frags(s.fragment_ids), str(s.num_rows if s.num_rows is not None else "-"),
+            (s.name, s.uuid, s.index_type or "?", compact_ids(s.fragment_ids), str(s.num_rows if s.num_rows is not None else "-"),
              str(s.stale_rows if s.stale_rows is not None else "-"),
-             str(s.num_partitions or "-"), layout, _human(s.size_bytes), str(s.dataset_version))
+             str(s.num_partitions or "-"), layout, human_bytes(s.size_bytes), str(s.dataset_version))
         )
     print(_table(rows))
     print(f"{len(segs)} segments")
@@ -147,14 +132,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(plan.to_json())
         return 0
     if args.plot:
-        from . import plot
-
         fan_in = args.fan_in or args.segments_per_task
         return _write_plot(lambda: plot.plot_merge_tree(plan, fan_in=fan_in, target_segments=args.target_segments), args.plot)
     print(f"plan {plan.plan_id}: {plan.index_name} ({plan.index_type}) at version {plan.read_version}")
     rows = [("task", "segments", "rows", "size")]
     for t in plan.tasks:
-        rows.append((str(t.task_id), str(len(t.segments)), str(t.rows), _human(t.bytes)))
+        rows.append((str(t.task_id), str(len(t.segments)), str(t.rows), human_bytes(t.bytes)))
     print(_table(rows))
     print(f"{len(plan.tasks)} tasks over {plan.num_segments} segments; {len(plan.untouched)} left untouched")
     return 0
@@ -182,15 +165,13 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     print(f"{args.index}: {before} segments -> {len(after_segs)}, version {ds.version} -> {version}")
     if args.plot:
         if args.plot_kind == "tree":
-            from . import plot
-
             return _write_plot(lambda: plot.plot_merge_tree(report), args.plot)
         return _write_plot(_plot_listing(args.plot_kind, listed, after_segs), args.plot)
     return 0
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from .build import create_index
+    from .build import create_index  # numpy and pyarrow (the lance extra): only the build path needs them
 
     ds = _open(args)
     out = create_index(
@@ -223,7 +204,7 @@ def cmd_maintain(args: argparse.Namespace) -> int:
         what = f"version {r.read_version} -> {r.version}" if r.committed else f"version {r.version}, nothing to merge"
         print(
             f"{r.index_name}: {what}; segments {r.segments_before} -> {r.segments_after}; "
-            f"{r.tasks} tasks ({r.tasks_reused} reused), {r.rows_written} rows, {_human(r.bytes_written)} written "
+            f"{r.tasks} tasks ({r.tasks_reused} reused), {r.rows_written} rows, {human_bytes(r.bytes_written)} written "
             f"in {r.seconds:.1f}s [{r.executor}]",
             flush=True,
         )
@@ -255,7 +236,7 @@ def cmd_cleanup(args: argparse.Namespace) -> int:
     rows = [("uuid", "files", "size", "modified", "removed", "why")]
     for o in orphans:
         rows.append(
-            (o["uuid"], str(o["files"]), _human(o["bytes"]), str(o["modified"]), "yes" if o["removed"] else "no",
+            (o["uuid"], str(o["files"]), human_bytes(o["bytes"]), str(o["modified"]), "yes" if o["removed"] else "no",
              o.get("reason") or "unreferenced")
         )
     print(_table(rows))
@@ -287,8 +268,6 @@ def _print_verdicts(report: Any) -> None:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from .verify import verify_index
-
     ds = _open(args, args.version)
     report = verify_index(ds, args.index, sample_rows=args.sample_rows, queries=args.queries, k=args.k,
                           nprobes=args.nprobes, deep=args.deep, seed=args.seed, progress=not args.json and sys.stderr.isatty())
@@ -304,17 +283,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_repair(args: argparse.Namespace) -> int:
-    from .verify import repair_index
-
     ds = _open(args)
     rep = repair_index(ds, args.index, executor=args.executor, max_workers=args.workers, dry_run=not args.apply,
                        sample_rows=args.sample_rows)
     if args.json:
-        print(json.dumps({"dataset_uri": rep.dataset_uri, "index_name": rep.index_name, "read_version": rep.read_version,
-                          "version": rep.version, "dry_run": rep.dry_run, "committed": rep.committed,
-                          "actions": [{"uuid": a.uuid, "action": a.action, "damage": list(a.damage),
-                                       "layout_depth": a.layout_depth, "new_uuid": a.new_uuid,
-                                       "verdict_after": a.verdict_after, "advice": a.advice} for a in rep.actions]}, indent=2))
+        print(json.dumps({k: v for k, v in rep.to_dict().items() if k != "report"}, indent=2))
     else:
         if rep.report is not None:
             _print_verdicts(rep.report)

@@ -17,10 +17,14 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import typing
 from datetime import datetime
 from typing import Any, ClassVar, Iterable, Optional, Sequence
 
-__all__ = ["Column", "TableSpec", "Tabular", "options", "to_arrow", "to_pandas", "to_html", "to_text", "human_bytes"]
+__all__ = [
+    "Column", "TableSpec", "Tabular", "options", "to_arrow", "to_pandas", "to_html", "to_text", "human_bytes",
+    "compact_ids", "short_id", "plural",
+]
 
 
 class _Options:
@@ -123,6 +127,11 @@ def human_bytes(n: Optional[float]) -> str:
     return str(n)  # pragma: no cover
 
 
+def short_id(value: Any) -> str:
+    """A uuid as shown in tables and messages: its first 8 characters."""
+    return str(value)[:8]
+
+
 def compact_ids(ids: Sequence[int], limit: int = 4) -> str:
     """``[0, 1, 2, 3, 7]`` -> ``"0-3, 7"`` (at most ``limit`` runs shown)."""
     runs: list[tuple[int, int]] = []
@@ -142,7 +151,7 @@ def fmt(value: Any, kind: str) -> str:
     if value is None:
         return "-"
     if kind == "uuid":
-        return str(value)[:8]
+        return short_id(value)
     if kind == "int":
         return f"{int(value):,}"
     if kind == "bytes":
@@ -158,7 +167,7 @@ def fmt(value: Any, kind: str) -> str:
     if kind == "time":
         return value.strftime("%Y-%m-%d %H:%M:%S") if isinstance(value, datetime) else str(value)
     if kind == "list":
-        items = [str(v)[:8] if _looks_like_uuid(v) else str(v) for v in value]
+        items = [short_id(v) if _looks_like_uuid(v) else str(v) for v in value]
         return ", ".join(items[:3]) + (f", ... ({len(items)})" if len(items) > 3 else "")
     return str(value)
 
@@ -332,9 +341,61 @@ def kv_html(title: str, items: Iterable[tuple[str, Any]]) -> str:
 _SCALARS = (str, int, float, bool, datetime)
 
 
+def _hints(cls: type) -> dict[str, Any]:
+    """The resolved type hints of a dataclass (empty when they do not
+    resolve)."""
+    try:
+        return typing.get_type_hints(cls)
+    except Exception:  # noqa: BLE001 - a hint naming what is not importable here
+        return {}
+
+
+def _unwrap(hint: Any) -> Any:
+    """``Optional[X]`` -> ``X``."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) is typing.Union and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        return rest[0] if len(rest) == 1 else hint
+    return hint
+
+
+def _record_type(hint: Any) -> Optional[type]:
+    """The record class of a ``tuple[Record, ...]`` hint, if it is a dataclass."""
+    hint = _unwrap(hint)
+    if typing.get_origin(hint) in (tuple, list):
+        args = [a for a in typing.get_args(hint) if a is not Ellipsis]
+        if len(args) == 1 and isinstance(args[0], type) and dataclasses.is_dataclass(args[0]):
+            return args[0]
+    return None
+
+
+def _kind_of_hint(name: str, hint: Any) -> Optional[str]:
+    """The column kind of a record field, from its name and type; None when
+    it does not fit a column (nested records, mappings)."""
+    hint = _unwrap(hint)
+    words = set(name.split("_"))
+    if hint is bool:
+        return "bool"
+    if hint is int:
+        return "bytes" if "bytes" in words else "int"
+    if hint is float:
+        return "seconds" if "seconds" in words or name.endswith("_s") else "float"
+    if hint is datetime:
+        return "time"
+    if hint is str:
+        return "uuid" if name == "uuid" or name.endswith("_uuid") else "text"
+    if typing.get_origin(hint) in (tuple, list):
+        args = [a for a in typing.get_args(hint) if a is not Ellipsis]
+        if len(args) == 1 and args[0] is int:
+            return "ids"
+        if len(args) == 1 and args[0] in (str, float):
+            return "list"
+    return None
+
+
 def _kind_of(name: str, values: Sequence[Any]) -> Optional[str]:
-    """The column kind of a record field, from its name and values; None
-    when it does not fit a column (nested records)."""
+    """The column kind of a field from its values (when its type hint does
+    not resolve)."""
     known = [v for v in values if v is not None]
     if not known:
         return "text"
@@ -360,23 +421,33 @@ def _totalled(name: str, kind: str) -> bool:
     return kind in ("int", "bytes", "seconds") and (bool(words & {"rows", "bytes", "seconds"}) or name.startswith("num_"))
 
 
-def spec_from_records(title: str, records: Sequence[Any], summary: Sequence[tuple[str, str]] = (), row_name: str = "row") -> TableSpec:
+def spec_from_records(
+    title: str,
+    records: Sequence[Any],
+    summary: Sequence[tuple[str, str]] = (),
+    row_name: str = "row",
+    record_type: Optional[type] = None,
+) -> TableSpec:
     """A table with one row per record dataclass: its plain fields are the
     columns (nested records are left out); numeric fields whose name has a
     word ``rows``, ``bytes`` or ``seconds`` (``rows_read``, ``index_bytes``)
-    or starts with ``num_`` are totalled."""
-    if not records:
+    or starts with ``num_`` are totalled. The columns come from the record
+    type's hints, so an empty table has its columns too."""
+    cls = record_type or (type(records[0]) if records else None)
+    if cls is None:
         return TableSpec(title, (), (), tuple(summary), row_name)
-    names = [f.name for f in dataclasses.fields(records[0])]
+    hints = _hints(cls)
     columns: list[Column] = []
     keep: list[str] = []
-    for name in names:
-        values = [getattr(r, name) for r in records]
-        kind = _kind_of(name, values)
+    for f in dataclasses.fields(cls):
+        if f.name in hints:
+            kind = _kind_of_hint(f.name, hints[f.name])
+        else:
+            kind = _kind_of(f.name, [getattr(r, f.name) for r in records])
         if kind is None:
             continue
-        columns.append(Column(name, kind, total=_totalled(name, kind)))
-        keep.append(name)
+        columns.append(Column(f.name, kind, total=_totalled(f.name, kind)))
+        keep.append(f.name)
     rows = tuple(tuple(getattr(r, n) for n in keep) for r in records)
     return TableSpec(title, tuple(columns), rows, tuple(summary), row_name)
 
@@ -397,10 +468,10 @@ class Tabular:
     """Mixin: ``to_arrow()``, ``to_pandas()``, ``_repr_html_()`` and
     ``to_text()`` from one :class:`TableSpec`.
 
-    The default ``_table_spec`` reads a dataclass: its first field holding
-    a sequence of dataclass records gives the rows (name it with
-    ``_table_field``), its plain fields the summary. Override it for a
-    table of one's own.
+    The default ``_table_spec`` reads a dataclass: its first field typed
+    ``tuple[Record, ...]`` (a dataclass record) gives the rows (name it
+    with ``_table_field``), its plain fields the summary. Override it for
+    a table of one's own.
     """
 
     _table_field: ClassVar[Optional[str]] = None
@@ -409,22 +480,24 @@ class Tabular:
     def _table_spec(self) -> TableSpec:
         if not dataclasses.is_dataclass(self):
             raise TypeError(f"{type(self).__name__} must define _table_spec")
+        hints = _hints(type(self))
         records: Sequence[Any] = ()
+        record_type: Optional[type] = None
         summary: list[tuple[str, str]] = []
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            is_records = (
-                isinstance(v, (tuple, list)) and v and all(dataclasses.is_dataclass(x) for x in v)
-            )
-            if is_records and not records and (self._table_field in (None, f.name)):
-                records = v
+            rtype = _record_type(hints.get(f.name))
+            if rtype is None and isinstance(v, (tuple, list)) and v and all(dataclasses.is_dataclass(x) for x in v):
+                rtype = type(v[0])
+            if rtype is not None and record_type is None and self._table_field in (None, f.name):
+                records, record_type = v, rtype
                 continue
             if f.name == "format_version":
                 continue
             shown = _summary_value(v)
             if shown is not None:
                 summary.append((f.name, shown))
-        return spec_from_records(type(self).__name__, records, summary, self._row_name)
+        return spec_from_records(type(self).__name__, records, summary, self._row_name, record_type)
 
     def to_arrow(self) -> Any:
         """The table as a ``pyarrow.Table``, one row per record."""

@@ -69,7 +69,11 @@ def _check_args(name: str, args: tuple[Any, ...]) -> None:
 
 def call(name: str, *args: Any) -> Any:
     """Call an exported kernel function, translating its errors."""
-    fn = getattr(native(), name)
+    fn = getattr(native(), name, None)
+    if fn is None:
+        raise InternalError(
+            f"the native kernel has no {name} (a test tool is only built with the segmerge_testtools tag: make build)"
+        )
     _check_args(name, args)
     try:
         return fn(*args)

@@ -9,10 +9,13 @@ by the kernel, so it works on every store).
 
 The next run with ``resume=True`` and the same plan and parameters reuses
 every recorded output that still verifies (files present, sizes as
-recorded, both files parse: see ``segment.VerifyOutput``) and redoes the
-rest. A journal of another plan, version or parameters, or a corrupt one,
-means a fresh start, logged with the reason; the outputs of an abandoned
-journal are removed. Nothing is reused without verifying.
+recorded, both files parse: see ``segment.VerifyOutput``; then the run's
+own check, which is what a commit checks: see ``Run._check_reused``) and
+redoes the rest: an output that fails is dropped from the journal, its
+files removed (unless it turns out to be committed), and its task runs
+afresh. A journal of another plan, version or parameters, or a corrupt
+one, means a fresh start, logged with the reason; the outputs of an
+abandoned journal are removed. Nothing is reused without verifying.
 """
 
 from __future__ import annotations
@@ -20,25 +23,23 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from . import _ffi
+from .api import Dataset, remove_uncommitted
 from .errors import ConflictError, CorruptError, InvalidInputError, NotFoundError, SegmergeError
 from .types import IndexSegment, MergePlan, MergeTask
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .api import Dataset
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["RunJournal", "read_journal"]
 
 
-def read_journal(ds: "Dataset", index_name: str) -> tuple[Optional[dict[str, Any]], str]:
+def read_journal(ds: Dataset, index_name: str) -> tuple[Optional[dict[str, Any]], str]:
     """The index's journal as a dict (None when there is none or it is
     corrupt) and, when it cannot be used, why."""
     try:
-        raw = _ffi.call("JournalRead", ds.uri, _ffi.options_json(ds.storage_options), index_name)
+        raw = _ffi.call("JournalRead", ds.uri, ds.options_json, index_name)
     except CorruptError as exc:
         return None, f"the journal is corrupt ({exc})"
     if not raw:
@@ -49,7 +50,7 @@ def read_journal(ds: "Dataset", index_name: str) -> tuple[Optional[dict[str, Any
 class RunJournal:
     """The journal of one run, kept by the driver."""
 
-    def __init__(self, ds: "Dataset", plan: MergePlan, params: Mapping[str, Any], entries: list[dict[str, Any]]) -> None:
+    def __init__(self, ds: Dataset, plan: MergePlan, params: Mapping[str, Any], entries: list[dict[str, Any]]) -> None:
         self._ds = ds
         self._plan = plan
         self._params = dict(params)
@@ -58,7 +59,7 @@ class RunJournal:
         self.reused_rows = 0
 
     @classmethod
-    def start(cls, ds: "Dataset", plan: MergePlan, params: Mapping[str, Any]) -> "RunJournal":
+    def start(cls, ds: Dataset, plan: MergePlan, params: Mapping[str, Any]) -> "RunJournal":
         """Open the journal for a run of ``plan``: carry over the entries of
         a journal of the same run, or start fresh (logging why) and remove
         the uncommitted outputs of any other."""
@@ -92,7 +93,7 @@ class RunJournal:
         return j
 
     @classmethod
-    def drop_stale(cls, ds: "Dataset", index_name: str) -> None:
+    def drop_stale(cls, ds: Dataset, index_name: str) -> None:
         """A run found nothing to merge: a journal left by an earlier run
         cannot be resumed by it; remove it and its uncommitted outputs."""
         old, why = read_journal(ds, index_name)
@@ -102,12 +103,10 @@ class RunJournal:
                     f" ({why})" if why else f" (plan {old.get('plan_id') if old else '?'})")
         if old is not None:
             cls._abandon(ds, old)
-        _ffi.call("JournalDelete", ds.uri, _ffi.options_json(ds.storage_options), index_name)
+        _ffi.call("JournalDelete", ds.uri, ds.options_json, index_name)
 
     @staticmethod
-    def _abandon(ds: "Dataset", old: Mapping[str, Any]) -> None:
-        from .api import remove_uncommitted
-
+    def _abandon(ds: Dataset, old: Mapping[str, Any]) -> None:
         outputs = [str(e["output"]) for e in old.get("tasks") or []]
         try:
             remove_uncommitted(ds, outputs)
@@ -123,40 +122,56 @@ class RunJournal:
                 return e
         return None
 
+    @property
+    def index_name(self) -> str:
+        return self._plan.index_name
+
     def _verify(self, task: MergeTask, output: str, files: Optional[list[Any]]) -> IndexSegment:
         out = _ffi.call_json(
             "VerifyOutput",
             self._ds.uri,
-            _ffi.options_json(self._ds.storage_options),
-            json.dumps([s.to_dict() for s in task.segments]),
+            self._ds.options_json,
+            json.dumps([s._entry_dict() for s in task.segments]),
             output,
             json.dumps(files) if files else "",
         )
-        return IndexSegment.from_dict(out)
+        return IndexSegment._from_kernel(out)
 
     def reuse(self, level: int, task: MergeTask) -> Optional[IndexSegment]:
-        """The recorded output of this task if it verifies, else None (and
-        the entry and its output are dropped)."""
-        from .api import remove_uncommitted
-
+        """The recorded output of this task if it verifies (files present,
+        sizes as recorded, both files parse), else None (and the entry and
+        its output are dropped). The run checks it further before using
+        it (:meth:`discard` what fails)."""
         e = self._find(level, task)
         if e is None:
             return None
         try:
             seg = self._verify(task, str(e["output"]), e.get("files") if e.get("state") == "done" else None)
         except (CorruptError, NotFoundError, InvalidInputError) as exc:
-            logger.info("level %d task over %d segments: redoing it, its output %s does not verify: %s",
-                        level, len(task.segments), e["output"], exc)
-            self._entries.remove(e)
-            try:
-                remove_uncommitted(self._ds, [str(e["output"])])
-            except (InvalidInputError, ConflictError) as exc2:
-                logger.warning("could not remove %s: %s", e["output"], exc2)
+            self._drop(level, task, e, str(exc))
             return None
         self._mark_done(e, seg)
         self.reused += 1
         self.reused_rows += seg.num_rows or 0
         return seg
+
+    def discard(self, level: int, task: MergeTask, why: str) -> None:
+        """The run found the recorded output of this task unusable: drop the
+        entry and remove the output's files (the kernel refuses to remove a
+        committed segment), so that the task runs afresh."""
+        e = self._find(level, task)
+        if e is not None:
+            self._drop(level, task, e, why)
+            self.reused -= 1
+
+    def _drop(self, level: int, task: MergeTask, e: dict[str, Any], why: str) -> None:
+        logger.info("level %d task over %d segments: redoing it, its output %s does not verify: %s",
+                    level, len(task.segments), e["output"], why)
+        self._entries.remove(e)
+        try:
+            remove_uncommitted(self._ds, [str(e["output"])])
+        except (InvalidInputError, ConflictError) as exc:
+            logger.warning("could not remove %s: %s", e["output"], exc)
 
     def planned(self, level: int, task: MergeTask, output: str) -> None:
         """Record that ``output`` is assigned to this task (before it
@@ -195,8 +210,8 @@ class RunJournal:
             "tasks": self._entries,
             "updated_ms": int(time.time() * 1000),
         }
-        _ffi.call("JournalWrite", self._ds.uri, _ffi.options_json(self._ds.storage_options), json.dumps(j))
+        _ffi.call("JournalWrite", self._ds.uri, self._ds.options_json, json.dumps(j))
 
     def finish(self) -> None:
         """The run committed (or had nothing to do): remove the journal."""
-        _ffi.call("JournalDelete", self._ds.uri, _ffi.options_json(self._ds.storage_options), self._plan.index_name)
+        _ffi.call("JournalDelete", self._ds.uri, self._ds.options_json, self._plan.index_name)

@@ -99,12 +99,6 @@ def _mapping(value: Any, what: str) -> Mapping[str, Any]:
     return value
 
 
-def _field(d: Mapping[str, Any], key: str, what: str) -> Any:
-    if key not in d:
-        raise InvalidInputError(f"{what} has no {key!r}")
-    return d[key]
-
-
 def _uuid(value: Any, what: str) -> str:
     text = _str(value, what, empty=False)
     try:
@@ -184,13 +178,6 @@ def _storage_options(value: Any) -> dict[str, str]:
     return out
 
 
-def _progress(value: Any, what: str = "progress") -> Any:
-    """None, a bool, or a callable."""
-    if value is None or isinstance(value, bool) or callable(value):
-        return value
-    raise InvalidInputError(f"{what} must be True, False, None or a callable, got {_show(value)}")
-
-
 def _name(value: Any, what: str) -> str:
     """A non-empty string without NUL characters (an index or column name)."""
     text = _str(value, what, empty=False)
@@ -215,3 +202,89 @@ def redact_uri(uri: str) -> str:
     if at < 0:
         return uri
     return uri[: i + 3] + "***" + rest[at:]
+
+
+# -- field checks: (value, what) -> value, for field tables (_fields) --------------
+
+
+def str_field(value: Any, what: str) -> str:
+    return _str(value, what)
+
+
+def opt_str_field(value: Any, what: str) -> Optional[str]:
+    return _opt_str(value, what)
+
+
+def bool_field(value: Any, what: str) -> bool:
+    return _bool(value, what)
+
+
+def opt_bool_field(value: Any, what: str) -> Optional[bool]:
+    return _opt_bool(value, what)
+
+
+def bytes_field(value: Any, what: str) -> bytes:
+    if not isinstance(value, bytes):
+        raise InvalidInputError(f"{what} must be bytes, got {_show(value)}")
+    return value
+
+
+def float_field(value: Any, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInputError(f"{what} must be a number, got {_show(value)}")
+    return float(value)
+
+
+def opt_float_field(value: Any, what: str) -> Optional[float]:
+    return None if value is None else float_field(value, what)
+
+
+def int_field(lo: int = 0, hi: int = _U64) -> Any:
+    """A check of an int field in [lo, hi]."""
+    return lambda value, what: _int(value, what, lo, hi)
+
+
+def opt_int_field(lo: int = 0, hi: int = _U64) -> Any:
+    return lambda value, what: _opt_int(value, what, lo, hi)
+
+
+def ints_field(lo: int = 0, hi: int = _U64) -> Any:
+    """A check of a tuple-of-ints field (lists become tuples)."""
+    return lambda value, what: _ints(value, what, what, lo, hi)
+
+
+def strs_field(value: Any, what: str) -> tuple[str, ...]:
+    return tuple(_str(v, what) for v in _seq(value, what))
+
+
+def tuple_of(cls: type, noun: str) -> Any:
+    """A check of a tuple field whose items are ``cls`` instances."""
+
+    def check(value: Any, what: str) -> tuple[Any, ...]:
+        items = _seq(value, what)
+        if not all(isinstance(x, cls) for x in items):
+            raise InvalidInputError(f"{what} must be {noun}")
+        return items
+
+    return check
+
+
+def optional(check: Any) -> Any:
+    """``check``, letting None through."""
+    return lambda value, what: None if value is None else check(value, what)
+
+
+def required(key: str) -> Any:
+    """A decoder that refuses an absent or null value: ``what`` has no ``key``."""
+
+    def decode(value: Any, what: str) -> Any:
+        if value is None:
+            raise InvalidInputError(f"{what.rsplit(':', 1)[0]} has no {key!r}")
+        return value
+
+    return decode
+
+
+def seq_field(value: Any, what: str) -> tuple[Any, ...]:
+    """A decoder: a JSON list (null is empty) as a tuple."""
+    return _seq(value, what)

@@ -1,33 +1,28 @@
-"""The public entry points: open a dataset, list the segments of its vector
-indices, merge them."""
+"""The single-call verbs: open a dataset, list the segments of its
+indices, plan, merge and commit them, clean up after crashed runs.
+
+Every public function here checks its arguments once, at entry
+(:func:`lance_segmerge._args.checked`), and turns the dataset it is given
+into a :class:`Dataset` (:func:`as_dataset`); the private ``_plan``,
+``_merge`` and ``_commit`` below are what the run engine calls with
+arguments already checked.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
-import sys
-import uuid
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence, Union, overload
 
 from . import _ffi
-from ._progress import ProgressArg, Reporter
-from ._validate import (
-    _I64,
-    _bool,
-    _int,
-    _name,
-    _opt_pos_int,
-    _progress,
-    _seconds,
-    redact_uri,
-    _show,
-    _storage_options,
-    _uuid,
-)
+from ._args import checked, policy_options
+from ._handles import DatasetHandle, DatasetLike, at_version, resolve
+from ._progress import OperationProgressArg, Reporter
+from ._validate import _show
 from .errors import InvalidInputError
-from .types import IndexSegment, MergePlan, SegmentList, _from_kernel
+from .types import IndexSegment, MergePlan, SegmentList
 
 if TYPE_CHECKING:  # pragma: no cover
     from lance.dataset import LanceDataset
@@ -45,13 +40,13 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-class Dataset:
+class Dataset(DatasetHandle):
     """A Lance dataset at one version, as lance_segmerge sees it.
 
     A Dataset is cheap: it holds the URI, the storage options and the version
     it was opened at, nothing native. It pickles as those three values, so it
     can be shipped to Ray, Dask or multiprocessing workers, which reopen the
-    same version.
+    same version. Its methods are the verbs of this module.
 
     Use :func:`open` to create one.
 
@@ -67,112 +62,8 @@ class Dataset:
         credentials: they are never logged or shown in ``repr``.
     """
 
-    def __init__(
-        self,
-        uri: str,
-        version: Optional[int] = None,
-        storage_options: Optional[Mapping[str, str]] = None,
-    ) -> None:
-        if not isinstance(uri, str) or not uri:
-            raise InvalidInputError(f"dataset uri must be a non-empty string, got {_show(uri)}")
-        _name(uri, "dataset uri")
-        if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version <= 0):
-            raise InvalidInputError(f"version must be a positive integer, got {_show(version)}")
-        _opt_pos_int(version, "version", _I64)
-        self._uri = uri
-        self._storage_options = _storage_options(storage_options)
-        info = _ffi.call_json(
-            "DatasetInfo", uri, _ffi.options_json(self._storage_options), version or 0
-        )
-        self._version: int = int(info["version"])
-        self._info: dict[str, Any] = info
-        logger.debug("opened %s at version %d", redact_uri(uri), self._version)
-
-    @property
-    def uri(self) -> str:
-        """The dataset root, as given (credentials in its userinfo
-        included: ``repr``, logs and plans show :attr:`display_uri`)."""
-        return self._uri
-
-    @property
-    def display_uri(self) -> str:
-        """The dataset root with any userinfo masked
-        (``s3://***@bucket/t.lance``): what to print or log."""
-        return redact_uri(self._uri)
-
-    @property
-    def version(self) -> int:
-        """The version this Dataset is pinned to."""
-        return self._version
-
-    @property
-    def storage_options(self) -> dict[str, str]:
-        """A copy of the storage options."""
-        return dict(self._storage_options)
-
-    @property
-    def latest_version(self) -> int:
-        """The newest version in storage now (re-read on every access)."""
-        info = _ffi.call_json("DatasetInfo", self._uri, _ffi.options_json(self._storage_options), 0)
-        return int(info["version"])
-
-    @property
-    def manifest_scheme(self) -> str:
-        """Manifest naming scheme of the dataset: ``"V1"`` or ``"V2"``."""
-        return str(self._info["manifest_scheme"])
-
-    @property
-    def data_storage_version(self) -> str:
-        """The dataset's Lance file format version, e.g. ``"2.2"``."""
-        return str(self._info["data_storage_version"])
-
-    @property
-    def index_names(self) -> list[str]:
-        """Names of every index at this version (vector or not)."""
-        return list(self._info["index_names"] or [])
-
-    @property
-    def num_rows(self) -> int:
-        """Rows of this version (deleted rows excluded), from the manifest."""
-        return int(self._info.get("num_rows") or 0)
-
-    @property
-    def num_fragments(self) -> int:
-        """Fragments of this version."""
-        return int(self._info.get("num_fragments") or 0)
-
-    @property
-    def index_segments(self) -> dict[str, int]:
-        """Segments (manifest entries) of each index at this version."""
-        return {str(k): int(v) for k, v in (self._info.get("index_segments") or {}).items()}
-
-    def _repr_html_(self) -> str:
-        from ._display import Column, TableSpec, to_html
-
-        counts = self.index_segments
-        summary = (
-            ("version", f"{self._version} (latest when opened: {self._info.get('latest_version', '?')})"),
-            ("rows", f"{self.num_rows:,}"),
-            ("fragments", f"{self.num_fragments:,}"),
-            ("storage", f"Lance {self.data_storage_version}, {self.manifest_scheme} manifest names"),
-            ("written by", f"{self._info.get('writer_library') or '?'} {self._info.get('writer_version') or ''}".strip()),
-        )
-        spec = TableSpec(
-            f"Lance dataset {self.display_uri}",
-            (Column("index", "text"), Column("segments", "int", total=True)),
-            tuple((name, counts.get(name, 0)) for name in self.index_names),
-            summary,
-            "index",
-        )
-        return to_html(spec)
-
-    def checkout(self, version: Optional[int] = None) -> "Dataset":
-        """Return the same dataset at another version (the latest if omitted)."""
-        return Dataset(self._uri, version, self._storage_options)
-
-    def list_index_segments(
-        self, index_name: Optional[str] = None, *, with_stats: bool = True
-    ) -> SegmentList:
+    @checked()
+    def list_index_segments(self, index_name: Optional[str] = None, *, with_stats: bool = True) -> SegmentList:
         """List the segments of a vector index at this version.
 
         Parameters
@@ -198,111 +89,50 @@ class Dataset:
         CorruptError
             The manifest or a segment file is damaged.
         """
-        if index_name is not None:
-            _name(index_name, "index_name")
-        _bool(with_stats, "with_stats")
-        out = _ffi.call_json(
-            "ListSegments",
-            self._uri,
-            _ffi.options_json(self._storage_options),
-            self._version,
-            index_name or "",
-            not with_stats,
-        )
-        with _from_kernel():
-            return SegmentList(IndexSegment.from_dict(d) for d in out)
+        return _list(self, index_name, with_stats)
 
-    def merge_existing_index_segments(
-        self,
-        segments: Any,
-        *,
-        index_uuid: Optional[str] = None,
-        progress: ProgressArg = None,
-        window_rows: Optional[int] = None,
-        parallelism: Optional[int] = None,
-        requantize_sq: bool = True,
-        hnsw_graph: str = "reuse",
-    ) -> IndexSegment:
+    def merge_existing_index_segments(self, segments: Any, **options: Any) -> IndexSegment:
         """Merge segments into one new, uncommitted segment.
 
-        See :func:`lance_segmerge.merge_existing_index_segments`.
+        See :func:`lance_segmerge.merge_existing_index_segments` (its
+        keyword arguments are taken as they are).
         """
-        return merge_existing_index_segments(
-            self,
-            segments,
-            index_uuid=index_uuid,
-            progress=progress,
-            window_rows=window_rows,
-            parallelism=parallelism,
-            requantize_sq=requantize_sq,
-            hnsw_graph=hnsw_graph,
-        )
+        return merge_existing_index_segments(self, segments, **options)
 
-    def commit_existing_index_segments(
-        self,
-        index_name: str,
-        column: str,
-        segments: Any,
-        *,
-        replaces: Optional[Sequence[Any]] = None,
-        max_retries: int = 20,
-    ) -> "Dataset":
+    def commit_existing_index_segments(self, index_name: str, column: str, segments: Any, **options: Any) -> "Dataset":
         """Commit segments as one new dataset version; returns this dataset
         at the new version (``ds = ds.commit_existing_index_segments(...)``).
 
         See :func:`lance_segmerge.commit_existing_index_segments`.
         """
-        return commit_existing_index_segments(
-            self, index_name, column, segments, replaces=replaces, max_retries=max_retries
-        )
+        out: Dataset = commit_existing_index_segments(self, index_name, column, segments, **options)
+        return out
 
-    def plan_index_segment_merge(
-        self,
-        index_name: str,
-        segments_per_task: int = 32,
-        max_segments_to_merge: Optional[int] = None,
-        *,
-        target_rows_per_task: Optional[int] = None,
-        requantize_sq: bool = True,
-        **policy: Any,
-    ) -> MergePlan:
+    def plan_index_segment_merge(self, index_name: str, *args: Any, **options: Any) -> MergePlan:
         """Plan the merge of an index's segments.
 
-        See :func:`lance_segmerge.plan_index_segment_merge` (``policy`` and
-        the tiered policy's options are passed through).
+        See :func:`lance_segmerge.plan_index_segment_merge` (its other
+        arguments, the tiered policy's options among them, are taken as
+        they are).
         """
-        return plan_index_segment_merge(
-            self,
-            index_name,
-            segments_per_task,
-            max_segments_to_merge,
-            target_rows_per_task=target_rows_per_task,
-            requantize_sq=requantize_sq,
-            **policy,
-        )
-
-    # -- pickling: URI, options, version; nothing native ---------------------
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (Dataset, (self._uri, self._version, self._storage_options))
-
-    def __repr__(self) -> str:
-        return f"Dataset(uri={self.display_uri!r}, version={self._version})"
-
-    def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, Dataset)
-            and other._uri == self._uri
-            and other._version == self._version
-            and other._storage_options == self._storage_options
-        )
-
-    def __hash__(self) -> int:
-        return hash((self._uri, self._version))
+        return plan_index_segment_merge(self, index_name, *args, **options)
 
 
+def as_dataset(
+    dataset: Any,
+    storage_options: Optional[Mapping[str, str]] = None,
+    *,
+    version: Optional[int] = None,
+) -> Dataset:
+    """Turn any accepted dataset form into our :class:`Dataset` (see
+    :func:`lance_segmerge._handles.resolve`, the one place where the forms
+    are interpreted)."""
+    return resolve(dataset, storage_options, version=version, cls=Dataset)
+
+
+@checked(converts=("uri",))
 def open(
-    uri: "DatasetLike",
+    uri: DatasetLike,
     version: Optional[int] = None,
     storage_options: Optional[Mapping[str, str]] = None,
 ) -> Dataset:
@@ -342,116 +172,19 @@ def open(
     >>> ds = lance_segmerge.open("/data/vectors.lance")  # doctest: +SKIP
     >>> [s.uuid for s in ds.list_index_segments("vec_idx")]  # doctest: +SKIP
     """
-    ds = as_dataset(uri, storage_options, version=version)
-    return ds
+    return as_dataset(uri, storage_options, version=version)
 
 
-# -- dataset handles ---------------------------------------------------------
-
-#: Every kind of dataset handle the functions of this package accept: our
-#: :class:`Dataset`, a URI ``str``, an ``os.PathLike`` (a local path), or
-#: pylance's ``lance.LanceDataset`` (its URI, version and storage options
-#: are used).
-DatasetLike = Union[Dataset, str, "os.PathLike[str]", "LanceDataset"]
-
-def _lance_dataset_type() -> Optional[type]:
-    """pylance's LanceDataset class, if pylance is imported (an object
-    cannot be a LanceDataset otherwise, and lance_segmerge does not need
-    pylance)."""
-    mod = sys.modules.get("lance.dataset")
-    cls = getattr(mod, "LanceDataset", None) if mod is not None else None
-    return cls if isinstance(cls, type) else None
+def _list(ds: Dataset, index_name: Optional[str], with_stats: bool) -> SegmentList:
+    out = _ffi.call_json("ListSegments", ds.uri, ds.options_json, ds.version, index_name or "", not with_stats)
+    return SegmentList(IndexSegment._from_kernel(d) for d in out)
 
 
-def _is_lance_dataset(obj: object) -> bool:
-    cls = _lance_dataset_type()
-    return cls is not None and isinstance(obj, cls)
 
-
-def _lance_storage_options(lds: Any) -> Optional[dict[str, str]]:
-    """The storage options a LanceDataset was opened with."""
-    opts = getattr(lds, "initial_storage_options", None)
-    if opts is None:
-        opts = getattr(lds, "_storage_options", None)
-    return {str(k): str(v) for k, v in dict(opts).items()} if opts else None
-
-
-def as_dataset(
-    dataset: Any,
-    storage_options: Optional[Mapping[str, str]] = None,
-    *,
-    version: Optional[int] = None,
-) -> Dataset:
-    """Turn any accepted dataset handle into our :class:`Dataset`.
-
-    This is the one place where handles are interpreted; every public
-    function goes through it.
-
-    Parameters
-    ----------
-    dataset : Dataset, str, os.PathLike or lance.LanceDataset
-        A :class:`Dataset` is returned as is (or at ``version``); a URI or
-        path opens its latest version (or ``version``) with
-        ``storage_options``; a ``lance.LanceDataset`` gives its URI, its
-        version (unless ``version`` is given) and the storage options it
-        was opened with.
-    storage_options : dict of str to str, optional
-        Only with a URI or path: a handle carries its own.
-    version : int, optional
-        The version to pin instead of the handle's (or the latest).
-
-    Raises
-    ------
-    InvalidInputError
-        Any other kind of object (the message names its type), or
-        ``storage_options`` next to a handle.
-    """
-    if isinstance(dataset, Dataset) or _is_lance_dataset(dataset):
-        if storage_options is not None:
-            raise InvalidInputError(
-                f"storage_options go with a URI; this {type(dataset).__name__} already carries its own"
-            )
-        if isinstance(dataset, Dataset):
-            return dataset if version is None or version == dataset.version else dataset.checkout(version)
-        uri = getattr(dataset, "uri", None)
-        if not isinstance(uri, str) or not uri:
-            raise InvalidInputError(f"this lance.LanceDataset has no URI ({uri!r})")
-        pinned = int(dataset.version) if version is None else version
-        return Dataset(uri, pinned, _lance_storage_options(dataset))
-    if isinstance(dataset, (str, os.PathLike)):
-        path = os.fspath(dataset)
-        if isinstance(path, str):
-            return Dataset(path, version, storage_options)
-    kind = type(dataset)
-    raise InvalidInputError(
-        "dataset must be a lance_segmerge.Dataset, a URI str, an os.PathLike or a lance.LanceDataset, "
-        f"got {kind.__module__}.{kind.__qualname__}"
-    )
-
-
-def _at_version(given: Any, ds: Dataset, version: int, have: Any = None) -> Any:
-    """The dataset at ``version``, as the kind of handle the caller gave:
-    a LanceDataset for a LanceDataset (checked out with pylance, keeping its
-    session and options), else our Dataset: ``have`` when it is already
-    that (a commit's result handed up through the callers, instead of
-    opening the new version again at each level)."""
-    if _is_lance_dataset(given):
-        return given if int(given.version) == version else given.checkout_version(version)
-    if ds.version == version:
-        return ds
-    if (
-        isinstance(have, Dataset)
-        and have.version == version
-        and have.uri == ds.uri
-        and have._storage_options == ds._storage_options
-    ):
-        return have
-    return ds.checkout(version)
-
-
-def _to_segments(items: Any, dataset: Optional[Dataset] = None) -> list[IndexSegment]:
-    """Accept IndexSegments, pylance Index objects, or a plan task (anything
-    with a ``segments`` attribute)."""
+def to_segments(items: Any) -> list[IndexSegment]:
+    """The segments a merge or commit is given: IndexSegments, pylance
+    ``Index`` objects, or a plan task (anything with a ``segments``
+    attribute)."""
     if hasattr(items, "segments") and not isinstance(items, (list, tuple)):
         items = items.segments
     if isinstance(items, (IndexSegment, str)) or not isinstance(items, Iterable):
@@ -469,32 +202,19 @@ def _to_segments(items: Any, dataset: Optional[Dataset] = None) -> list[IndexSeg
     return out
 
 
-def _replaces(replaces: Any) -> list[str]:
-    """The uuids of the segments a commit replaces: uuid strings, or
-    objects with a ``uuid`` (IndexSegment, pylance's Index)."""
-    if isinstance(replaces, (str, bytes)) or not isinstance(replaces, Iterable):
-        raise InvalidInputError(f"replaces must be a list of segments or uuids, got {_show(replaces)}")
-    out = []
-    for r in replaces:
-        u = r if isinstance(r, str) else getattr(r, "uuid", None)
-        if u is None:
-            raise InvalidInputError(f"replaces holds {_show(r)}, not a segment or a uuid")
-        out.append(str(uuid.UUID(_uuid(str(u) if not isinstance(u, str) else u, "a segment uuid in replaces"))))
-    return out
-
-
-def _segments_json(segments: Sequence[IndexSegment]) -> str:
+def segments_json(segments: Sequence[IndexSegment]) -> str:
     """Segments as the kernel takes them: their manifest entries (the
     kernel opens the files for their statistics)."""
     return json.dumps([s._entry_dict() for s in segments])
 
 
+@checked(converts=("dataset", "segments_or_task"))
 def merge_existing_index_segments(
     dataset: DatasetLike,
     segments_or_task: Any,
     *,
     index_uuid: Optional[str] = None,
-    progress: ProgressArg = None,
+    progress: OperationProgressArg = None,
     window_rows: Optional[int] = None,
     parallelism: Optional[int] = None,
     requantize_sq: bool = True,
@@ -581,34 +301,36 @@ def merge_existing_index_segments(
     CancelledError
         The operation was cancelled.
     """
-    ds = as_dataset(dataset)
-    segs = _to_segments(segments_or_task, ds)
-    if hnsw_graph not in ("reuse", "rebuild"):
-        raise InvalidInputError(f"hnsw_graph must be 'reuse' or 'rebuild', got {_show(hnsw_graph)}")
-    opts: dict[str, Any] = {"strict_sq": not _bool(requantize_sq, "requantize_sq"), "hnsw_graph": hnsw_graph}
-    if index_uuid is not None:
-        opts["index_uuid"] = _uuid(index_uuid, "index_uuid")
-    for key, val in (("window_rows", window_rows), ("parallelism", parallelism)):
+    return _merge(
+        as_dataset(dataset), to_segments(segments_or_task), index_uuid=index_uuid, progress=progress,
+        window_rows=window_rows, parallelism=parallelism, requantize_sq=requantize_sq, hnsw_graph=hnsw_graph,
+    )
+
+
+def _merge(
+    ds: Dataset,
+    segs: Sequence[IndexSegment],
+    *,
+    index_uuid: Optional[str] = None,
+    progress: OperationProgressArg = None,
+    window_rows: Optional[int] = None,
+    parallelism: Optional[int] = None,
+    requantize_sq: bool = True,
+    hnsw_graph: str = "reuse",
+) -> IndexSegment:
+    opts: dict[str, Any] = {"strict_sq": not requantize_sq, "hnsw_graph": hnsw_graph}
+    for key, val in (("index_uuid", index_uuid), ("window_rows", window_rows), ("parallelism", parallelism)):
         if val is not None:
-            if isinstance(val, bool) or not isinstance(val, int) or val <= 0:
-                raise InvalidInputError(f"{key} must be a positive integer, got {_show(val)}")
-            opts[key] = _int(val, key, 1, 2**31 - 1)
-    _progress(progress)
-    reporter = Reporter(progress, "merge")
-    try:
+            opts[key] = val
+    with Reporter(progress, "merge") as reporter:
         out = _ffi.run_operation(
-            "MergeSegments",
-            (ds.uri, _ffi.options_json(ds.storage_options), ds.version, _segments_json(segs), json.dumps(opts)),
-            reporter if reporter.active else None,
+            "MergeSegments", (ds.uri, ds.options_json, ds.version, segments_json(segs), json.dumps(opts)), reporter.poll
         )
         result = json.loads(out)
         for note in result.pop("notes", None) or ():
             logger.info("merge into %s: %s", result.get("uuid"), note)
-        with _from_kernel():
-            merged = IndexSegment.from_dict(result)
+        merged = IndexSegment._from_kernel(result)
         reporter.finish(merged.num_partitions, merged.num_rows)
-    finally:
-        reporter.close()
     logger.info("merged %d segments into %s (%s rows)", len(segs), merged.uuid, merged.num_rows)
     return merged
 
@@ -637,6 +359,7 @@ def commit_existing_index_segments(
 ) -> "LanceDataset": ...
 
 
+@checked(converts=("dataset", "segments"))
 def commit_existing_index_segments(
     dataset: DatasetLike,
     index_name: str,
@@ -702,80 +425,39 @@ def commit_existing_index_segments(
         A concurrent commit invalidated this one; re-plan and retry.
     """
     ds = as_dataset(dataset)
-    _name(index_name, "index_name")
-    _name(column, "column")
-    _int(max_retries, "max_retries", 0, 10_000)
-    segs = _to_segments(segments, ds)
+    committed = _commit(ds, index_name, column, to_segments(segments), replaces, max_retries)
+    return at_version(dataset, ds, committed.version, committed)
+
+
+def _commit(
+    ds: Dataset,
+    index_name: str,
+    column: str,
+    segs: Sequence[IndexSegment],
+    replaces: Optional[Sequence[str]] = None,
+    max_retries: int = 20,
+) -> Dataset:
+    """Commit checked segments; returns the dataset at the new version."""
     request: dict[str, Any] = {"index_name": index_name, "column": column, "max_retries": max_retries}
     if replaces is not None:
-        request["replaces"] = _replaces(replaces)
+        request["replaces"] = list(replaces)
     version = _ffi.run_operation(
         "CommitSegments",
-        (ds.uri, _ffi.options_json(ds.storage_options), ds.version, _segments_json(segs), json.dumps(request)),
+        (ds.uri, ds.options_json, ds.version, segments_json(segs), json.dumps(request)),
     )
     logger.info("committed %d segments of %s as version %d", len(segs), index_name, version)
-    return _at_version(dataset, ds, int(version))
-
-
-POLICIES = ("all", "tiered")
-
-
-def _policy_options(
-    policy: str,
-    segments_per_tier: Optional[int],
-    max_segment_rows: Optional[int],
-    floor_rows: Optional[int],
-    deletes_pct_allowed: Optional[float],
-    max_segments: Optional[int] = None,
-) -> dict[str, Any]:
-    """Check the merge policy's options and encode them for the kernel
-    (``None`` = the kernel's default)."""
-    if policy not in POLICIES:
-        raise InvalidInputError(f"policy must be one of {POLICIES}, got {policy!r}")
-    given = {
-        "segments_per_tier": segments_per_tier,
-        "max_segment_rows": max_segment_rows,
-        "floor_rows": floor_rows,
-        "deletes_pct_allowed": deletes_pct_allowed,
-        "max_segments": max_segments,
-    }
-    if policy != "tiered":
-        extra = [k for k, v in given.items() if v is not None]
-        if extra:
-            raise InvalidInputError(f"{', '.join(extra)} only apply to policy='tiered'")
-        return {}
-    out: dict[str, Any] = {"policy": policy}
-    for key, minimum in (("segments_per_tier", 2), ("max_segment_rows", 1), ("floor_rows", 1), ("max_segments", 1)):
-        val = given[key]
-        if val is None:
-            continue
-        if isinstance(val, bool) or not isinstance(val, int) or val < minimum:
-            raise InvalidInputError(f"{key} must be an integer >= {minimum}, got {val!r}")
-        out[key] = val
-    if deletes_pct_allowed is not None:
-        pct = deletes_pct_allowed
-        if isinstance(pct, bool) or not isinstance(pct, (int, float)) or not 0 <= pct <= 100:
-            raise InvalidInputError(f"deletes_pct_allowed must be a percentage in [0, 100], got {pct!r}")
-        out["deletes_pct_allowed"] = float(pct)
-    if floor_rows is not None and max_segment_rows is not None and floor_rows > max_segment_rows:
-        raise InvalidInputError(f"floor_rows ({floor_rows}) is above max_segment_rows ({max_segment_rows})")
-    return out
+    return ds.checkout(int(version))
 
 
 def _plan_options(
     index_name: str,
     segments_per_task: int,
-    max_segments_to_merge: Optional[int],
-    target_rows_per_task: Optional[int],
-    requantize_sq: bool,
+    max_segments_to_merge: Optional[int] = None,
+    target_rows_per_task: Optional[int] = None,
+    requantize_sq: bool = True,
     policy: Optional[Mapping[str, Any]] = None,
 ) -> str:
-    _name(index_name, "index_name")
-    _int(segments_per_task, "segments_per_task", 2, 2**31 - 1)
-    if max_segments_to_merge is not None:
-        _int(max_segments_to_merge, "max_segments_to_merge", 2, 2**31 - 1)
-    _opt_pos_int(target_rows_per_task, "target_rows_per_task")
-    _bool(requantize_sq, "requantize_sq")
+    """The kernel's plan options (arguments already checked)."""
     return json.dumps(
         {
             "index_name": index_name,
@@ -788,6 +470,7 @@ def _plan_options(
     )
 
 
+@checked(converts=("dataset",))
 def plan_index_segment_merge(
     dataset: DatasetLike,
     index_name: str,
@@ -884,50 +567,46 @@ def plan_index_segment_merge(
     UnsupportedError
         Segment kinds lance-segmerge does not read.
     """
-    ds = as_dataset(dataset)
-    pol = _policy_options(policy, segments_per_tier, max_segment_rows, floor_rows, deletes_pct_allowed, max_segments)
+    pol = policy_options(policy, segments_per_tier, max_segment_rows, floor_rows, deletes_pct_allowed, max_segments)
     if pol and (max_segments_to_merge is not None or target_rows_per_task is not None):
         raise InvalidInputError("max_segments_to_merge and target_rows_per_task do not apply to policy='tiered'")
     opts = _plan_options(index_name, segments_per_task, max_segments_to_merge, target_rows_per_task, requantize_sq, pol)
-    out = _ffi.call_json("PlanIndex", ds.uri, _ffi.options_json(ds.storage_options), ds.version, opts)
-    with _from_kernel():
-        plan = MergePlan.from_dict(out)
+    return _plan(as_dataset(dataset), index_name, opts)
+
+
+def _plan(ds: Dataset, index_name: str, options_json: str) -> MergePlan:
+    out = _ffi.call_json("PlanIndex", ds.uri, ds.options_json, ds.version, options_json)
+    plan = MergePlan._from_kernel(out)
     if plan.requantize_sq:
         logger.info("the IVF_SQ segments of %s have different bounds: the merges re-quantize them to their union", index_name)
     for t in plan.tasks:
         if t.reason:
             logger.info("task %d (%d segments, %d rows): %s", t.task_id, len(t.segments), t.rows, t.reason)
     logger.info(
-        "planned %d tasks over %d segments of %s at version %d",
-        len(plan.tasks),
-        plan.num_segments,
-        index_name,
+        "planned %d tasks over %d segments of %s at version %d", len(plan.tasks), plan.num_segments, index_name,
         plan.read_version,
     )
     return plan
 
 
 def plan_segments(
-    dataset: DatasetLike,
+    ds: Dataset,
     segments: Sequence[IndexSegment],
     segments_per_task: int,
     *,
     requantize_sq: bool = True,
 ) -> MergePlan:
-    """Group an explicit list of segments (e.g. one level of a tree merge)
-    into tasks, with the same checks and balancing as
+    """Group an explicit list of segments (one level of a tree merge) into
+    tasks, with the same checks and balancing as
     :func:`plan_index_segment_merge`."""
     if not segments:
         raise InvalidInputError("no segments to plan")
-    dataset = as_dataset(dataset)
-    opts = _plan_options(segments[0].name, segments_per_task, None, None, requantize_sq)
-    out = _ffi.call_json(
-        "PlanSegments", dataset.uri, _ffi.options_json(dataset.storage_options), dataset.version, _segments_json(segments), opts
-    )
-    with _from_kernel():
-        return MergePlan.from_dict(out)
+    opts = _plan_options(segments[0].name, segments_per_task, requantize_sq=requantize_sq)
+    out = _ffi.call_json("PlanSegments", ds.uri, ds.options_json, ds.version, segments_json(segments), opts)
+    return MergePlan._from_kernel(out)
 
 
+@checked(converts=("dataset",))
 def cleanup(
     dataset: DatasetLike,
     older_than: Union[float, timedelta] = 3600.0,
@@ -965,17 +644,14 @@ def cleanup(
         ``uuid``; ``reason`` says why a journal or its output goes.
     """
     ds = as_dataset(dataset)
-    seconds = _seconds(older_than, "older_than")
-    _bool(dry_run, "dry_run")
-    out = _ffi.call_json("Cleanup", ds.uri, _ffi.options_json(ds.storage_options), seconds, bool(dry_run))
+    out = _ffi.call_json("Cleanup", ds.uri, ds.options_json, older_than, dry_run)
     logger.info("cleanup of %s: %d orphaned segment directories%s", ds.display_uri, len(out), " (dry run)" if dry_run else "")
     return list(out)
 
 
-def remove_uncommitted(dataset: DatasetLike, uuids: Sequence[str]) -> int:
+def remove_uncommitted(ds: DatasetHandle, uuids: Sequence[str]) -> int:
     """Delete the files of uncommitted segments (outputs of cancelled or
     intermediate merges). Committed segments are refused."""
     if not uuids:
         return 0
-    dataset = as_dataset(dataset)
-    return int(_ffi.call("RemoveUncommitted", dataset.uri, _ffi.options_json(dataset.storage_options), json.dumps(list(uuids))))
+    return int(_ffi.call("RemoveUncommitted", ds.uri, ds.options_json, json.dumps(list(uuids))))

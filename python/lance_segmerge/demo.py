@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
 
-    from .distributed import optimize
+    from .runs import optimize
 
     lance = _need("lance")
     tmp = None

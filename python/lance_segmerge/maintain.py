@@ -1,8 +1,9 @@
 """maintain: keep an index healthy while data keeps arriving.
 
 One pass plans with a merge policy (tiered by default: only the merges
-worth running now), merges and commits. With ``watch``, passes repeat as
-new versions appear, until Ctrl-C or SIGTERM.
+worth running now), merges and commits, on the run engine
+(:func:`lance_segmerge.runs.execute_plan`). With ``watch``, passes repeat
+as new versions appear, until Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
@@ -12,13 +13,16 @@ import logging
 import signal
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Union
 
-from .api import Dataset, plan_index_segment_merge
-from .distributed import RunResult, _resume_point, _run_plan
-from .errors import ConflictError, InvalidInputError
+from ._args import checked, policy_options
+from ._display import human_bytes
+from ._progress import OptimizeProgressArg
+from .api import Dataset, DatasetLike, _list, _plan, _plan_options, as_dataset
+from .errors import ConflictError
 from .executors import Executor
+from .reports import MaintainReport
+from .runs import _resume_point, execute_plan
 from .types import MergePlan
 
 logger = logging.getLogger(__name__)
@@ -26,81 +30,10 @@ logger = logging.getLogger(__name__)
 __all__ = ["maintain", "MaintainReport"]
 
 
-@dataclass(frozen=True)
-class MaintainReport:
-    """What one :func:`maintain` pass did. Plain fields only.
-
-    Parameters
-    ----------
-    dataset_uri, index_name : str
-        What was maintained.
-    read_version : int
-        The version the pass planned at.
-    version : int
-        The version after the pass: the new one when it committed, else
-        ``read_version``.
-    committed : bool
-        Whether the pass committed a new version.
-    policy : str
-        The merge policy.
-    segments_before, segments_after : int
-        Segments of the index at ``read_version`` and at ``version``.
-    tasks, tasks_reused : int
-        Merge tasks of the pass, every level of its tree; of those, the
-        ones whose outputs were reused from a run journal (an earlier,
-        interrupted pass).
-    segments_merged : int
-        Segments the plan replaced.
-    rows_read, bytes_read : int
-        Rows and bytes of the inputs of the merges that ran.
-    rows_written, bytes_written : int
-        Rows and bytes of the outputs written by this pass.
-    seconds : float
-        Wall time of the pass, planning and commit included.
-    executor : str
-        Where the merges ran (``"auto"`` resolved).
-    conflicts : int
-        Commits that lost to a concurrent writer and were re-planned.
-    reasons : tuple of str
-        Why each task was chosen; ``summary`` the policy's decision.
-    summary : str
-    """
-
-    dataset_uri: str
-    index_name: str
-    read_version: int
-    version: int
-    committed: bool
-    policy: str
-    segments_before: int
-    segments_after: int
-    tasks: int
-    tasks_reused: int
-    segments_merged: int
-    rows_read: int
-    bytes_read: int
-    rows_written: int
-    bytes_written: int
-    seconds: float
-    executor: str
-    conflicts: int
-    reasons: tuple[str, ...] = ()
-    summary: str = ""
-
-
-def _human(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024:
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} TiB"
-
-
 def _one_pass(
     ds: Dataset,
     index_name: str,
-    policy_kwargs: Mapping[str, Any],
+    plan_options: str,
     run_kwargs: Mapping[str, Any],
     resume: bool,
     max_conflicts: int,
@@ -111,23 +44,22 @@ def _one_pass(
         latest = ds.checkout()
 
         def make_plan(d: Dataset) -> MergePlan:
-            return plan_index_segment_merge(d, index_name, **policy_kwargs)
+            return _plan(d, index_name, plan_options)
 
         pinned, plan = _resume_point(latest, index_name, make_plan) if resume else (latest, make_plan(latest))
-        before = len(pinned.list_index_segments(index_name, with_stats=False))
+        before = len(_list(pinned, index_name, False))
         if plan.tasks:
-            rows = sum(t.rows for t in plan.tasks)
-            nbytes = sum(t.bytes for t in plan.tasks)
             logger.info(
                 "%s at version %d: %d segments; merging %d segments in %d tasks (%d rows, %s). %s",
-                index_name, pinned.version, before, plan.num_segments, len(plan.tasks), rows, _human(nbytes), plan.summary,
+                index_name, pinned.version, before, plan.num_segments, len(plan.tasks), plan.num_rows,
+                human_bytes(plan.size_bytes), plan.summary,
             )
             for t in plan.tasks:
                 logger.info("  task %d: %d segments, %d rows: %s", t.task_id, len(t.segments), t.rows, t.reason or "-")
         else:
             logger.info("%s at version %d: %d segments, nothing to merge. %s", index_name, pinned.version, before, plan.summary)
         try:
-            res: RunResult = _run_plan(pinned, plan, resume=resume, **run_kwargs)
+            res = execute_plan(pinned, plan, resume=resume, **run_kwargs)
         except ConflictError as exc:
             conflicts += 1
             if conflicts > max_conflicts:
@@ -135,11 +67,9 @@ def _one_pass(
             logger.warning("%s: a concurrent commit invalidated this pass (%s); re-planning (%d/%d)",
                            index_name, exc, conflicts, max_conflicts)
             continue
-        after = before
-        if res.committed:
-            after = len(Dataset(ds.uri, res.version, ds.storage_options).list_index_segments(index_name, with_stats=False))
+        after = len(_list(res.dataset, index_name, False)) if res.committed and res.dataset is not None else before
         report = MaintainReport(
-            dataset_uri=ds.uri,
+            dataset_uri=ds.display_uri,
             index_name=index_name,
             read_version=pinned.version,
             version=res.version,
@@ -164,7 +94,7 @@ def _one_pass(
             logger.info(
                 "%s: committed version %d in %.1fs: %d -> %d segments; wrote %d rows, %s (%d tasks, %d reused; %s)",
                 index_name, report.version, report.seconds, before, after, report.rows_written,
-                _human(report.bytes_written), report.tasks, report.tasks_reused, report.executor,
+                human_bytes(report.bytes_written), report.tasks, report.tasks_reused, report.executor,
             )
         return report
 
@@ -191,8 +121,9 @@ class _Stop:
             signal.signal(signal.SIGTERM, self._old)
 
 
+@checked(converts=("dataset",))
 def maintain(
-    dataset: Union[Dataset, str],
+    dataset: DatasetLike,
     index_name: str,
     *,
     policy: str = "tiered",
@@ -210,8 +141,10 @@ def maintain(
     watch: Optional[float] = None,
     max_conflicts: int = 10,
     on_pass: Optional[Callable[[MaintainReport], None]] = None,
-    progress: Any = None,
+    progress: OptimizeProgressArg = None,
     window_rows: Optional[int] = None,
+    hnsw_graph: str = "reuse",
+    verify: bool = True,
     storage_options: Optional[Mapping[str, str]] = None,
 ) -> MaintainReport:
     """Keep a vector index healthy while data keeps arriving.
@@ -233,7 +166,7 @@ def maintain(
 
     Parameters
     ----------
-    dataset : Dataset or str
+    dataset : Dataset, str, os.PathLike or lance.LanceDataset
         The dataset; a pass always plans at the latest version.
     index_name : str
         The logical index.
@@ -245,7 +178,7 @@ def maintain(
         ``max_segments`` trades rewriting for query latency.
     segments_per_task : int, default 32
         Most segments one task merges.
-    executor, max_workers, fan_in, requantize_sq, progress, window_rows
+    executor, max_workers, fan_in, requantize_sq, progress, window_rows, hnsw_graph, verify
         As for :func:`optimize`; ``executor="auto"`` (default) picks in
         process or a process pool from the measured cost model.
     resume : bool, default True
@@ -272,37 +205,21 @@ def maintain(
     ConflictError
         Concurrent writers won more than ``max_conflicts`` times in a row.
     """
-    if isinstance(dataset, Dataset):
-        if storage_options is not None:
-            raise InvalidInputError("storage_options go with a URI; this Dataset already carries its own")
-        ds = dataset
-    else:
-        ds = Dataset(str(dataset), storage_options=storage_options)
-    if watch is not None and (isinstance(watch, bool) or not isinstance(watch, (int, float)) or watch <= 0):
-        raise InvalidInputError(f"watch must be a positive number of seconds, got {watch!r}")
-    if isinstance(max_conflicts, bool) or not isinstance(max_conflicts, int) or max_conflicts < 0:
-        raise InvalidInputError(f"max_conflicts must be a non-negative integer, got {max_conflicts!r}")
-    policy_kwargs: dict[str, Any] = {
-        "segments_per_task": segments_per_task,
-        "requantize_sq": requantize_sq,
-        "policy": policy,
-        "segments_per_tier": segments_per_tier,
-        "max_segment_rows": max_segment_rows,
-        "floor_rows": floor_rows,
-        "deletes_pct_allowed": deletes_pct_allowed,
-        "max_segments": max_segments,
-    }
-    if policy == "all":
-        policy_kwargs["segments_per_task"] = fan_in
+    ds = as_dataset(dataset, storage_options)
+    pol = policy_options(policy, segments_per_tier, max_segment_rows, floor_rows, deletes_pct_allowed, max_segments)
+    # policy="all" merges everything, in fan_in-wide trees (as optimize).
+    plan_options = _plan_options(index_name, fan_in if policy == "all" else segments_per_task, requantize_sq=requantize_sq, policy=pol)
     run_kwargs: dict[str, Any] = {
         "executor": executor,
         "max_workers": max_workers,
         "fan_in": fan_in,
         "progress": progress,
         "window_rows": window_rows,
+        "hnsw_graph": hnsw_graph,
+        "verify": verify,
     }
     if watch is None:
-        report = _one_pass(ds, index_name, policy_kwargs, run_kwargs, resume, max_conflicts)
+        report = _one_pass(ds, index_name, plan_options, run_kwargs, resume, max_conflicts)
         if on_pass is not None:
             on_pass(report)
         return report
@@ -310,7 +227,7 @@ def maintain(
     with _Stop():
         try:
             while True:
-                last = _one_pass(ds, index_name, policy_kwargs, run_kwargs, resume, max_conflicts)
+                last = _one_pass(ds, index_name, plan_options, run_kwargs, resume, max_conflicts)
                 if on_pass is not None:
                     on_pass(last)
                 seen = last.version

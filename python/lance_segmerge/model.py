@@ -16,32 +16,13 @@ from typing import Any, Optional, Sequence
 import numpy as np
 import pyarrow as pa
 
+from ._args import INDEX_TYPES, METRICS, normalize_index_type, normalize_metric
 from ._cdata import CStructs
 from .errors import InvalidInputError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["IndexModel", "as_matrix"]
-
-INDEX_TYPES = ("IVF_FLAT", "IVF_SQ", "IVF_PQ", "IVF_RQ")
-METRICS = ("l2", "cosine", "dot")
-
-
-def normalize_index_type(index_type: str) -> str:
-    t = str(index_type).upper()
-    if t not in INDEX_TYPES:
-        raise InvalidInputError(f"index_type must be one of {', '.join(INDEX_TYPES)}, got {index_type!r}")
-    return t
-
-
-def normalize_metric(metric: str) -> str:
-    m = str(metric).lower()
-    if m == "euclidean":
-        m = "l2"
-    if m not in METRICS:
-        raise InvalidInputError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
-    return m
-
+__all__ = ["IndexModel", "as_matrix", "INDEX_TYPES", "METRICS", "normalize_index_type", "normalize_metric"]
 
 def as_matrix(obj: Any, what: str, cols: Optional[int] = None) -> pa.Array:
     """Bring a matrix given as a numpy array, a ``pyarrow.FixedSizeListArray``

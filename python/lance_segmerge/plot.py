@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 from ._display import plural
 from .errors import InvalidInputError
-from .tree import MergeTree, OptimizeReport, merge_tree
+from .reports import MergeTree, OptimizeReport
+from .tree import merge_tree
 from .types import IndexSegment, MergePlan, SegmentList, _imbalance
 
 if TYPE_CHECKING:  # pragma: no cover

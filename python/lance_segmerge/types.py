@@ -10,40 +10,45 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
-import contextvars
 import dataclasses
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Optional, SupportsIndex, Union, cast, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping, Optional, SupportsIndex, Union, cast, overload
 
-from ._display import Column, TableSpec, Tabular, human_bytes, kv_html, options, plural
+from . import _ffi, _fields
+from ._display import Column, TableSpec, Tabular, compact_ids, human_bytes, kv_html, options, plural, short_id
+from ._fields import Codec, spec
+from ._handles import DatasetHandle, resolve
 from ._validate import (
-    _U32,
     _I32,
     _MAX_MS,
-    _bool,
-    _field,
+    _U32,
     _int,
-    _ints,
     _loads,
-    _mapping,
-    _opt_bool,
-    _opt_int,
-    _opt_str,
-    _seq,
     _show,
     _str,
     _uuid,
+    bool_field,
+    bytes_field,
+    int_field,
+    ints_field,
+    opt_bool_field,
+    opt_int_field,
+    opt_str_field,
     redact_uri,
+    required,
+    seq_field,
+    str_field,
+    strs_field,
+    tuple_of,
 )
 from .errors import InvalidInputError
 
 if TYPE_CHECKING:  # pragma: no cover
     from lance.dataset import Index as LanceIndex
 
-    from .api import DatasetLike
+    from ._handles import DatasetLike  # noqa: F811
 
 __all__ = ["IndexFile", "IndexSegment", "SegmentList", "MergePlan", "MergeTask", "OperationProgress", "SEGMENT_FORMAT_VERSION", "PLAN_FORMAT_VERSION"]
 
@@ -51,48 +56,14 @@ __all__ = ["IndexFile", "IndexSegment", "SegmentList", "MergePlan", "MergeTask",
 SEGMENT_FORMAT_VERSION = 1
 
 
-@dataclass(frozen=True)
-class IndexFile:
-    """One file of a segment directory.
-
-    Parameters
-    ----------
-    path : str
-        Path relative to the segment directory, e.g. ``"auxiliary.idx"``.
-    size_bytes : int
-        File size in bytes.
-    """
-
-    path: str
-    size_bytes: int
-
-    def __post_init__(self) -> None:
-        _str(self.path, "IndexFile path", empty=False)
-        _int(self.size_bytes, f"size_bytes of {self.path}")
-
-
-# Set while decoding JSON the kernel itself just wrote (a listing, a plan, a
-# merge result): IndexSegment.from_dict then skips its checks, which are for
-# segments that arrive from outside (a plan from another machine, a file).
-# A plan over a thousand deltas builds thousands of segments, and the checks
-# were half of each one's Python cost.
-_KERNEL_JSON: contextvars.ContextVar[bool] = contextvars.ContextVar("lance_segmerge_kernel_json", default=False)
-
-
-@contextlib.contextmanager
-def _from_kernel() -> Iterator[None]:
-    """Decode the kernel's own JSON inside this block (see _KERNEL_JSON)."""
-    token = _KERNEL_JSON.set(True)
-    try:
-        yield
-    finally:
-        _KERNEL_JSON.reset(token)
-
-
-def _ms_to_datetime(ms: Any) -> Optional[datetime]:
+def _ms_to_datetime(ms: Any, what: str = "created_at_ms") -> Optional[datetime]:
     if ms is None:
         return None
     return datetime.fromtimestamp(_int(ms, "created_at_ms", 0, _MAX_MS) / 1000.0, tz=timezone.utc)
+
+
+def _kernel_ms(ms: Any) -> Optional[datetime]:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000.0, tz=timezone.utc)
 
 
 def _datetime_to_ms(dt: Optional[datetime]) -> Optional[int]:
@@ -120,6 +91,88 @@ def _unb64(s: Any, what: str = "bytes") -> bytes:
         raise InvalidInputError(f"{what} is not valid base64 ({exc})") from None
 
 
+def _kernel_b64(s: Any) -> bytes:
+    return base64.b64decode(s or b"")
+
+
+def _or(default: Any) -> Any:
+    """A decoder mapping a JSON null (or 0, "") to ``default``."""
+    return lambda v, what: v or default
+
+
+def _zero_none(v: Any, what: str) -> Any:
+    """A decoder: the kernel writes 0 for an absent statistic."""
+    return v or None
+
+
+def _tuple(v: Any) -> tuple[Any, ...]:
+    return tuple(v or ())
+
+
+def _created_at(value: Any, what: str) -> Optional[datetime]:
+    if value is not None and not isinstance(value, datetime):
+        raise InvalidInputError(f"{what} must be a datetime or None, got {_show(value)}")
+    return value
+
+
+def _fragment_ids(value: Any, what: str) -> tuple[int, ...]:
+    frags = ints_field(0, _U32)(value, what)
+    if any(a >= b for a, b in zip(frags, frags[1:])):
+        raise InvalidInputError(f"{what} must be sorted and unique")
+    return cast(tuple[int, ...], frags)
+
+
+def _format_version(expected: int, what_type: str) -> Any:
+    def check(value: Any, what: str) -> int:
+        if _int(value, f"{what_type} format_version") != expected:
+            raise InvalidInputError(
+                f"{what_type} format_version {value} is not supported "
+                f"(this lance_segmerge reads version {expected})"
+            )
+        return int(value)
+
+    return check
+
+
+_OPT_U64 = opt_int_field()
+_B64 = Codec(_b64, _unb64, _kernel_b64)
+_INTS_U32 = ints_field(0, _U32)
+
+
+@dataclass(frozen=True)
+class IndexFile:
+    """One file of a segment directory.
+
+    Parameters
+    ----------
+    path : str
+        Path relative to the segment directory, e.g. ``"auxiliary.idx"``.
+    size_bytes : int
+        File size in bytes.
+    """
+
+    path: str = spec(lambda v, w: _str(v, "IndexFile path", empty=False), decode=required("path"))
+    size_bytes: int = spec(int_field(), decode=required("size_bytes"))
+
+    def __post_init__(self) -> None:
+        _fields.check_fields(self, "IndexFile")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "size_bytes": self.size_bytes}
+
+    @classmethod
+    def from_dict(cls, d: Any, what: str = "a file") -> "IndexFile":
+        return _fields.from_dict(cls, d, what)
+
+
+def _files_decode(v: Any, what: str) -> tuple[IndexFile, ...]:
+    return tuple(IndexFile.from_dict(f, what) for f in seq_field(v, what))
+
+
+def _files_kernel(v: Any) -> tuple[IndexFile, ...]:
+    return tuple(IndexFile(f["path"], f["size_bytes"]) for f in v or ())
+
+
 @dataclass(frozen=True)
 class IndexSegment:
     """One physical segment of a vector index, as the manifest and its files
@@ -130,6 +183,10 @@ class IndexSegment:
     ``index.idx`` and ``auxiliary.idx`` and are ``None`` when the files were
     not read. ``metadata`` holds the IndexMetadata protobuf exactly as
     committed, so nothing is lost when a segment travels through a plan.
+
+    Every field is declared once, below, with its check and its JSON form
+    (:mod:`lance_segmerge._fields`): :meth:`to_dict`, :meth:`from_dict`
+    (outside JSON, checked) and the kernel's own JSON all follow it.
 
     Parameters
     ----------
@@ -199,77 +256,57 @@ class IndexSegment:
         indexed).
     """
 
-    uuid: str
-    name: str
-    fields: tuple[int, ...]
-    dataset_version: int
-    fragment_ids: tuple[int, ...]
-    index_version: int
-    created_at: Optional[datetime] = None
-    base_id: Optional[int] = None
-    files: tuple[IndexFile, ...] = ()
-    index_details_type_url: str = ""
-    index_details: bytes = field(default=b"", repr=False)
-    metadata: bytes = field(default=b"", repr=False)
-    index_type: Optional[str] = None
-    distance_type: Optional[str] = None
-    num_partitions: Optional[int] = None
-    partition_rows: tuple[int, ...] = field(default=(), repr=False)
-    num_rows: Optional[int] = None
-    pq_transposed: Optional[bool] = None
-    rq_packed: Optional[bool] = None
-    num_bits: Optional[int] = None
-    num_sub_vectors: Optional[int] = None
-    dimension: Optional[int] = None
-    file_version: Optional[str] = None
-    index_file_bytes: Optional[int] = None
-    auxiliary_file_bytes: Optional[int] = None
-    hnsw_m: Optional[int] = None
-    hnsw_ef_construction: Optional[int] = None
-    hnsw_max_level: Optional[int] = None
-    hnsw_levels: Optional[int] = None
-    partition_graph_rows: tuple[int, ...] = field(default=(), repr=False)
-    format_version: int = SEGMENT_FORMAT_VERSION
-    stale_rows: Optional[int] = None
+    #: The ``stats`` object of the JSON form is present when ``index_type`` is.
+    _groups: ClassVar[dict[str, str]] = {"stats": "index_type"}
+
+    uuid: str = spec(lambda v, w: _uuid(v, "IndexSegment uuid"), decode=required("uuid"))
+    name: str = spec(str_field, decode=required("name"))
+    fields: tuple[int, ...] = spec(ints_field(-(2**31), _I32), decode=seq_field, kernel=_tuple)
+    dataset_version: int = spec(int_field(), decode=required("dataset_version"))
+    fragment_ids: tuple[int, ...] = spec(_fragment_ids, decode=seq_field, kernel=_tuple)
+    index_version: int = spec(int_field(-(2**31), _I32), decode=_or(0))
+    created_at: Optional[datetime] = spec(
+        _created_at, default=None, key="created_at_ms", encode=_datetime_to_ms, decode=_ms_to_datetime, kernel=_kernel_ms
+    )
+    base_id: Optional[int] = spec(opt_int_field(0, _U32), default=None)
+    files: tuple[IndexFile, ...] = spec(
+        tuple_of(IndexFile, "IndexFile objects"), default=(), encode=lambda fs: [f.to_dict() for f in fs],
+        decode=_files_decode, kernel=_files_kernel,
+    )
+    index_details_type_url: str = spec(str_field, default="", decode=_or(""))
+    index_details: bytes = spec(bytes_field, default=b"", repr=False, codec=_B64)
+    metadata: bytes = spec(bytes_field, default=b"", repr=False, codec=_B64)
+    index_type: Optional[str] = spec(opt_str_field, default=None, group="stats")
+    distance_type: Optional[str] = spec(opt_str_field, default=None, group="stats")
+    num_partitions: Optional[int] = spec(_OPT_U64, default=None, group="stats")
+    partition_rows: tuple[int, ...] = spec(
+        _INTS_U32, default=(), repr=False, group="stats", encode=list, decode=seq_field, kernel=_tuple
+    )
+    num_rows: Optional[int] = spec(_OPT_U64, default=None, group="stats")
+    pq_transposed: Optional[bool] = spec(opt_bool_field, default=None, group="stats")
+    rq_packed: Optional[bool] = spec(opt_bool_field, default=None, group="stats")
+    num_bits: Optional[int] = spec(_OPT_U64, default=None, group="stats", decode=_zero_none)
+    num_sub_vectors: Optional[int] = spec(_OPT_U64, default=None, group="stats", decode=_zero_none)
+    dimension: Optional[int] = spec(_OPT_U64, default=None, group="stats", decode=_zero_none)
+    file_version: Optional[str] = spec(opt_str_field, default=None, group="stats")
+    index_file_bytes: Optional[int] = spec(_OPT_U64, default=None, group="stats")
+    auxiliary_file_bytes: Optional[int] = spec(_OPT_U64, default=None, group="stats")
+    hnsw_m: Optional[int] = spec(_OPT_U64, default=None, group="stats", decode=_zero_none)
+    hnsw_ef_construction: Optional[int] = spec(_OPT_U64, default=None, group="stats", decode=_zero_none)
+    hnsw_max_level: Optional[int] = spec(_OPT_U64, default=None, group="stats", decode=_zero_none)
+    hnsw_levels: Optional[int] = spec(_OPT_U64, default=None, group="stats", decode=_zero_none)
+    partition_graph_rows: tuple[int, ...] = spec(
+        _INTS_U32, default=(), repr=False, group="stats", encode=list, decode=seq_field, kernel=_tuple
+    )
+    format_version: int = spec(
+        _format_version(SEGMENT_FORMAT_VERSION, "IndexSegment"), default=SEGMENT_FORMAT_VERSION,
+        missing=SEGMENT_FORMAT_VERSION,
+    )
+    stale_rows: Optional[int] = spec(_OPT_U64, default=None, group="stats")
 
     def __post_init__(self) -> None:
         u = _uuid(self.uuid, "IndexSegment uuid")
-        if _int(self.format_version, f"segment {u}: format_version") != SEGMENT_FORMAT_VERSION:
-            raise InvalidInputError(
-                f"IndexSegment format_version {self.format_version} is not supported "
-                f"(this lance_segmerge reads version {SEGMENT_FORMAT_VERSION})"
-            )
-        what = f"segment {u}:"
-        set_ = object.__setattr__  # frozen: normalise sequences to tuples
-        _str(self.name, f"{what} name")
-        set_(self, "fields", _ints(self.fields, f"{what} fields", f"{what} field id", -(2**31), _I32))
-        _int(self.dataset_version, f"{what} dataset_version")
-        frags = _ints(self.fragment_ids, f"{what} fragment_ids", f"{what} fragment id", 0, _U32)
-        if any(a >= b for a, b in zip(frags, frags[1:])):
-            raise InvalidInputError(f"segment {u}: fragment_ids must be sorted and unique")
-        set_(self, "fragment_ids", frags)
-        _int(self.index_version, f"{what} index_version", -(2**31), _I32)
-        if self.created_at is not None and not isinstance(self.created_at, datetime):
-            raise InvalidInputError(f"{what} created_at must be a datetime or None, got {_show(self.created_at)}")
-        _opt_int(self.base_id, f"{what} base_id", 0, _U32)
-        files = _seq(self.files, f"{what} files")
-        if not all(isinstance(f, IndexFile) for f in files):
-            raise InvalidInputError(f"{what} files must be IndexFile objects")
-        set_(self, "files", files)
-        _str(self.index_details_type_url, f"{what} index_details_type_url")
-        for name in ("index_details", "metadata"):
-            if not isinstance(getattr(self, name), bytes):
-                raise InvalidInputError(f"{what} {name} must be bytes, got {_show(getattr(self, name))}")
-        for name in ("index_type", "distance_type", "file_version"):
-            _opt_str(getattr(self, name), f"{what} {name}")
-        for name in ("num_partitions", "num_rows", "num_bits", "num_sub_vectors", "dimension",
-                     "index_file_bytes", "auxiliary_file_bytes", "stale_rows",
-                     "hnsw_m", "hnsw_ef_construction", "hnsw_max_level", "hnsw_levels"):
-            _opt_int(getattr(self, name), f"{what} {name}")
-        set_(self, "partition_graph_rows", _ints(self.partition_graph_rows, f"{what} partition_graph_rows", f"{what} partition_graph_rows", 0, _U32))
-        set_(self, "partition_rows", _ints(self.partition_rows, f"{what} partition_rows", f"{what} partition_rows", 0, _U32))
-        _opt_bool(self.pq_transposed, f"{what} pq_transposed")
-        _opt_bool(self.rq_packed, f"{what} rq_packed")
+        _fields.check_fields(self, f"segment {u}:")
 
     # -- serialisation -----------------------------------------------------
 
@@ -279,54 +316,20 @@ class IndexSegment:
         return sum(f.size_bytes for f in self.files)
 
     def to_dict(self) -> dict[str, Any]:
-        """Return a JSON-serialisable dict (bytes as base64)."""
-        d = self._entry_dict()
-        d["stats"] = None if self.index_type is None else {
-            "index_type": self.index_type,
-            "distance_type": self.distance_type,
-            "num_partitions": self.num_partitions,
-            "partition_rows": list(self.partition_rows),
-            "num_rows": self.num_rows,
-            "pq_transposed": self.pq_transposed,
-            "rq_packed": self.rq_packed,
-            "num_bits": self.num_bits,
-            "num_sub_vectors": self.num_sub_vectors,
-            "dimension": self.dimension,
-            "file_version": self.file_version,
-            "index_file_bytes": self.index_file_bytes,
-            "auxiliary_file_bytes": self.auxiliary_file_bytes,
-            "stale_rows": self.stale_rows,
-            "hnsw_m": self.hnsw_m,
-            "hnsw_ef_construction": self.hnsw_ef_construction,
-            "hnsw_max_level": self.hnsw_max_level,
-            "hnsw_levels": self.hnsw_levels,
-            "partition_graph_rows": list(self.partition_graph_rows),
-        }
-        return d
+        """Return a JSON-serialisable dict (bytes as base64; statistics
+        under ``"stats"``, null when the files were not read)."""
+        return _fields.to_dict(self)
 
     def _entry_dict(self) -> dict[str, Any]:
         """to_dict without the statistics: the manifest entry, all the kernel
         reads of a segment it is given (it opens the files for the rest).
         At 2048 partitions the statistics are most of a segment's JSON."""
-        return {
-            "format_version": self.format_version,
-            "uuid": self.uuid,
-            "name": self.name,
-            "fields": list(self.fields),
-            "dataset_version": self.dataset_version,
-            "fragment_ids": list(self.fragment_ids),
-            "index_version": self.index_version,
-            "created_at_ms": _datetime_to_ms(self.created_at),
-            "base_id": self.base_id,
-            "files": [{"path": f.path, "size_bytes": f.size_bytes} for f in self.files],
-            "index_details_type_url": self.index_details_type_url,
-            "index_details": _b64(self.index_details),
-            "metadata": _b64(self.metadata),
-        }
+        return _fields.to_dict(self, groups=False)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "IndexSegment":
-        """Inverse of :meth:`to_dict`; also reads the kernel's JSON.
+        """Inverse of :meth:`to_dict`, for segments from outside (a plan
+        from another machine, a file, a user's dict).
 
         Raises
         ------
@@ -334,101 +337,15 @@ class IndexSegment:
             ``d`` is not a segment: a missing or mistyped field, an
             out-of-range number, invalid base64.
         """
-        if _KERNEL_JSON.get():
-            return cls._trusted(d)
-        d = _mapping(d, "an IndexSegment")
-        u = _uuid(_field(d, "uuid", "an IndexSegment"), "IndexSegment uuid")
-        what = f"segment {u}"
-        stats = _mapping(d.get("stats") or {}, f"{what}: stats")
-        files = []
-        for f in _seq(d.get("files"), f"{what}: files"):
-            f = _mapping(f, f"{what}: file")
-            files.append(IndexFile(_field(f, "path", f"{what}: a file"), _field(f, "size_bytes", f"{what}: a file")))
-
-        def ints(v: Any, key: str) -> tuple[Any, ...]:
-            return _seq(v, f"{what}: {key}")
-
-        return cls(
-            uuid=u,
-            name=_field(d, "name", what),
-            fields=ints(d.get("fields"), "fields"),
-            dataset_version=_field(d, "dataset_version", what),
-            fragment_ids=ints(d.get("fragment_ids"), "fragment_ids"),
-            index_version=d.get("index_version") or 0,
-            created_at=_ms_to_datetime(d.get("created_at_ms")),
-            base_id=d.get("base_id"),
-            files=tuple(files),
-            index_details_type_url=d.get("index_details_type_url") or "",
-            index_details=_unb64(d.get("index_details"), f"{what}: index_details"),
-            metadata=_unb64(d.get("metadata"), f"{what}: metadata"),
-            index_type=stats.get("index_type"),
-            distance_type=stats.get("distance_type"),
-            num_partitions=stats.get("num_partitions"),
-            partition_rows=ints(stats.get("partition_rows"), "partition_rows"),
-            num_rows=stats.get("num_rows"),
-            pq_transposed=stats.get("pq_transposed"),
-            rq_packed=stats.get("rq_packed"),
-            num_bits=stats.get("num_bits") or None,
-            num_sub_vectors=stats.get("num_sub_vectors") or None,
-            dimension=stats.get("dimension") or None,
-            file_version=stats.get("file_version"),
-            index_file_bytes=stats.get("index_file_bytes"),
-            auxiliary_file_bytes=stats.get("auxiliary_file_bytes"),
-            hnsw_m=stats.get("hnsw_m") or None,
-            hnsw_ef_construction=stats.get("hnsw_ef_construction") or None,
-            hnsw_max_level=stats.get("hnsw_max_level") or None,
-            hnsw_levels=stats.get("hnsw_levels") or None,
-            partition_graph_rows=ints(stats.get("partition_graph_rows"), "partition_graph_rows"),
-            format_version=d.get("format_version", SEGMENT_FORMAT_VERSION),
-            stale_rows=stats.get("stale_rows"),
-        )
+        return _fields.from_dict(cls, d, "an IndexSegment")
 
     @classmethod
-    def _trusted(cls, d: Mapping[str, Any]) -> "IndexSegment":
-        """from_dict for JSON the kernel wrote: the same fields, built
-        without the checks of ``__post_init__`` (test_types checks that both
-        give equal segments)."""
-        stats = d.get("stats") or {}
-        get = stats.get
-        created = d.get("created_at_ms")
-        values = {
-            "uuid": d["uuid"],
-            "name": d["name"],
-            "fields": tuple(d.get("fields") or ()),
-            "dataset_version": d["dataset_version"],
-            "fragment_ids": tuple(d.get("fragment_ids") or ()),
-            "index_version": d.get("index_version") or 0,
-            "created_at": None if created is None else datetime.fromtimestamp(created / 1000.0, tz=timezone.utc),
-            "base_id": d.get("base_id"),
-            "files": tuple(IndexFile(f["path"], f["size_bytes"]) for f in d.get("files") or ()),
-            "index_details_type_url": d.get("index_details_type_url") or "",
-            "index_details": base64.b64decode(d.get("index_details") or b""),
-            "metadata": base64.b64decode(d.get("metadata") or b""),
-            "index_type": get("index_type"),
-            "distance_type": get("distance_type"),
-            "num_partitions": get("num_partitions"),
-            "partition_rows": tuple(get("partition_rows") or ()),
-            "num_rows": get("num_rows"),
-            "pq_transposed": get("pq_transposed"),
-            "rq_packed": get("rq_packed"),
-            "num_bits": get("num_bits") or None,
-            "num_sub_vectors": get("num_sub_vectors") or None,
-            "dimension": get("dimension") or None,
-            "file_version": get("file_version"),
-            "index_file_bytes": get("index_file_bytes"),
-            "auxiliary_file_bytes": get("auxiliary_file_bytes"),
-            "hnsw_m": get("hnsw_m") or None,
-            "hnsw_ef_construction": get("hnsw_ef_construction") or None,
-            "hnsw_max_level": get("hnsw_max_level") or None,
-            "hnsw_levels": get("hnsw_levels") or None,
-            "partition_graph_rows": tuple(get("partition_graph_rows") or ()),
-            "format_version": d.get("format_version", SEGMENT_FORMAT_VERSION),
-            "stale_rows": get("stale_rows"),
-        }
-        seg = cls.__new__(cls)
-        for k, v in values.items():
-            object.__setattr__(seg, k, v)
-        return seg
+    def _from_kernel(cls, d: Mapping[str, Any]) -> "IndexSegment":
+        """The segment of JSON the kernel wrote in this process (a listing,
+        a plan, a merge result): the same fields as :meth:`from_dict`,
+        without the checks meant for outside input (a plan over a thousand
+        deltas builds thousands of segments)."""
+        return _fields.from_kernel(cls, d)
 
     def to_json(self) -> str:
         """Serialise to a JSON string."""
@@ -460,7 +377,7 @@ class IndexSegment:
         items: list[tuple[str, Any]] = [
             ("uuid", self.uuid),
             ("index", f"{self.name} ({self.index_type or '?'}, {self.distance_type or '?'})"),
-            ("fragments", f"{len(self.fragment_ids)}: {_compact(self.fragment_ids)}"),
+            ("fragments", f"{len(self.fragment_ids)}: {compact_ids(self.fragment_ids)}"),
             ("rows", "-" if self.num_rows is None else f"{self.num_rows:,}"),
             ("IVF partitions", "-" if self.num_partitions is None else f"{self.num_partitions:,}"),
             ("partition rows", f"min {min(parts):,}, max {max(parts):,}, imbalance {self.partition_imbalance:.3g}" if parts and self.partition_imbalance else "-"),
@@ -471,7 +388,7 @@ class IndexSegment:
             ("created", "-" if self.created_at is None else self.created_at.strftime("%Y-%m-%d %H:%M:%S UTC")),
             ("file version", self.file_version or "-"),
         ]
-        return kv_html(f"IndexSegment {self.uuid[:8]}", items)
+        return kv_html(f"IndexSegment {short_id(self.uuid)}", items)
 
     # -- pylance interop ---------------------------------------------------
 
@@ -515,40 +432,31 @@ class IndexSegment:
             When given, the statistics are read from the segment's files in
             this dataset.
         """
-        from . import _ffi
-        from .api import as_dataset
-
-        if dataset is not None:
-            dataset = as_dataset(dataset)
+        handle = None if dataset is None else resolve(dataset, cls=DatasetHandle)
 
         try:
-            created = getattr(index, "created_at", None)
             details = getattr(index, "index_details", None)
-            files = getattr(index, "files", None) or []
-            plain = {
-                "uuid": str(index.uuid),
-                "name": index.name,
-                "fields": [_int(x, "field id", -(2**31), _I32) for x in index.fields],
-                "dataset_version": _int(index.dataset_version, "dataset_version"),
-                "fragment_ids": sorted(_int(x, "fragment id", 0, _U32) for x in index.fragment_ids),
-                "index_version": _int(index.index_version, "index_version", -(2**31), _I32),
-                "created_at_ms": _datetime_to_ms(created),
-                "base_id": getattr(index, "base_id", None),
-                "files": [{"path": _str(f.path, "file path"), "size_bytes": _int(f.size_bytes, "file size")} for f in files],
-                "index_details_type_url": details[0] if details else "",
-                "index_details": _b64(bytes(details[1])) if details else "",
-            }
-            _uuid(plain["uuid"], "segment uuid")
-            _str(plain["name"], "segment name")
-            _str(plain["index_details_type_url"], "index details type url")
+            entry = cls(
+                uuid=str(index.uuid),
+                name=index.name,
+                fields=tuple(index.fields),
+                dataset_version=index.dataset_version,
+                fragment_ids=tuple(sorted(index.fragment_ids)),
+                index_version=index.index_version,
+                created_at=getattr(index, "created_at", None),
+                base_id=getattr(index, "base_id", None),
+                files=tuple(IndexFile(f.path, f.size_bytes) for f in getattr(index, "files", None) or ()),
+                index_details_type_url=details[0] if details else "",
+                index_details=bytes(details[1]) if details else b"",
+            )
         except InvalidInputError:
             raise
         except (AttributeError, TypeError, ValueError, OverflowError, IndexError) as exc:
             raise InvalidInputError(f"not a lance.dataset.Index: {_show(index)} ({type(exc).__name__}: {exc})") from None
-        uri = dataset.uri if dataset is not None else ""
-        opts = _ffi.options_json(dataset.storage_options) if dataset is not None else ""
-        out = _ffi.call_json("DescribeSegment", uri, opts, json.dumps(plain), dataset is not None)
-        return cls.from_dict(out)
+        uri = handle.uri if handle is not None else ""
+        opts = handle.options_json if handle is not None else ""
+        out = _ffi.call_json("DescribeSegment", uri, opts, json.dumps(entry._entry_dict()), handle is not None)
+        return cls._from_kernel(out)
 
 
 def _imbalance(parts: tuple[int, ...]) -> Optional[float]:
@@ -556,12 +464,6 @@ def _imbalance(parts: tuple[int, ...]) -> Optional[float]:
     if not parts or total == 0:
         return None
     return max(parts) * len(parts) / total
-
-
-def _compact(ids: tuple[int, ...]) -> str:
-    from ._display import compact_ids
-
-    return compact_ids(ids)
 
 
 _SEGMENT_COLUMNS = (
@@ -678,9 +580,14 @@ class SegmentList(list[IndexSegment], Tabular):
         return _imbalance(self.partition_rows())
 
 
+def _count(v: Any) -> int:
+    return int(v or 0)
+
+
 @dataclass(frozen=True)
 class OperationProgress:
-    """A snapshot of a long operation's counters (merge, commit).
+    """A snapshot of a long operation's counters (merge, commit, build,
+    verify), as the kernel reports them.
 
     Parameters
     ----------
@@ -701,33 +608,38 @@ class OperationProgress:
         IVF_HNSW_*: distances computed to build the graphs.
     """
 
-    stage: str = ""
-    partitions_done: int = 0
-    partitions_total: int = 0
-    rows_read: int = 0
-    rows_written: int = 0
-    bytes_written: int = 0
-    graph_rows_inserted: int = 0
-    graph_rows_reused: int = 0
-    graph_distances: int = 0
+    stage: str = spec(str_field, default="", kernel=lambda v: str(v or ""))
+    partitions_done: int = spec(int_field(), default=0, kernel=_count)
+    partitions_total: int = spec(int_field(), default=0, kernel=_count)
+    rows_read: int = spec(int_field(), default=0, kernel=_count)
+    rows_written: int = spec(int_field(), default=0, kernel=_count)
+    bytes_written: int = spec(int_field(), default=0, kernel=_count)
+    graph_rows_inserted: int = spec(int_field(), default=0, kernel=_count)
+    graph_rows_reused: int = spec(int_field(), default=0, kernel=_count)
+    graph_distances: int = spec(int_field(), default=0, kernel=_count)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "OperationProgress":
-        return cls(
-            stage=str(d.get("stage", "")),
-            partitions_done=int(d.get("partitions_done", 0)),
-            partitions_total=int(d.get("partitions_total", 0)),
-            rows_read=int(d.get("rows_read", 0)),
-            rows_written=int(d.get("rows_written", 0)),
-            bytes_written=int(d.get("bytes_written", 0)),
-            graph_rows_inserted=int(d.get("graph_rows_inserted", 0)),
-            graph_rows_reused=int(d.get("graph_rows_reused", 0)),
-            graph_distances=int(d.get("graph_distances", 0)),
-        )
+        """A snapshot of the kernel's counters (its own JSON)."""
+        return _fields.from_kernel(cls, d)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _fields.to_dict(self)
 
 
 #: Version of the MergePlan / MergeTask serialisation.
 PLAN_FORMAT_VERSION = 1
+
+
+def _segments_decode(v: Any, what: str) -> tuple[IndexSegment, ...]:
+    return tuple(IndexSegment.from_dict(s) for s in seq_field(required("segments")(v, what), what))
+
+
+def _segments_kernel(v: Any) -> tuple[IndexSegment, ...]:
+    return tuple(IndexSegment._from_kernel(s) for s in v or ())
+
+
+_SEGMENTS = Codec(lambda segs: [s.to_dict() for s in segs], _segments_decode, _segments_kernel)
 
 
 @dataclass(frozen=True)
@@ -750,28 +662,24 @@ class MergeTask(Tabular):
         rows; it has a reason starting with ``"reclaim"``.
     """
 
-    task_id: int
-    segments: tuple[IndexSegment, ...]
-    rows: int = 0
-    bytes: int = 0
-    format_version: int = PLAN_FORMAT_VERSION
-    reason: str = ""
+    task_id: int = spec(int_field(), decode=required("task_id"))
+    segments: tuple[IndexSegment, ...] = spec(
+        tuple_of(IndexSegment, "IndexSegment objects"), codec=_SEGMENTS
+    )
+    rows: int = spec(int_field(), default=0, decode=_or(0))
+    bytes: int = spec(int_field(), default=0, decode=_or(0))
+    format_version: int = spec(
+        _format_version(PLAN_FORMAT_VERSION, "MergeTask"), default=PLAN_FORMAT_VERSION, missing=PLAN_FORMAT_VERSION
+    )
+    reason: str = spec(str_field, default="", decode=_or(""))
 
     def __post_init__(self) -> None:
-        if _int(self.format_version, "MergeTask format_version") != PLAN_FORMAT_VERSION:
-            raise InvalidInputError(f"MergeTask format_version {self.format_version} is not supported")
         _int(self.task_id, "task_id")
-        segs = _seq(self.segments, f"task {self.task_id}: segments")
-        if not all(isinstance(x, IndexSegment) for x in segs):
-            raise InvalidInputError(f"task {self.task_id}: segments must be IndexSegment objects")
-        object.__setattr__(self, "segments", segs)
-        _str(self.reason, f"task {self.task_id}: reason")
+        _fields.check_fields(self, f"task {self.task_id}:")
         if len(self.segments) < 2 and not (len(self.segments) == 1 and self.reason.startswith("reclaim")):
             raise InvalidInputError(
                 f"task {self.task_id}: a merge task needs at least two segments (one only to reclaim stale rows)"
             )
-        _int(self.rows, f"task {self.task_id}: rows")
-        _int(self.bytes, f"task {self.task_id}: bytes")
 
     @property
     def segment_ids(self) -> tuple[str, ...]:
@@ -785,29 +693,19 @@ class MergeTask(Tabular):
         return segments_table(self.segments, f"task {self.task_id}: {plural(len(self.segments), 'segment')}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "format_version": self.format_version,
-            "task_id": self.task_id,
-            "segments": [s.to_dict() for s in self.segments],
-            "rows": self.rows,
-            "bytes": self.bytes,
-            "reason": self.reason,
-        }
+        return _fields.to_dict(self)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "MergeTask":
         """Inverse of :meth:`to_dict`; malformed input is an
         :class:`InvalidInputError`."""
-        d = _mapping(d, "a MergeTask")
-        tid = _int(_field(d, "task_id", "a MergeTask"), "task_id")
-        return cls(
-            task_id=tid,
-            segments=tuple(IndexSegment.from_dict(s) for s in _seq(_field(d, "segments", f"task {tid}"), f"task {tid}: segments")),
-            rows=d.get("rows") or 0,
-            bytes=d.get("bytes") or 0,
-            format_version=d.get("format_version", PLAN_FORMAT_VERSION),
-            reason=d.get("reason") or "",
-        )
+        if isinstance(d, Mapping) and "segments" in d and isinstance(d.get("task_id"), int):
+            return _fields.from_dict(cls, d, f"task {d['task_id']}")
+        return _fields.from_dict(cls, d, "a MergeTask")
+
+    @classmethod
+    def _from_kernel(cls, d: Mapping[str, Any]) -> "MergeTask":
+        return _fields.from_kernel(cls, d)
 
     def to_json(self) -> str:
         """Serialise to a JSON string (a task can travel on its own)."""
@@ -855,41 +753,30 @@ class MergePlan(Tabular):
         count, merges chosen.
     """
 
-    plan_id: str
-    dataset_uri: str
-    read_version: int
-    index_name: str
-    column: str
-    index_type: str
-    tasks: tuple[MergeTask, ...]
-    untouched: tuple[str, ...] = ()
-    requantize_sq: bool = False
-    format_version: int = PLAN_FORMAT_VERSION
-    policy: str = "all"
-    summary: str = ""
+    plan_id: str = spec(str_field, decode=required("plan_id"))
+    # Plans carry no credentials (they travel, and print): a URI's
+    # userinfo is masked; workers get the Dataset, with its options.
+    dataset_uri: str = spec(lambda v, w: redact_uri(_str(v, "dataset_uri")), decode=required("dataset_uri"))
+    read_version: int = spec(int_field(), decode=required("read_version"))
+    index_name: str = spec(str_field, decode=required("index_name"))
+    column: str = spec(str_field, decode=_or(""))
+    index_type: str = spec(str_field, decode=_or(""))
+    tasks: tuple[MergeTask, ...] = spec(
+        tuple_of(MergeTask, "MergeTask objects"),
+        encode=lambda ts: [t.to_dict() for t in ts],
+        decode=lambda v, w: tuple(MergeTask.from_dict(t) for t in seq_field(v, "tasks")),
+        kernel=lambda v: tuple(MergeTask._from_kernel(t) for t in v or ()),
+    )
+    untouched: tuple[str, ...] = spec(strs_field, default=(), encode=list, decode=seq_field, kernel=_tuple)
+    requantize_sq: bool = spec(bool_field, default=False, missing=False)
+    format_version: int = spec(
+        _format_version(PLAN_FORMAT_VERSION, "MergePlan"), default=PLAN_FORMAT_VERSION, missing=PLAN_FORMAT_VERSION
+    )
+    policy: str = spec(str_field, default="all", decode=_or("all"))
+    summary: str = spec(str_field, default="", decode=_or(""))
 
     def __post_init__(self) -> None:
-        if _int(self.format_version, "MergePlan format_version") != PLAN_FORMAT_VERSION:
-            raise InvalidInputError(
-                f"MergePlan format_version {self.format_version} is not supported "
-                f"(this lance_segmerge reads version {PLAN_FORMAT_VERSION})"
-            )
-        _str(self.plan_id, "plan_id")
-        # Plans carry no credentials (they travel, and print): a URI's
-        # userinfo is masked; workers get the Dataset, with its options.
-        object.__setattr__(self, "dataset_uri", redact_uri(_str(self.dataset_uri, "dataset_uri")))
-        _int(self.read_version, "read_version")
-        _str(self.index_name, "index_name")
-        _str(self.column, "column")
-        _str(self.index_type, "index_type")
-        _bool(self.requantize_sq, "requantize_sq")
-        _str(self.policy, "policy")
-        _str(self.summary, "summary")
-        tasks = _seq(self.tasks, "tasks")
-        if not all(isinstance(t, MergeTask) for t in tasks):
-            raise InvalidInputError("a plan's tasks must be MergeTask objects")
-        object.__setattr__(self, "tasks", tasks)
-        object.__setattr__(self, "untouched", tuple(_str(u, "untouched segment") for u in _seq(self.untouched, "untouched")))
+        _fields.check_fields(self, "")
         seen: set[str] = set()
         for t in self.tasks:
             for u in t.segment_ids:
@@ -955,40 +842,18 @@ class MergePlan(Tabular):
         return TableSpec(title, columns, rows, summary, "task")
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "format_version": self.format_version,
-            "plan_id": self.plan_id,
-            "dataset_uri": self.dataset_uri,
-            "read_version": self.read_version,
-            "index_name": self.index_name,
-            "column": self.column,
-            "index_type": self.index_type,
-            "tasks": [t.to_dict() for t in self.tasks],
-            "untouched": list(self.untouched),
-            "requantize_sq": self.requantize_sq,
-            "policy": self.policy,
-            "summary": self.summary,
-        }
+        return _fields.to_dict(self)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "MergePlan":
-        """Inverse of :meth:`to_dict`; malformed input is an
-        :class:`InvalidInputError`."""
-        d = _mapping(d, "a MergePlan")
-        return cls(
-            plan_id=_field(d, "plan_id", "a MergePlan"),
-            dataset_uri=_field(d, "dataset_uri", "a MergePlan"),
-            read_version=_field(d, "read_version", "a MergePlan"),
-            index_name=_field(d, "index_name", "a MergePlan"),
-            column=d.get("column") or "",
-            index_type=d.get("index_type") or "",
-            tasks=tuple(MergeTask.from_dict(t) for t in _seq(d.get("tasks"), "tasks")),
-            untouched=_seq(d.get("untouched"), "untouched"),
-            requantize_sq=d.get("requantize_sq", False),
-            format_version=d.get("format_version", PLAN_FORMAT_VERSION),
-            policy=d.get("policy") or "all",
-            summary=d.get("summary") or "",
-        )
+        """Inverse of :meth:`to_dict`, for a plan from outside; malformed
+        input is an :class:`InvalidInputError`."""
+        return _fields.from_dict(cls, d, "a MergePlan")
+
+    @classmethod
+    def _from_kernel(cls, d: Mapping[str, Any]) -> "MergePlan":
+        """The plan the kernel just made in this process (unchecked)."""
+        return _fields.from_kernel(cls, d)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)

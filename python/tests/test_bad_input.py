@@ -99,6 +99,15 @@ CASES: list[Case] = [
         e.ds, [e.segs[1], ls.IndexSegment.from_dict(seg_dict(e, uuid=UUID0, metadata="", fragment_ids=[4]))]), E_NF),
     ("merge metadata=garbage protobuf", lambda e: ls.merge_existing_index_segments(
         e.ds, [e.segs[1], ls.IndexSegment.from_dict(seg_dict(e, metadata=base64.b64encode(b"\xff\xff\xff").decode()))]), E_IN),
+    # Index details travel with a segment's entry and end up in the manifest:
+    # garbage, or details that contradict the files, are refused.
+    *[(f"merge index_details={name}", lambda e, v=v: ls.merge_existing_index_segments(
+        e.ds, [e.segs[0], ls.IndexSegment.from_dict(seg_dict(e, metadata="", index_details=base64.b64encode(v).decode()))]), E_IN)
+      for name, v in (("garbage", b"\xff\xfe garbage"), ("SQ for a PQ index", b"\x2a\x02\x08\x08"),
+                      ("cosine for an l2 index", b"\x08\x01"))],
+    ("commit index_details=garbage", lambda e: ls.commit_existing_index_segments(
+        e.ds, "vec_idx", "vec", [ls.IndexSegment.from_dict(seg_dict(e, metadata="", index_details=base64.b64encode(b"\xff\xfe").decode()))],
+        replaces=[e.segs[1].uuid]), E_IN),
     *[(f"merge index_uuid={v!r}", lambda e, v=v: ls.merge_existing_index_segments(e.ds, e.segs[1:3], index_uuid=v), E_IN)
       for v in ("nope", 5, "", "../../etc", b"x")],
     *[(f"merge {k}={v!r}", lambda e, k=k, v=v: ls.merge_existing_index_segments(e.ds, e.segs[1:3], **{k: v}), E_IN)
@@ -140,6 +149,21 @@ CASES: list[Case] = [
     ("run_plan plan=dict", lambda e: ls.run_plan(e.ds, e.plan.to_dict()), E_IN),
     ("run_plan plan=None", lambda e: ls.run_plan(e.ds, None), E_IN),
     ("run_plan other version", lambda e: ls.run_plan(e.ds.checkout(e.ds.version - 1), e.plan), E_IN),
+    # -- maintain, create_index, train_index_model: 0 is never a default -------
+    *[(f"maintain {k}={v!r}", lambda e, k=k, v=v: ls.maintain(e.ds, "vec_idx", **{k: v}), E_IN)
+      for k, vs in (("fan_in", (1, 0, True)), ("window_rows", (0, -1)), ("hnsw_graph", ("x", None)), ("max_workers", (0,)),
+                    ("executor", (None, "nope")), ("policy", ("x", None)), ("verify", ("yes",)), ("watch", (0, -1, True)),
+                    ("max_conflicts", (-1,)), ("segments_per_tier", (1,)), ("storage_options", ({"k": "v"},)))
+      for v in vs],
+    *[(f"create_index {k}={v!r}", lambda e, k=k, v=v: ls.create_index(e.ds, "vec", "IVF_PQ", name="new_idx", progress=False, **{k: v}), E_IN)
+      for k, vs in (("num_partitions", (0, -1, True)), ("num_sub_vectors", (0,)), ("num_bits", (0,)), ("target_segments", (0, True)),
+                    ("fan_in", (1,)), ("sample_rate", (0,)), ("max_iters", (0,)), ("fragments_per_task", (0,)), ("executor", ("x",)),
+                    ("metric", ("manhattan",)), ("seed", (-1,)))
+      for v in vs],
+    ("create_index index_type=IVF_XX", lambda e: ls.create_index(e.ds, "vec", "IVF_XX", progress=False), E_IN),
+    *[(f"train_index_model {k}={v!r}", lambda e, k=k, v=v: ls.train_index_model(e.ds, "vec", "IVF_PQ", **{"num_partitions": 4, k: v}), E_IN)
+      for k, vs in (("num_partitions", (0, None)), ("num_sub_vectors", (0,)), ("num_bits", (0,)), ("fragment_ids", ([], [-1], "1")))
+      for v in vs],
     # -- IndexSegment ---------------------------------------------------------
     *[(f"IndexSegment.from_dict({v!r:.20})", lambda e, v=v: ls.IndexSegment.from_dict(v), E_IN) for v in (None, [], "x", 5, {})],
     *[(f"IndexSegment.from_dict {k}={v!r:.20}", lambda e, k=k, v=v: ls.IndexSegment.from_dict(seg_dict(e, **{k: v})), E_IN)

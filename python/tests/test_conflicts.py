@@ -13,7 +13,7 @@ import pytest
 
 import lance_segmerge as ls
 from lance_segmerge import _ffi
-from lance_segmerge.api import _segments_json
+from lance_segmerge.api import segments_json
 
 
 @pytest.fixture
@@ -27,7 +27,7 @@ def world(uncommitted_pq, tmp_path):
 
 def kernel_commit(ds: ls.Dataset, segs, request: dict) -> int:
     """The commit as the kernel takes it, without the Python checks."""
-    return _ffi.run_operation("CommitSegments", (ds.uri, "", ds.version, _segments_json(segs), json.dumps(request)))
+    return _ffi.run_operation("CommitSegments", (ds.uri, "", ds.version, segments_json(segs), json.dumps(request)))
 
 
 @pytest.mark.parametrize(

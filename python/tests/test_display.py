@@ -373,3 +373,61 @@ def test_text_bars_name_the_level(deltas20, tmp_path, capsys):
     ls.optimize(uri, "vec_idx", fan_in=4, progress=True)
     err = capsys.readouterr().err
     assert "optimize level 1" in err and "optimize level 3" in err and "5/5" in err
+
+
+def _reports(plan: ls.MergePlan) -> dict[str, list]:
+    """An empty and a filled instance of every report class."""
+    u = "00000000-0000-4000-8000-00000000000{}"
+    tree = ls.merge_tree(plan, fan_in=4)
+    empty_tree = ls.MergeTree("vec_idx", 3, 4, 1, (), (), (), (), ())
+    check = ls.VerifyCheck("codes", "failed", "3 of 10 rows", "codes_mismatch", {"rows": 10.0})
+    verdict = ls.SegmentVerdict(u.format(1), "IVF_PQ", 100, (0, 1), "damaged", ("codes_mismatch",), False, 2, 0.5, 0.9, 0.3, "rebuild", (check,))
+    verify = ls.VerifyReport("/d", "vec_idx", "vec", 3, "IVF_PQ", "l2", False, 64, 8, 10, 4, False, 0.5, (verdict,))
+    empty_verify = ls.VerifyReport("/d", "vec_idx", "vec", 3, "IVF_PQ", "l2", False, 64, 8, 10, 4, True, 0.5)
+    action = ls.RepairAction(u.format(1), "rebuild", ("codes_mismatch",), -1, advice="rebuild it")
+    maintain = dict(dataset_uri="/d", index_name="vec_idx", read_version=3, version=4, committed=True, policy="tiered",
+                    segments_before=5, segments_after=2, tasks=2, tasks_reused=0, segments_merged=4, rows_read=100,
+                    bytes_read=1000, rows_written=100, bytes_written=900, seconds=0.2, executor="local", conflicts=0)
+    opt = dict(dataset_uri="/d", index_name="vec_idx", read_version=3, version=4, executor="local", segments_before=5,
+               segments_after=1, rows=100, bytes_before=1000, bytes_after=900, seconds=0.3, commit_seconds=0.1, plan=plan)
+    return {
+        "MergeTree": [empty_tree, tree],
+        "OptimizeReport": [ls.OptimizeReport(**opt, tree=empty_tree), ls.OptimizeReport(**opt, tree=tree, outputs=tuple(plan.segments()[:1]))],
+        "VerifyReport": [empty_verify, verify],
+        "RepairReport": [
+            ls.RepairReport("/d", "vec_idx", 3, 3, True, False, 0, 0, 0.1),
+            ls.RepairReport("/d", "vec_idx", 3, 3, True, False, 0, 1, 0.1, (action,), verify),
+        ],
+        "MaintainReport": [ls.MaintainReport(**{**maintain, "committed": False, "tasks": 0}),
+                           ls.MaintainReport(**maintain, reasons=("tier: a", "cap: b"), summary="tiered: 5 segments")],
+    }
+
+
+@pytest.mark.parametrize("kind", ["MergeTree", "OptimizeReport", "VerifyReport", "RepairReport", "MaintainReport"])
+def test_every_report_renders_empty_or_not(deltas20, kind):
+    """Every report is a table in every form (Arrow, pandas, HTML, text),
+    with its columns even when it has no rows, and round-trips through
+    JSON and pickle."""
+    ds = ls.open(deltas20.uri)
+    empty, full = _reports(ds.plan_index_segment_merge("vec_idx", 8))[kind]
+    cols = None
+    for rep in (empty, full):
+        t = rep.to_arrow()
+        assert t.num_columns > 0, f"{kind}: a table without columns"
+        cols = cols or t.column_names
+        assert t.column_names == cols  # the same columns, empty or not
+        assert list(rep.to_pandas().columns) == cols
+        html = rep._repr_html_()
+        assert "<table" in html and all(c.label or c.name for c in rep._table_spec().columns)
+        assert str(rep).splitlines()[0]
+        assert type(rep).from_json(rep.to_json()) == rep
+        assert pickle.loads(pickle.dumps(rep)) == rep
+    assert empty.to_arrow().num_rows == 0 and full.to_arrow().num_rows > 0
+
+
+def test_report_json_is_checked():
+    d = ls.MaintainReport("/d", "i", 1, 1, False, "tiered", 1, 1, 0, 0, 0, 0, 0, 0, 0, 0.0, "local", 0).to_dict()
+    with pytest.raises(ls.InvalidInputError):
+        ls.MaintainReport.from_dict({**d, "rows_read": -1})
+    with pytest.raises(ls.InvalidInputError):
+        ls.VerifyReport.from_dict({"index_name": "i", "version": "x"})

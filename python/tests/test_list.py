@@ -140,21 +140,19 @@ def test_kernel_json_decodes_like_checked_json(delta_datasets, with_stats):
     segments from outside, and must still be exactly what the checked path
     builds (same values, tuples, bytes, datetimes), for every index type."""
     from lance_segmerge import _ffi
-    from lance_segmerge.types import _from_kernel
 
     for index_type, built in delta_datasets.items():
         raw = _ffi.call_json("ListSegments", built.uri, _ffi.options_json(None), 0, "vec_idx", not with_stats)
         assert len(raw) == 4
         checked = [ls.IndexSegment.from_dict(d) for d in raw]
-        with _from_kernel():
-            trusted = [ls.IndexSegment.from_dict(d) for d in raw]
+        trusted = [ls.IndexSegment._from_kernel(d) for d in raw]
         assert trusted == checked, index_type
         for t, c in zip(trusted, checked):
             assert t.to_dict() == c.to_dict() and hash(t.fields) == hash(c.fields)
             assert all(type(getattr(t, f)) is type(getattr(c, f)) for f in c.__dataclass_fields__), index_type
             assert pickle.loads(pickle.dumps(t)) == c
         assert ls.open(built.uri).list_index_segments("vec_idx", with_stats=with_stats) == checked
-    # Outside the block, from_dict checks again.
+    # from_dict checks.
     bad = dict(raw[0], uuid="not-a-uuid")
     with pytest.raises(ls.InvalidInputError, match="UUID"):
         ls.IndexSegment.from_dict(bad)

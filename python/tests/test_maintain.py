@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import lance_segmerge as ls
-from lance_segmerge import _costmodel, distributed
+from lance_segmerge import _costmodel, _engine
 
 DELTAS = 12
 
@@ -206,7 +206,7 @@ def test_conflict_replans(copy, monkeypatch):
     """A writer replaces the planned segments (pylance merges everything)
     between the plan and the commit: the commit raises ConflictError, the
     pass re-plans and commits on the writer's version."""
-    real = distributed.commit_existing_index_segments
+    real = _engine._commit
     calls = []
 
     def racing_commit(*args, **kwargs):
@@ -217,7 +217,7 @@ def test_conflict_replans(copy, monkeypatch):
                 _append_delta(copy, seed=100 + i)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(distributed, "commit_existing_index_segments", racing_commit)
+    monkeypatch.setattr(_engine, "_commit", racing_commit)
     rep = ls.maintain(copy, "vec_idx", segments_per_tier=2, floor_rows=1)
     assert rep.conflicts == 1 and len(calls) == 2 and rep.committed
     pds = lance.dataset(copy)

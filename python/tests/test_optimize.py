@@ -96,13 +96,13 @@ def test_large_segment_is_merged_once(deltas64, tmp_path, monkeypatch):
     base = max(segs, key=lambda s: s.num_rows)
     assert base.num_rows > sum(s.num_rows for s in segs) / 9
     calls = []
-    merge_task = ls._worker.merge_task
+    merge_task = ls._jobs.merge_task
 
     def recording(job):
         calls.append([s["uuid"] for s in job["task"]["segments"]])
         return merge_task(job)
 
-    monkeypatch.setattr(ls._worker, "merge_task", recording)
+    monkeypatch.setattr(ls._jobs, "merge_task", recording)
     seen = []
     v = ls.optimize(uri, "vec_idx", fan_in=8, progress=seen.append).version
     _check(built, r_ref, uri, v, before)

@@ -14,7 +14,7 @@ import lancegen
 import pytest
 
 import lance_segmerge as ls
-from lance_segmerge import _worker
+from lance_segmerge import _jobs
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +61,7 @@ def test_plan_round_trips(deltas12):
 def _run_task_in_child(args):
     dataset, plan_bytes, i = args
     plan = pickle.loads(plan_bytes)
-    return _worker.merge_task({"dataset": dataset, "task": plan.tasks[i], "index_uuid": None})
+    return _jobs.merge_task({"dataset": dataset, "task": plan.tasks[i], "index_uuid": None})
 
 
 def test_tasks_run_in_spawned_processes_and_commit_like_local(deltas12, tmp_path):

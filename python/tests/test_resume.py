@@ -21,7 +21,7 @@ import lancegen
 import pytest
 
 import lance_segmerge as ls
-from lance_segmerge import _worker
+from lance_segmerge import _jobs
 
 DELTAS = 16
 RUN = {"policy": "all", "fan_in": 2, "executor": "local", "resume": True}
@@ -63,7 +63,7 @@ def _check_final(deltas, uri, rep):
 
 
 def _fail_after(monkeypatch, n: int) -> None:
-    real = _worker.merge_task
+    real = _jobs.merge_task
     calls = [0]
 
     def flaky(job):
@@ -72,7 +72,7 @@ def _fail_after(monkeypatch, n: int) -> None:
             raise OSError("worker died")
         return real(job)
 
-    monkeypatch.setattr(_worker, "merge_task", flaky)
+    monkeypatch.setattr(_jobs, "merge_task", flaky)
 
 
 def _failed_run(uri, monkeypatch, n=6, **kw):
@@ -115,6 +115,56 @@ def test_outputs_that_do_not_verify_are_redone(deltas, copy, monkeypatch, caplog
     assert rep.tasks_reused == 3
     committed = {s.uuid for s in ls.open(copy).list_index_segments("vec_idx")}
     assert not committed & {t["output"] for t in done[:3]}
+    _check_final(deltas, copy, rep)
+
+
+def _write_journal(uri: str, j: dict) -> None:
+    (path,) = glob.glob(os.path.join(uri, "_indices", "_segmerge", "*.json"))
+    with open(path, "w") as f:
+        json.dump(j, f)
+
+
+@pytest.mark.parametrize("damage", ["rot in place", "committed segment", "another segment's files"])
+def test_unusable_outputs_are_discarded_and_redone(deltas, copy, monkeypatch, caplog, damage):
+    """A finished output that is no longer usable, in ways the journal's own
+    size check does not see, must not block the next pass: it is dropped
+    from the journal (its files removed, unless it is a committed
+    segment) and its task runs afresh."""
+    j = _failed_run(copy, monkeypatch)
+    done = [t for t in j["tasks"] if t["state"] == "done"]
+    target = done[0]
+    out_dir = os.path.join(copy, "_indices", target["output"])
+    committed = ls.open(copy).list_index_segments("vec_idx")
+    if damage == "rot in place":
+        # Same size, bytes flipped in the codes: sizes and parsing still pass.
+        aux = os.path.join(out_dir, "auxiliary.idx")
+        size = os.path.getsize(aux)
+        with open(aux, "r+b") as f:
+            f.seek(size // 4)
+            chunk = f.read(size // 4)
+            f.seek(size // 4)
+            f.write(bytes(b ^ 0x5A for b in chunk))
+    elif damage == "committed segment":
+        shutil.rmtree(out_dir)  # the entry names another segment from now on
+        victim = committed[3]
+        target["output"] = victim.uuid
+        target["files"] = [{"path": f.path, "size_bytes": f.size_bytes} for f in victim.files]
+        _write_journal(copy, j)
+    else:
+        # Another (committed) segment's files, with the sizes recorded to match.
+        other = committed[5]
+        for f in other.files:
+            shutil.copyfile(os.path.join(copy, "_indices", other.uuid, f.path), os.path.join(out_dir, f.path))
+        target["files"] = [{"path": f.path, "size_bytes": f.size_bytes} for f in other.files]
+        _write_journal(copy, j)
+    with caplog.at_level(logging.INFO, logger="lance_segmerge"):
+        rep = ls.maintain(copy, "vec_idx", **RUN)
+    assert rep.committed
+    assert any(target["output"] in r.message and "redoing it" in r.message for r in caplog.records)
+    assert rep.tasks_reused == len(done) - 1
+    if damage == "committed segment":
+        # Not this run's to remove: older versions still reference it.
+        assert os.path.exists(os.path.join(copy, "_indices", target["output"], "auxiliary.idx"))
     _check_final(deltas, copy, rep)
 
 
@@ -259,7 +309,8 @@ def test_sigkill_at_random_points(deltas, tmp_path, capsys):
     rng = random.Random(int(os.environ.get("SEGMERGE_KILL_SEED", "16")))
     fresh_tasks = deltas[1].tasks
     rows = []
-    for trial in range(trials):
+    trial, extra = 0, 0
+    while trial < trials + extra:
         uri = str(tmp_path / f"kill{trial}")
         shutil.copytree(deltas[0].uri, uri)
         p = _child(uri, env)
@@ -279,7 +330,10 @@ def test_sigkill_at_random_points(deltas, tmp_path, capsys):
             assert rep.tasks_reused >= max(done, 0)
         else:  # the child committed before it was killed
             assert len(lance.dataset(uri).describe_indices()[0].segments) == 1
+            if extra < 3:  # the timing run was slower than this one (a loaded machine): kill earlier
+                span, extra = span / 2, extra + 1
         rows.append((trial, delay, done, rep.tasks_reused, rep.tasks - rep.tasks_reused if rep.committed else 0))
+        trial += 1
     with capsys.disabled():
         print(f"\nSIGKILL trials (fresh run: {fresh_tasks} merge tasks, {span:.2f}s):")
         print("trial  kill at (s)  done at kill  reused  redone by the rerun  rerun work / fresh run")

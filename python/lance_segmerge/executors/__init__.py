@@ -20,8 +20,10 @@ import os
 import signal
 from typing import Any, Callable, Optional, Protocol, Sequence, Union
 
+from .. import _ffi
 from .._validate import _show
 from ..errors import InvalidInputError, WorkerError
+from . import _pool
 
 logger = logging.getLogger(__name__)
 
@@ -61,10 +63,8 @@ class FuturesExecutor:
     def map(
         self, fn: Callable[[Any], Any], items: Sequence[Any], on_done: Optional[Callable[[int], None]] = None
     ) -> list[Any]:
-        from .. import _worker
-
         if self._started is not None:
-            futures = [self._pool.submit(_worker.run_reporting, fn, i, item) for i, item in enumerate(items)]
+            futures = [self._pool.submit(_pool.run_reporting, fn, i, item) for i, item in enumerate(items)]
         else:
             futures = [self._pool.submit(fn, item) for item in items]
         self._futures = futures
@@ -129,8 +129,6 @@ class FuturesExecutor:
         for f in self._futures:
             f.cancel()
         if isinstance(self._pool, cf.ThreadPoolExecutor):
-            from .. import _ffi
-
             _ffi.cancel_all()
         elif isinstance(self._pool, cf.ProcessPoolExecutor):
             # Running merges stop when their process dies; the driver
@@ -156,8 +154,8 @@ def _how(code: Optional[int]) -> str:
 
 
 def _workers(max_workers: Optional[int]) -> int:
-    if max_workers is not None and (isinstance(max_workers, bool) or not isinstance(max_workers, int) or not 1 <= max_workers <= 4096):
-        raise InvalidInputError(f"max_workers must be a positive integer (at most 4096), got {_show(max_workers)}")
+    """The pool size: ``max_workers`` (checked at the public entry) or one
+    worker per core, at most 8."""
     return max_workers or max(1, min(8, os.cpu_count() or 1))
 
 
@@ -169,11 +167,9 @@ def resolve_executor(executor: Union[str, cf.Executor, Executor], max_workers: O
     if executor == "local":
         return FuturesExecutor(cf.ThreadPoolExecutor(_workers(max_workers), thread_name_prefix="segmerge"), owned=True)
     if executor == "processes":
-        from .. import _worker
-
         ctx = multiprocessing.get_context("spawn")
         started = ctx.SimpleQueue()
-        pool = cf.ProcessPoolExecutor(_workers(max_workers), mp_context=ctx, initializer=_worker.init_reporting, initargs=(started,))
+        pool = cf.ProcessPoolExecutor(_workers(max_workers), mp_context=ctx, initializer=_pool.init_reporting, initargs=(started,))
         return FuturesExecutor(pool, owned=True, started=started)
     if executor == "ray":
         from .ray import RayExecutor

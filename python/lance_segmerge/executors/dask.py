@@ -7,6 +7,7 @@ import logging
 from typing import Any, Callable, Optional, Sequence
 
 from ..errors import UnsupportedError, WorkerError
+from ._pool import cancel_running
 
 logger = logging.getLogger(__name__)
 
@@ -63,8 +64,6 @@ class DaskExecutor:
             # running in each worker (they remove their partial output) and
             # wait until they have stopped, so that the caller removes the
             # outputs after the last write.
-            from .._worker import cancel_running
-
             try:
                 self._client.run(cancel_running)
             except Exception as exc:  # pragma: no cover - cluster gone

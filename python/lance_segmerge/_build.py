@@ -1,0 +1,279 @@
+"""The build verbs: train a model once, read the model of an existing
+index, build one fragment-scoped uncommitted segment with a model.
+
+:func:`lance_segmerge.create_index` (in :mod:`lance_segmerge.build`) runs
+them on workers, merges and commits."""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+from typing import Any, Optional, Sequence
+
+from . import _ffi
+from ._args import checked
+from ._cdata import CStructs
+from ._progress import OperationProgressArg, Reporter
+from .api import Dataset, DatasetLike, as_dataset
+from .errors import InvalidInputError
+from .model import IndexModel
+from .types import IndexSegment
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["build_index_segment", "read_index_model", "train_index_model"]
+
+
+def check_model(model: Any, index_type: str, metric: Optional[str]) -> IndexModel:
+    """``model`` is an IndexModel of this index type (and metric)."""
+    if not isinstance(model, IndexModel):
+        raise InvalidInputError(
+            f"model must be an IndexModel (train_index_model, read_index_model or IndexModel.from_arrays), got {type(model).__name__}"
+        )
+    if model.index_type != index_type:
+        raise InvalidInputError(f"the model is for {model.index_type}, not {index_type}")
+    if metric is not None and metric != model.metric:
+        raise InvalidInputError(f"the model is for the {model.metric} metric, not {metric}")
+    return model
+
+
+@checked(converts=("dataset", "model"))
+def build_index_segment(
+    dataset: DatasetLike,
+    column: str,
+    index_type: str,
+    fragment_ids: Sequence[int],
+    model: IndexModel,
+    *,
+    name: str,
+    metric: Optional[str] = None,
+    index_uuid: Optional[str] = None,
+    progress: OperationProgressArg = None,
+    window_rows: Optional[int] = None,
+    memory_bytes: Optional[int] = None,
+) -> IndexSegment:
+    """Build one uncommitted vector index segment over some fragments.
+
+    Reads only the given fragments' vectors from the data files (deleted
+    rows, null vectors and vectors holding NaN or infinity skipped, as
+    pylance skips them), assigns IVF partitions and encodes with ``model``,
+    and writes the segment under ``_indices/<uuid>/`` in the layout
+    pylance's ``create_index_uncommitted`` writes (row-major codes). The
+    manifest is not touched: merge the segments with
+    :func:`merge_existing_index_segments` and commit them with
+    :func:`commit_existing_index_segments` (or pylance's own).
+
+    Parameters
+    ----------
+    dataset : Dataset or str
+        The dataset, at the version to index.
+    column : str
+        The vector column (fixed-size list of float32 or float16; float16
+        segments are computed and stored in float16, as pylance's).
+    index_type : str
+        ``IVF_FLAT``, ``IVF_SQ``, ``IVF_PQ`` or ``IVF_RQ``; must be the
+        model's.
+    fragment_ids : list of int
+        The fragments this segment covers.
+    model : IndexModel
+        The shared model (:func:`train_index_model`, :func:`read_index_model`
+        or :meth:`IndexModel.from_arrays`).
+    name : str
+        The logical index name.
+    metric : str, optional
+        Checked against the model's when given.
+    index_uuid : str, optional
+        The segment's uuid; a new one when omitted.
+    progress : bool or callable, optional
+        A tqdm bar, or a callable receiving :class:`OperationProgress`.
+    window_rows : int, optional
+        Rows read and encoded at once (default 32768).
+    memory_bytes : int, optional
+        Encoded rows held in memory before spilling to a temporary file
+        (default 64 MiB).
+
+    Returns
+    -------
+    IndexSegment
+
+    Raises
+    ------
+    InvalidInputError
+        A model that does not fit (kind, metric, dimension, parameters),
+        unknown or repeated fragments, a column that is not a float vector.
+    UnsupportedError
+        Vectors of another element type, stable row ids, shallow clones.
+    CancelledError
+        The build was cancelled; nothing it wrote is left.
+    """
+    return _build_segment(
+        as_dataset(dataset), column, index_type, fragment_ids, check_model(model, index_type, metric), name=name,
+        index_uuid=index_uuid, progress=progress, window_rows=window_rows, memory_bytes=memory_bytes,
+    )
+
+
+def _build_segment(
+    ds: Dataset,
+    column: str,
+    index_type: str,
+    fragment_ids: Sequence[int],
+    model: IndexModel,
+    *,
+    name: str,
+    index_uuid: Optional[str] = None,
+    progress: OperationProgressArg = None,
+    window_rows: Optional[int] = None,
+    memory_bytes: Optional[int] = None,
+) -> IndexSegment:
+    opts: dict[str, Any] = {"column": column, "name": name, "fragment_ids": list(fragment_ids)}
+    for key, val in (("index_uuid", index_uuid), ("window_rows", window_rows), ("memory_bytes", memory_bytes)):
+        if val is not None:
+            opts[key] = val
+    spec, keep = model.export()
+    with Reporter(progress, "build") as reporter:
+        out = _ffi.run_operation("BuildSegment", (ds.uri, ds.options_json, ds.version, spec, json.dumps(opts)), reporter.poll)
+    del keep  # the kernel released the exported arrays
+    seg = IndexSegment._from_kernel(json.loads(out))
+    logger.info("built segment %s over %d fragments (%s rows)", seg.uuid, len(opts["fragment_ids"]), seg.num_rows)
+    return seg
+
+
+@checked(converts=("dataset",))
+def read_index_model(dataset: DatasetLike, index_name: str) -> IndexModel:
+    """The model of an existing index (read from its first segment): build
+    new segments with it for appended fragments, and they merge with the
+    index's segments, as ``optimize_indices(num_indices_to_merge=0)``
+    deltas do."""
+    ds = as_dataset(dataset)
+    structs = {n: CStructs() for n in ("centroids", "codebook", "rotation")}
+    out = _ffi.call_json(
+        "ReadIndexModel", ds.uri, ds.options_json, ds.version, index_name,
+        json.dumps({n: s.pair() for n, s in structs.items()}),
+    )
+    arrays = {n: structs[n].import_array() for n in out.get("arrays") or {}}
+    return IndexModel.from_spec(out, arrays, params=(("source", f"{ds.uri}@{ds.version}:{index_name}"),))
+
+
+@checked(converts=("dataset",))
+def train_index_model(
+    dataset: DatasetLike,
+    column: str,
+    index_type: str,
+    *,
+    metric: str = "l2",
+    num_partitions: int,
+    num_sub_vectors: Optional[int] = None,
+    num_bits: Optional[int] = None,
+    sample_rate: int = 256,
+    max_iters: int = 50,
+    fragment_ids: Optional[Sequence[int]] = None,
+    seed: Optional[int] = None,
+) -> IndexModel:
+    """Train the model every segment of an index shares, once, on a sample
+    of the dataset's vectors read from its data files.
+
+    IVF: k-means over ``num_partitions * sample_rate`` sampled vectors
+    (cosine: normalised vectors under L2; dot: by inner product). IVF_PQ:
+    one k-means codebook per sub-vector over ``2**num_bits * sample_rate``
+    vectors, on residuals to the nearest centroid for l2 and cosine and on
+    the raw vectors for dot (as Lance). IVF_SQ: the sample's value range.
+    IVF_RQ: a fast-rotation sign vector (num_bits per dimension, default 5 as
+    pylance's ``build_rq_model``).
+
+    Parameters
+    ----------
+    dataset, column, index_type, metric
+        What the index will be.
+    num_partitions : int
+        IVF partitions.
+    num_sub_vectors, num_bits : int, optional
+        PQ (default dimension/16, 8 bits), SQ (8), RQ (5) parameters.
+    sample_rate : int, default 256
+        Sample size per centroid.
+    max_iters : int, default 50
+        k-means iterations.
+    fragment_ids : list of int, optional
+        Train on these fragments only.
+    seed : int, optional
+        Makes the sample and the initialisation reproducible.
+
+    Returns
+    -------
+    IndexModel
+    """
+    return _train(
+        as_dataset(dataset), column, index_type, metric=metric, num_partitions=num_partitions,
+        num_sub_vectors=num_sub_vectors, num_bits=num_bits, sample_rate=sample_rate, max_iters=max_iters,
+        fragment_ids=fragment_ids, seed=seed,
+    )
+
+
+def _train(
+    ds: Dataset,
+    column: str,
+    index_type: str,
+    *,
+    metric: str,
+    num_partitions: int,
+    num_sub_vectors: Optional[int],
+    num_bits: Optional[int],
+    sample_rate: int,
+    max_iters: int,
+    fragment_ids: Optional[Sequence[int]],
+    seed: Optional[int],
+) -> IndexModel:
+    seed_val = secrets.randbits(63) if seed is None else seed
+    params: dict[str, Any] = {
+        "index_type": index_type,
+        "metric": metric,
+        "num_partitions": num_partitions,
+        "num_sub_vectors": num_sub_vectors or 0,  # the kernel's default (0 is never a caller's value)
+        "num_bits": num_bits or 0,
+        "sample_rate": sample_rate,
+        "max_iters": max_iters,
+        "fragment_ids": None if fragment_ids is None else list(fragment_ids),
+        "seed": seed_val,
+    }
+    structs = {n: CStructs() for n in ("centroids", "codebook")}
+    out = json.loads(
+        _ffi.run_operation(
+            "TrainModel",
+            (ds.uri, ds.options_json, ds.version, column, json.dumps(params), json.dumps({n: s.pair() for n, s in structs.items()})),
+        )
+    )
+    arrays = {n: structs[n].import_array() for n in out.get("arrays") or {}}
+    stats = out.get("stats") or {}
+    prov = (
+        ("sample_rate", sample_rate),
+        ("max_iters", max_iters),
+        ("seed", seed_val),
+        ("sample_rows", int(stats.get("sample_rows", 0))),
+        ("ivf_iters", int(stats.get("ivf_iters", 0))),
+        ("dataset", f"{ds.uri}@{ds.version}"),
+    )
+    model = IndexModel.from_spec(out, arrays, params=prov)
+    logger.info("trained %r on %s vectors", model, stats.get("sample_rows"))
+    return model
+
+
+def fragment_rows(ds: Dataset) -> list[tuple[int, int]]:
+    """(fragment id, live rows) of every fragment of the dataset version."""
+    return [(int(f), int(n)) for f, n in _ffi.call_json("FragmentRows", ds.uri, ds.options_json, ds.version)]
+
+
+def group_fragments(frags: list[tuple[int, int]], fragments_per_task: Optional[int], workers: int) -> list[list[int]]:
+    """Consecutive fragments in groups: ``fragments_per_task`` each, or, by
+    default, about two groups per worker balanced by rows."""
+    if fragments_per_task is not None:
+        return [[f for f, _ in frags[i : i + fragments_per_task]] for i in range(0, len(frags), fragments_per_task)]
+    n_groups = max(1, min(len(frags), 2 * workers))
+    total = sum(n for _, n in frags) or 1
+    groups: list[list[int]] = [[]]
+    acc = 0
+    for f, n in frags:
+        if groups[-1] and acc >= total * len(groups) / n_groups:
+            groups.append([])
+        groups[-1].append(f)
+        acc += n
+    return groups
