@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/lance-segmerge/lance-segmerge/gokernel/encode"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/modelio"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/segment"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/train"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/vecdata"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/verify"
 )
 
 // BuildSegment builds one uncommitted index segment over some fragments of
@@ -84,28 +86,95 @@ func ReadIndexModel(uri, optionsJSON string, version int, indexName, ptrsJSON st
 		if err != nil {
 			return "", tagged(fmt.Errorf("index %q segment %s: %w", indexName, table.IndexUUID(im), err))
 		}
-		sp := modelio.SpecOf(m)
-		sp.Arrays = modelio.ArrayPtrs{}
-		names := []string{"centroids"}
-		if m.PQ != nil {
-			names = append(names, "codebook")
-		}
-		if m.RQ != nil && m.RQ.Matrix != nil {
-			names = append(names, "rotation")
-		}
-		for _, n := range names {
-			sp.Arrays[n] = ptrs[n]
-		}
-		if err := modelio.Export(m, sp.Arrays); err != nil {
-			return "", tagged(err)
-		}
-		b, err := json.Marshal(sp)
-		return string(b), tagged(err)
+		return exportModel(m, ptrs)
 	}
 	if !found {
 		return "", tagged(fmt.Errorf("%w: the dataset has no index %q", errkind.NotFound, indexName))
 	}
 	return "", nil
+}
+
+// exportModel returns a model's scalars as modelio.Spec JSON and exports
+// its arrays into the C structs ptrs names (see ReadIndexModel).
+func exportModel(m *encode.Model, ptrs modelio.ArrayPtrs) (string, error) {
+	sp := modelio.SpecOf(m)
+	sp.Arrays = modelio.ArrayPtrs{}
+	names := []string{"centroids"}
+	if m.PQ != nil {
+		names = append(names, "codebook")
+	}
+	if m.RQ != nil && m.RQ.Matrix != nil {
+		names = append(names, "rotation")
+	}
+	for _, n := range names {
+		sp.Arrays[n] = ptrs[n]
+	}
+	if err := modelio.Export(m, sp.Arrays); err != nil {
+		return "", tagged(err)
+	}
+	b, err := json.Marshal(sp)
+	return string(b), tagged(err)
+}
+
+// ReadSegmentModel reads the model of one segment, committed or not (a
+// JSON segment info: a resumed reindex reads the model from an output it
+// built before a crash), as ReadIndexModel returns it.
+func ReadSegmentModel(uri, optionsJSON string, version int, segmentJSON, ptrsJSON string) (out string, err error) {
+	defer recoverTo(&err)
+	ctx := context.Background()
+	st, snap, err := openSnapshot(ctx, uri, optionsJSON, version)
+	if err != nil {
+		return "", tagged(err)
+	}
+	var ptrs modelio.ArrayPtrs
+	if err := json.Unmarshal([]byte(ptrsJSON), &ptrs); err != nil {
+		return "", tagged(fmt.Errorf("%w: array pointers: %w", errkind.InvalidInput, err))
+	}
+	im, err := segment.ParseSegment([]byte(segmentJSON), snap)
+	if err != nil {
+		return "", tagged(err)
+	}
+	m, err := modelio.FromSegment(ctx, st, im)
+	if err != nil {
+		return "", tagged(fmt.Errorf("segment %s: %w", table.IndexUUID(im), err))
+	}
+	return exportModel(m, ptrs)
+}
+
+// VerifyBuildOutput checks a build output a run journal recorded (see
+// verify.VerifyBuild): fragmentsJSON lists the fragments it covers,
+// filesJSON its recorded files ("" when unknown). Returns the output's
+// segment info, with statistics, as JSON.
+func VerifyBuildOutput(uri, optionsJSON string, version int, indexName, column, fragmentsJSON, output, filesJSON string) (out string, err error) {
+	defer recoverTo(&err)
+	ctx := context.Background()
+	var frags []uint64
+	if err := json.Unmarshal([]byte(fragmentsJSON), &frags); err != nil {
+		return "", tagged(fmt.Errorf("%w: fragments JSON: %w", errkind.InvalidInput, err))
+	}
+	var want []segment.File
+	if filesJSON != "" {
+		if err := json.Unmarshal([]byte(filesJSON), &want); err != nil {
+			return "", tagged(fmt.Errorf("%w: files JSON: %w", errkind.InvalidInput, err))
+		}
+	}
+	st, snap, err := openSnapshot(ctx, uri, optionsJSON, version)
+	if err != nil {
+		return "", tagged(err)
+	}
+	im, err := verify.VerifyBuild(ctx, st, snap, indexName, column, frags, output, want)
+	if err != nil {
+		return "", tagged(err)
+	}
+	info, err := segment.Describe(im)
+	if err != nil {
+		return "", tagged(err)
+	}
+	if info.Stats, err = segment.ReadStats(ctx, st, im); err != nil {
+		return "", tagged(err)
+	}
+	b, err := json.Marshal(info)
+	return string(b), tagged(err)
 }
 
 // TrainModel samples a column's vectors at a dataset version and trains an

@@ -79,10 +79,13 @@ type Journal struct {
 
 // Task is one merge task of a run.
 type Task struct {
-	Level  int      `json:"level"`
-	Inputs []string `json:"inputs"` // input segment uuids, in merge order
-	Output string   `json:"output"` // the output segment's uuid
-	State  string   `json:"state"`
+	// Level 0 is a build task (a segment built over Fragments); levels
+	// from 1 are merges of Inputs.
+	Level     int      `json:"level"`
+	Inputs    []string `json:"inputs"` // input segment uuids, in merge order
+	Fragments []uint32 `json:"fragments,omitempty"`
+	Output    string   `json:"output"` // the output segment's uuid
+	State     string   `json:"state"`
 	// Files are the output's files with their sizes, once done.
 	Files []File `json:"files,omitempty"`
 	Rows  uint64 `json:"rows,omitempty"`
@@ -110,7 +113,10 @@ func (j *Journal) Validate() error {
 	}
 	outputs := map[string]bool{}
 	for i, t := range j.Tasks {
-		if t.Level < 1 || len(t.Inputs) == 0 {
+		switch {
+		case t.Level < 0 || (t.Level == 0) != (len(t.Fragments) > 0):
+			return bad("task %d has level %d and %d fragments (a build task is level 0 and names its fragments)", i, t.Level, len(t.Fragments))
+		case t.Level > 0 && len(t.Inputs) == 0:
 			return bad("task %d has level %d and %d inputs", i, t.Level, len(t.Inputs))
 		}
 		if _, err := uuid.Parse(t.Output); err != nil {

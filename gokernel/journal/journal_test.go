@@ -32,6 +32,10 @@ func TestJournalValidate(t *testing.T) {
 		{"done without files", func(j *Journal) { j.Tasks[0].State = TaskDone }, "no files"},
 		{"duplicate output", func(j *Journal) { j.Tasks = append(j.Tasks, j.Tasks[0]) }, "twice"},
 		{"no inputs", func(j *Journal) { j.Tasks[0].Inputs = nil }, "inputs"},
+		{"a build task", func(j *Journal) { j.Tasks[0].Level, j.Tasks[0].Inputs, j.Tasks[0].Fragments = 0, nil, []uint32{3, 4} }, ""},
+		{"a build task without fragments", func(j *Journal) { j.Tasks[0].Level = 0 }, "fragments"},
+		{"a merge task with fragments", func(j *Journal) { j.Tasks[0].Fragments = []uint32{1} }, "fragments"},
+		{"negative level", func(j *Journal) { j.Tasks[0].Level = -1 }, "level"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			j := good()

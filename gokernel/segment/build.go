@@ -626,8 +626,15 @@ func (b *builder) quantizerJSON(w *lancefile.Writer) ([]byte, error) {
 // buildIndexMetadata is the built segment's manifest entry, as
 // create_index_uncommitted returns it.
 func buildIndexMetadata(id uuid.UUID, snap *table.Snapshot, opts BuildOptions, m *encode.Model, col *vecdata.Column, out buildOutput) (*pb.IndexMetadata, error) {
-	frags := make([]uint32, len(opts.FragmentIDs))
-	for i, f := range opts.FragmentIDs {
+	return BuiltMetadata(id, snap, opts.IndexName, opts.FragmentIDs, m, col.FieldID, out.auxBytes, out.indexBytes)
+}
+
+// BuiltMetadata is the manifest entry of a segment Build wrote over
+// fragmentIDs of snap with model m, whose files have these sizes: what a
+// rerun that reuses the segment (a resumed reindex) rebuilds.
+func BuiltMetadata(id uuid.UUID, snap *table.Snapshot, indexName string, fragmentIDs []uint64, m *encode.Model, fieldID int32, auxBytes, indexBytes int64) (*pb.IndexMetadata, error) {
+	frags := make([]uint32, len(fragmentIDs))
+	for i, f := range fragmentIDs {
 		frags[i] = uint32(f)
 	}
 	bm, err := table.EncodeFragmentBitmap(frags)
@@ -645,16 +652,16 @@ func buildIndexMetadata(id uuid.UUID, snap *table.Snapshot, opts BuildOptions, m
 	now := uint64(time.Now().UnixMilli())
 	return &pb.IndexMetadata{
 		Uuid:           &pb.UUID{Uuid: id[:]},
-		Fields:         []int32{col.FieldID},
-		Name:           opts.IndexName,
+		Fields:         []int32{fieldID},
+		Name:           indexName,
 		DatasetVersion: snap.Ref.Version,
 		FragmentBitmap: bm,
 		IndexDetails:   details,
 		IndexVersion:   &iv,
 		CreatedAt:      &now,
 		Files: []*pb.IndexFile{
-			{Path: ivf.AuxiliaryFileName, SizeBytes: uint64(out.auxBytes)},
-			{Path: ivf.IndexFileName, SizeBytes: uint64(out.indexBytes)},
+			{Path: ivf.AuxiliaryFileName, SizeBytes: uint64(auxBytes)},
+			{Path: ivf.IndexFileName, SizeBytes: uint64(indexBytes)},
 		},
 	}, nil
 }

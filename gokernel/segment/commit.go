@@ -47,6 +47,31 @@ type CommitRequest struct {
 	// Parallelism bounds the new segments whose row ids are read at once
 	// to check their coverage (those no merge of ours verified). Default 4.
 	Parallelism int `json:"parallelism"`
+	// Properties are written into the transaction (its
+	// transaction_properties): what made the version (the verb, the run,
+	// our version) and the caller's key-values. pylance reads them with
+	// read_transaction. At most MaxProperties pairs of at most
+	// MaxPropertyBytes each.
+	Properties map[string]string `json:"properties"`
+}
+
+// Bounds of CommitRequest.Properties: a transaction file is read whole by
+// every reader of the version.
+const (
+	MaxProperties    = 64
+	MaxPropertyBytes = 4096
+)
+
+func checkProperties(props map[string]string) error {
+	if len(props) > MaxProperties {
+		return fmt.Errorf("%w: %d transaction properties (at most %d)", errkind.InvalidInput, len(props), MaxProperties)
+	}
+	for k, v := range props {
+		if k == "" || len(k) > MaxPropertyBytes || len(v) > MaxPropertyBytes {
+			return fmt.Errorf("%w: transaction property %.40q: keys must be non-empty, keys and values at most %d bytes", errkind.InvalidInput, k, MaxPropertyBytes)
+		}
+	}
+	return nil
 }
 
 // Commit publishes new index segments as one new dataset version, built on
@@ -67,6 +92,9 @@ func Commit(ctx context.Context, st storage.Store, base *table.Snapshot, req Com
 	}
 	if req.Parallelism <= 0 {
 		req.Parallelism = 4
+	}
+	if err := checkProperties(req.Properties); err != nil {
+		return 0, err
 	}
 	fieldID, err := columnField(base, req.Column)
 	if err != nil {
@@ -498,6 +526,7 @@ func buildVersion(latest, base *table.Snapshot, txnID string, req CommitRequest,
 		Operation: &pb.Transaction_CreateIndex_{CreateIndex: &pb.Transaction_CreateIndex{
 			NewIndices: segs, RemovedIndices: removed,
 		}},
+		TransactionProperties: req.Properties,
 	}
 	return m, indices, txn, nil
 }

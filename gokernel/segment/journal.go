@@ -29,31 +29,12 @@ import (
 // means their sizes equal want's, when want lists files. A failed check is
 // errkind.Corrupt or errkind.NotFound, with the reason.
 func VerifyOutput(ctx context.Context, st storage.Store, inputs []*pb.IndexMetadata, output string, want []File) (*pb.IndexMetadata, error) {
-	id, err := uuid.Parse(output)
-	if err != nil {
-		return nil, fmt.Errorf("%w: output %q is not a uuid", errkind.InvalidInput, output)
-	}
 	if len(inputs) == 0 {
 		return nil, fmt.Errorf("%w: no inputs", errkind.InvalidInput)
 	}
-	dir := table.IndicesDir + id.String() + "/"
-	entries, err := st.List(ctx, dir)
+	id, dir, sizes, err := OutputFiles(ctx, st, output, want)
 	if err != nil {
 		return nil, err
-	}
-	sizes := map[string]int64{}
-	for _, e := range entries {
-		sizes[strings.TrimPrefix(e.Name, dir)] = e.Size
-	}
-	for _, name := range []string{ivf.AuxiliaryFileName, ivf.IndexFileName} {
-		if _, ok := sizes[name]; !ok {
-			return nil, fmt.Errorf("%w: output %s has no %s (the merge did not finish)", errkind.NotFound, output, name)
-		}
-	}
-	for _, f := range want {
-		if got, ok := sizes[f.Path]; !ok || uint64(got) != f.SizeBytes {
-			return nil, fmt.Errorf("%w: output %s: %s is %d bytes, the journal recorded %d", errkind.Corrupt, output, f.Path, got, f.SizeBytes)
-		}
 	}
 	files, err := ivf.OpenFiles(ctx, st, dir, lancefile.Options{})
 	if err != nil {
@@ -72,6 +53,38 @@ func VerifyOutput(ctx context.Context, st storage.Store, inputs []*pb.IndexMetad
 		return nil, err
 	}
 	return im, nil
+}
+
+// OutputFiles checks that an output recorded in a run journal finished:
+// both files of a segment exist under their final names (a store publishes
+// a name only when its write finished; index.idx is written last) with the
+// sizes in want, when want lists files. It returns the output's uuid, its
+// directory and the sizes of its files.
+func OutputFiles(ctx context.Context, st storage.Store, output string, want []File) (uuid.UUID, string, map[string]int64, error) {
+	id, err := uuid.Parse(output)
+	if err != nil {
+		return id, "", nil, fmt.Errorf("%w: output %q is not a uuid", errkind.InvalidInput, output)
+	}
+	dir := table.IndicesDir + id.String() + "/"
+	entries, err := st.List(ctx, dir)
+	if err != nil {
+		return id, "", nil, err
+	}
+	sizes := map[string]int64{}
+	for _, e := range entries {
+		sizes[strings.TrimPrefix(e.Name, dir)] = e.Size
+	}
+	for _, name := range []string{ivf.AuxiliaryFileName, ivf.IndexFileName} {
+		if _, ok := sizes[name]; !ok {
+			return id, "", nil, fmt.Errorf("%w: output %s has no %s (its writer did not finish)", errkind.NotFound, output, name)
+		}
+	}
+	for _, f := range want {
+		if got, ok := sizes[f.Path]; !ok || uint64(got) != f.SizeBytes {
+			return id, "", nil, fmt.Errorf("%w: output %s: %s is %d bytes, the journal recorded %d", errkind.Corrupt, output, f.Path, got, f.SizeBytes)
+		}
+	}
+	return id, dir, sizes, nil
 }
 
 // journalState is what Cleanup learns from the journals.

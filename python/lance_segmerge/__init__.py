@@ -32,15 +32,18 @@ from .errors import (
     UnsupportedError,
     WorkerError,
 )
+from ._health import health
 from .maintain import maintain
 from .plot import plot_merge_tree, plot_partition_sizes, plot_segment_sizes
 from .reports import (
+    HealthReport,
     MaintainReport,
     MergeTree,
     OptimizeProgress,
     OptimizeReport,
     RepairAction,
     RepairReport,
+    SegmentHealth,
     SegmentVerdict,
     TreeTask,
     VerifyCheck,
@@ -51,7 +54,7 @@ from .tree import merge_tree
 from .types import IndexFile, IndexSegment, MergePlan, MergeTask, OperationProgress, SegmentList
 from .verify import repair_index, search_segment, verify_index
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     "Dataset",
@@ -105,6 +108,10 @@ __all__ = [
     "VerifyCheck",
     "RepairReport",
     "RepairAction",
+    "health",
+    "HealthReport",
+    "SegmentHealth",
+    "reindex",
 ]
 
 
@@ -114,6 +121,7 @@ _BUILD_NAMES = {
     "read_index_model": "build",
     "train_index_model": "build",
     "IndexModel": "model",
+    "reindex": "reindexing",
 }
 
 

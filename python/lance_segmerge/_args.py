@@ -128,7 +128,7 @@ def _replaces(v: Any) -> tuple[str, ...]:
 
 # -- flags ---------------------------------------------------------------------------
 
-for _n in ("with_stats", "requantize_sq", "resume", "verify", "deep", "dry_run"):
+for _n in ("with_stats", "with_provenance", "requantize_sq", "resume", "verify", "deep", "dry_run", "catch_up"):
     CHECKERS[_n] = _flag(_n)
 
 
@@ -138,6 +138,30 @@ def _progress(v: Any) -> Any:
     if v is None or isinstance(v, bool) or callable(v):
         return v
     raise InvalidInputError(f"progress must be True, False, None or a callable, got {_show(v)}")
+
+
+@_register()
+def _properties(v: Any) -> dict[str, str]:
+    """Key-values written into a commit's transaction (its
+    transaction_properties): a dict of non-empty str keys to str values,
+    at most 64 pairs of at most 4 KiB each. Keys starting with
+    ``lance_segmerge.`` are the package's own."""
+    if not isinstance(v, dict):
+        raise InvalidInputError(f"properties must be a dict of str to str, got {_show(v)}")
+    if len(v) > 56:
+        raise InvalidInputError(f"properties hold {len(v)} pairs (at most 56: the package adds its own)")
+    out: dict[str, str] = {}
+    for k, x in v.items():
+        if not isinstance(k, str) or not k or not isinstance(x, str) or len(k) > 4096 or len(x) > 4096:
+            raise InvalidInputError(f"properties must map non-empty str keys to str values of at most 4 KiB, got {_show(k)}: {_show(x)}")
+        if k.startswith("lance_segmerge."):
+            raise InvalidInputError(f"property {k!r}: keys starting with 'lance_segmerge.' are the package's own")
+        out[k] = x
+    return out
+
+
+CHECKERS["retrain"] = _choice("retrain", ("auto", "never", "always"))
+CHECKERS["retrain_max_rows"] = _positive("retrain_max_rows", _I64)
 
 
 @_register("on_report", "on_pass")

@@ -155,6 +155,18 @@ def read_index_model(dataset: DatasetLike, index_name: str) -> IndexModel:
     return IndexModel.from_spec(out, arrays, params=(("source", f"{ds.uri}@{ds.version}:{index_name}"),))
 
 
+def read_segment_model(ds: Dataset, segment: IndexSegment) -> IndexModel:
+    """The model of one segment, committed or not (a resumed reindex reads
+    the model an output was built with before a crash)."""
+    structs = {n: CStructs() for n in ("centroids", "codebook", "rotation")}
+    out = _ffi.call_json(
+        "ReadSegmentModel", ds.uri, ds.options_json, ds.version, json.dumps(segment._entry_dict()),
+        json.dumps({n: s.pair() for n, s in structs.items()}),
+    )
+    arrays = {n: structs[n].import_array() for n in out.get("arrays") or {}}
+    return IndexModel.from_spec(out, arrays, params=(("source", f"{ds.uri}@{ds.version}:{segment.uuid}"),))
+
+
 @checked(converts=("dataset",))
 def train_index_model(
     dataset: DatasetLike,

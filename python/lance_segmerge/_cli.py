@@ -1,7 +1,9 @@
 """Command line: ``python -m lance_segmerge`` / ``lance-segmerge``.
 
 A thin argparse layer over the public API: ``ls``, ``plan``, ``optimize``,
-``maintain`` (one pass, or ``--watch``), ``cleanup`` (a dry run unless
+``maintain`` (one pass, or ``--watch``; ``--retrain auto``), ``health``
+(an index's drift: exit code 11 when it says retrain), ``reindex``
+(retrain and swap an index), ``cleanup`` (a dry run unless
 ``--delete``), ``verify`` (exit code 10 when damage is found) and
 ``repair`` (a dry run unless ``--apply``). Every error class has its
 own exit code; Ctrl-C cancels the running operation and cleans up.
@@ -19,6 +21,7 @@ from typing import Any, Callable, NoReturn, Optional, Sequence
 
 from . import errors, plot
 from ._display import compact_ids, human_bytes
+from ._health import health
 from .api import Dataset, cleanup, plan_index_segment_merge
 from .maintain import maintain
 from .reports import MaintainReport
@@ -41,6 +44,8 @@ EXIT_CODES: dict[type[errors.SegmergeError], int] = {
 EXIT_USAGE = 2
 #: verify and repair: the index has damage (repair: left after it ran).
 EXIT_DAMAGED = 10
+#: health: the verdict is retrain.
+EXIT_RETRAIN = 11
 
 
 def exit_code(exc: BaseException) -> int:
@@ -224,7 +229,29 @@ def cmd_maintain(args: argparse.Namespace) -> int:
         resume=not args.no_resume,
         watch=args.watch,
         on_pass=show,
+        retrain=args.retrain,
+        retrain_max_rows=args.retrain_max_rows,
     )
+    return 0
+
+
+def cmd_health(args: argparse.Namespace) -> int:
+    rep = health(_open(args, args.version), args.index, sample_rows=args.sample_rows, queries=args.queries, k=args.k,
+                 nprobes=args.nprobes, seed=args.seed)
+    print(json.dumps(rep.to_dict(), indent=2) if args.json else rep.to_text())
+    return EXIT_RETRAIN if rep.needs_retrain else 0
+
+
+def cmd_reindex(args: argparse.Namespace) -> int:
+    from .reindexing import reindex  # numpy and pyarrow (training): only the build path needs them
+
+    ds = _open(args)
+    before = len(ds.list_index_segments(args.index, with_stats=False))
+    out = reindex(ds, args.index, num_partitions=args.num_partitions, seed=args.seed, executor=args.executor,
+                  max_workers=args.workers, fragments_per_task=args.fragments_per_task, fan_in=args.fan_in,
+                  catch_up=not args.no_catch_up, resume=not args.no_resume, progress=not args.no_progress)
+    after = len(out.list_index_segments(args.index, with_stats=False))
+    print(f"{args.index}: retrained and rebuilt; version {ds.version} -> {out.version}; segments {before} -> {after}")
     return 0
 
 
@@ -311,7 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="lance-segmerge", description="Plan, merge and commit Lance vector index segments.",
                 epilog="exit codes: 0 ok, 1 internal error, 2 bad command line, 3 invalid input, 4 not found, "
                        "5 corrupt data, 6 conflict (re-plan and retry), 7 unsupported, 8 storage error, "
-                       "9 a worker died, 10 damage found (verify, repair), 130 cancelled")
+                       "9 a worker died, 10 damage found (verify, repair), 11 retrain (health), 130 cancelled")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     store = _Parser(add_help=False)
@@ -399,7 +426,36 @@ def build_parser() -> argparse.ArgumentParser:
     mt.add_argument("--workers", type=int, help="pool size")
     mt.add_argument("--fan-in", type=int, default=32)
     mt.add_argument("--no-resume", action="store_true", help="keep no run journal")
+    mt.add_argument("--retrain", default="never", choices=["never", "auto", "always"],
+                    help="auto: measure drift each pass and reindex when health says retrain")
+    mt.add_argument("--retrain-max-rows", type=int, help="never reindex tables with more rows than this")
     mt.set_defaults(fn=cmd_maintain)
+
+    hl = sub.add_parser("health", parents=[store], help="measure an index's drift against today's data (exit code 11 when it says retrain)")
+    hl.add_argument("uri")
+    hl.add_argument("--index", required=True)
+    hl.add_argument("--version", type=int, help="dataset version (default: latest)")
+    hl.add_argument("--json", action="store_true", help="print the report as JSON")
+    hl.add_argument("--sample-rows", type=int, default=20000, help="rows that stand for the table (default 20000)")
+    hl.add_argument("--queries", type=int, default=128, help="queries per era (default 128)")
+    hl.add_argument("--k", type=int, default=10)
+    hl.add_argument("--nprobes", type=int, help="partitions per query (default 20)")
+    hl.add_argument("--seed", type=int, default=0)
+    hl.set_defaults(fn=cmd_health)
+
+    ri = sub.add_parser("reindex", parents=[store], help="retrain an index's model on today's data, rebuild on workers and swap it in one commit")
+    ri.add_argument("uri")
+    ri.add_argument("--index", required=True)
+    ri.add_argument("--num-partitions", type=int, help="partitions of the new model (default: the index's)")
+    ri.add_argument("--seed", type=int)
+    ri.add_argument("--executor", default="auto", choices=["auto", "local", "processes", "ray", "dask"])
+    ri.add_argument("--workers", type=int, help="pool size")
+    ri.add_argument("--fragments-per-task", type=int)
+    ri.add_argument("--fan-in", type=int, default=32)
+    ri.add_argument("--no-catch-up", action="store_true", help="leave rows appended during the rebuild unindexed")
+    ri.add_argument("--no-resume", action="store_true", help="keep no run journal")
+    ri.add_argument("--no-progress", action="store_true")
+    ri.set_defaults(fn=cmd_reindex)
 
     vf = sub.add_parser("verify", parents=[store], help="check an index's segments against their data (exit code 10 when damage is found)")
     vf.add_argument("uri")

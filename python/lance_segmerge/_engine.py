@@ -31,6 +31,7 @@ from . import _jobs
 from ._journal import RunJournal
 from ._progress import LevelReporter, OptimizeProgressArg
 from ._verify import check_outputs, require_clean
+from ._version import transaction_properties
 from .api import Dataset, _commit, _list, plan_segments, remove_uncommitted
 from .errors import ConflictError, CorruptError, InternalError, NotFoundError, SegmergeError, WorkerError
 from .executors import Executor
@@ -95,8 +96,14 @@ class Run:
         progress: OptimizeProgressArg = None,
         merge_options: Optional[dict[str, Any]] = None,
         journal: Optional[RunJournal] = None,
+        verb: str = "optimize",
+        run_id: Optional[str] = None,
+        properties: Optional[dict[str, str]] = None,
     ) -> None:
         self.ds = ds
+        self.verb = verb
+        self.run_id = run_id or uuidlib.uuid4().hex
+        self.properties = dict(properties or {})
         self.index_name = index_name
         self.pool = pool
         self.journal = journal
@@ -314,16 +321,19 @@ class Run:
         *,
         replaces: Optional[Sequence[str]] = None,
         verify: bool = False,
+        facts: Optional[dict[str, Any]] = None,
     ) -> Dataset:
         """Commit ``segments`` (after checking them, with ``verify``: one that
         fails is never committed, CorruptError names it); they are kept,
-        everything else this run created is removed."""
+        everything else this run created is removed. ``facts`` join the
+        transaction's properties (a reindex's model hash...)."""
         if verify:
             t0 = time.perf_counter()
             require_clean(check_outputs(self.ds, segments))
             self.stats.verify_seconds = time.perf_counter() - t0
         t0 = time.perf_counter()
-        out = _commit(self.ds, index_name, column, segments, replaces)
+        props = transaction_properties(self.verb, self.run_id, self.properties, **(facts or {}))
+        out = _commit(self.ds, index_name, column, segments, replaces, properties=props)
         self.stats.commit_seconds = time.perf_counter() - t0
         self.keep = {s.uuid for s in segments}
         self.stats.committed = True

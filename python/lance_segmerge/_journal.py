@@ -23,16 +23,32 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Protocol, Sequence
 
 from . import _ffi
 from .api import Dataset, remove_uncommitted
 from .errors import ConflictError, CorruptError, InvalidInputError, NotFoundError, SegmergeError
-from .types import IndexSegment, MergePlan, MergeTask
+from .types import IndexSegment, MergeTask
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["RunJournal", "read_journal"]
+
+
+class RunKey(Protocol):
+    """What names a run in its journal: a :class:`MergePlan`, or a
+    reindex's ``ReindexRun``."""
+
+    @property
+    def dataset_uri(self) -> str: ...
+    @property
+    def index_name(self) -> str: ...
+    @property
+    def plan_id(self) -> str: ...
+    @property
+    def read_version(self) -> int: ...
+    @property
+    def sources(self) -> Sequence[str]: ...
 
 
 def read_journal(ds: Dataset, index_name: str) -> tuple[Optional[dict[str, Any]], str]:
@@ -50,7 +66,7 @@ def read_journal(ds: Dataset, index_name: str) -> tuple[Optional[dict[str, Any]]
 class RunJournal:
     """The journal of one run, kept by the driver."""
 
-    def __init__(self, ds: Dataset, plan: MergePlan, params: Mapping[str, Any], entries: list[dict[str, Any]]) -> None:
+    def __init__(self, ds: Dataset, plan: RunKey, params: Mapping[str, Any], entries: list[dict[str, Any]]) -> None:
         self._ds = ds
         self._plan = plan
         self._params = dict(params)
@@ -59,7 +75,7 @@ class RunJournal:
         self.reused_rows = 0
 
     @classmethod
-    def start(cls, ds: Dataset, plan: MergePlan, params: Mapping[str, Any]) -> "RunJournal":
+    def start(cls, ds: Dataset, plan: RunKey, params: Mapping[str, Any]) -> "RunJournal":
         """Open the journal for a run of ``plan``: carry over the entries of
         a journal of the same run, or start fresh (logging why) and remove
         the uncommitted outputs of any other."""
@@ -172,6 +188,71 @@ class RunJournal:
             remove_uncommitted(self._ds, [str(e["output"])])
         except (InvalidInputError, ConflictError) as exc:
             logger.warning("could not remove %s: %s", e["output"], exc)
+
+    # -- build tasks (level 0: a segment built over fragments) -----------------
+
+    def _find_build(self, fragments: list[int]) -> Optional[dict[str, Any]]:
+        for e in self._entries:
+            if int(e["level"]) == 0 and list(e.get("fragments") or []) == fragments:
+                return e
+        return None
+
+    def reuse_build(self, column: str, fragments: list[int]) -> Optional[IndexSegment]:
+        """The recorded build output over exactly these fragments if it
+        verifies (files present, sizes as recorded, both files parse, its
+        row ids exactly the fragments' live rows: ``verify.VerifyBuild``),
+        else None (the entry and its output are dropped)."""
+        e = self._find_build(fragments)
+        if e is None:
+            return None
+        try:
+            seg = self._verify_build(column, fragments, str(e["output"]), e.get("files") if e.get("state") == "done" else None)
+        except (CorruptError, NotFoundError, InvalidInputError) as exc:
+            logger.info("build over fragments %s: redoing it, its output %s does not verify: %s", fragments, e["output"], exc)
+            self._entries.remove(e)
+            try:
+                remove_uncommitted(self._ds, [str(e["output"])])
+            except (InvalidInputError, ConflictError) as rm:
+                logger.warning("could not remove %s: %s", e["output"], rm)
+            return None
+        self._mark_done(e, seg)
+        self.reused += 1
+        self.reused_rows += seg.num_rows or 0
+        return seg
+
+    def _verify_build(self, column: str, fragments: list[int], output: str, files: Optional[list[Any]]) -> IndexSegment:
+        out = _ffi.call_json(
+            "VerifyBuildOutput", self._ds.uri, self._ds.options_json, self._ds.version, self._plan.index_name, column,
+            json.dumps(fragments), output, json.dumps(files) if files else "",
+        )
+        return IndexSegment._from_kernel(out)
+
+    def discard_build(self, fragments: list[int], why: str) -> None:
+        """Drop a reused build's entry and remove its output (see
+        :meth:`discard`)."""
+        e = self._find_build(fragments)
+        if e is None:
+            return
+        logger.info("build over fragments %s: redoing it: %s", fragments, why)
+        self._entries.remove(e)
+        self.reused -= 1
+        try:
+            remove_uncommitted(self._ds, [str(e["output"])])
+        except (InvalidInputError, ConflictError) as exc:
+            logger.warning("could not remove %s: %s", e["output"], exc)
+
+    def planned_build(self, fragments: list[int], output: str) -> None:
+        """Record that ``output`` is assigned to the build over these
+        fragments (before it starts); :meth:`flush` once all are recorded."""
+        self._entries.append({"level": 0, "inputs": [], "fragments": list(fragments), "output": output, "state": "planned"})
+
+    def done_build(self, fragments: list[int], seg: IndexSegment) -> None:
+        """Record a finished build with its files' sizes, and flush."""
+        e = self._find_build(fragments)
+        if e is None or e["output"] != seg.uuid:
+            return
+        self._mark_done(e, seg)
+        self.flush()
 
     def planned(self, level: int, task: MergeTask, output: str) -> None:
         """Record that ``output`` is assigned to this task (before it

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import uuid as uuidlib
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence, Union, overload
 
@@ -21,6 +22,7 @@ from ._args import checked, policy_options
 from ._handles import DatasetHandle, DatasetLike, at_version, resolve
 from ._progress import OperationProgressArg, Reporter
 from ._validate import _show
+from ._version import transaction_properties
 from .errors import InvalidInputError
 from .types import IndexSegment, MergePlan, SegmentList
 
@@ -63,7 +65,9 @@ class Dataset(DatasetHandle):
     """
 
     @checked()
-    def list_index_segments(self, index_name: Optional[str] = None, *, with_stats: bool = True) -> SegmentList:
+    def list_index_segments(
+        self, index_name: Optional[str] = None, *, with_stats: bool = True, with_provenance: bool = False
+    ) -> SegmentList:
         """List the segments of a vector index at this version.
 
         Parameters
@@ -74,6 +78,13 @@ class Dataset(DatasetHandle):
             Read each segment's files for its statistics (index type,
             partitions, rows, layout flags, sizes). Without them only the
             manifest is read.
+        with_provenance : bool, default False
+            Also find, for each segment, the version whose commit first
+            listed it, that commit's operation and its transaction
+            properties (``committed_version``, ``commit_operation``,
+            ``commit_properties``): what lance-segmerge verb and run made
+            it, or that pylance did. Costs a binary search over the
+            versions per segment (manifests read once).
 
         Returns
         -------
@@ -89,7 +100,7 @@ class Dataset(DatasetHandle):
         CorruptError
             The manifest or a segment file is damaged.
         """
-        return _list(self, index_name, with_stats)
+        return _list(self, index_name, with_stats, with_provenance)
 
     def merge_existing_index_segments(self, segments: Any, **options: Any) -> IndexSegment:
         """Merge segments into one new, uncommitted segment.
@@ -175,8 +186,17 @@ def open(
     return as_dataset(uri, storage_options, version=version)
 
 
-def _list(ds: Dataset, index_name: Optional[str], with_stats: bool) -> SegmentList:
+def _list(ds: Dataset, index_name: Optional[str], with_stats: bool, with_provenance: bool = False) -> SegmentList:
     out = _ffi.call_json("ListSegments", ds.uri, ds.options_json, ds.version, index_name or "", not with_stats)
+    if with_provenance:
+        prov = _ffi.call_json("SegmentProvenance", ds.uri, ds.options_json, ds.version, index_name or "")
+        for d in out:
+            p = prov.get(d.get("uuid")) or {}
+            if p.get("unknown"):
+                logger.info("segment %s: no provenance (%s)", d.get("uuid"), p["unknown"])
+            elif p:
+                d["provenance"] = {"version": p["version"], "operation": p["operation"],
+                                   "properties": p.get("properties") or {}}
     return SegmentList(IndexSegment._from_kernel(d) for d in out)
 
 
@@ -344,6 +364,7 @@ def commit_existing_index_segments(
     *,
     replaces: Optional[Sequence[Any]] = None,
     max_retries: int = 20,
+    properties: Optional[dict[str, str]] = None,
 ) -> Dataset: ...
 
 
@@ -356,6 +377,7 @@ def commit_existing_index_segments(
     *,
     replaces: Optional[Sequence[Any]] = None,
     max_retries: int = 20,
+    properties: Optional[dict[str, str]] = None,
 ) -> "LanceDataset": ...
 
 
@@ -368,6 +390,7 @@ def commit_existing_index_segments(
     *,
     replaces: Optional[Sequence[Any]] = None,
     max_retries: int = 20,
+    properties: Optional[dict[str, str]] = None,
 ) -> Any:
     """Commit index segments as one new, atomic dataset version.
 
@@ -404,6 +427,11 @@ def commit_existing_index_segments(
         pylance does; a partial overlap is refused.
     max_retries : int, default 20
         Attempts after losing a commit race.
+    properties : dict of str to str, optional
+        Key-values written into the transaction next to the package's own
+        (``lance_segmerge.version``, ``.verb``, ``.run``); pylance's
+        ``read_transaction`` returns them, and
+        ``list_index_segments(with_provenance=True)`` shows them per segment.
 
     Returns
     -------
@@ -425,7 +453,8 @@ def commit_existing_index_segments(
         A concurrent commit invalidated this one; re-plan and retry.
     """
     ds = as_dataset(dataset)
-    committed = _commit(ds, index_name, column, to_segments(segments), replaces, max_retries)
+    props = transaction_properties("commit", uuidlib.uuid4().hex, properties)
+    committed = _commit(ds, index_name, column, to_segments(segments), replaces, max_retries, props)
     return at_version(dataset, ds, committed.version, committed)
 
 
@@ -436,9 +465,13 @@ def _commit(
     segs: Sequence[IndexSegment],
     replaces: Optional[Sequence[str]] = None,
     max_retries: int = 20,
+    properties: Optional[dict[str, str]] = None,
 ) -> Dataset:
-    """Commit checked segments; returns the dataset at the new version."""
-    request: dict[str, Any] = {"index_name": index_name, "column": column, "max_retries": max_retries}
+    """Commit checked segments (``properties``: the transaction's, from
+    :func:`~lance_segmerge._version.transaction_properties`); returns the
+    dataset at the new version."""
+    request: dict[str, Any] = {"index_name": index_name, "column": column, "max_retries": max_retries,
+                               "properties": dict(properties or {})}
     if replaces is not None:
         request["replaces"] = list(replaces)
     version = _ffi.run_operation(

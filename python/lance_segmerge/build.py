@@ -50,6 +50,7 @@ def create_index(
     progress: OptimizeProgressArg = True,
     window_rows: Optional[int] = None,
     memory_bytes: Optional[int] = None,
+    properties: Optional[dict[str, str]] = None,
     storage_options: Optional[dict[str, str]] = None,
 ) -> Any:
     """Build a vector index over the whole dataset, distributed, and commit
@@ -87,6 +88,9 @@ def create_index(
     progress : bool or callable, default True
         A tqdm bar, or a callable receiving :class:`OptimizeProgress` (build
         tasks are reported as level 0).
+    properties : dict of str to str, optional
+        Key-values for the commit's transaction (see
+        :func:`lance_segmerge.optimize`); the package adds the model's hash.
 
     Returns
     -------
@@ -108,7 +112,8 @@ def create_index(
     pool = resolve_executor(executor, max_workers)
     workers = max_workers or getattr(getattr(pool, "_pool", None), "_max_workers", None) or 2
     run = Run(ds, name, pool, executor=executor if isinstance(executor, str) else type(executor).__name__,
-              progress=progress, merge_options={"requantize_sq": False, **({"window_rows": window_rows} if window_rows else {})})
+              progress=progress, merge_options={"requantize_sq": False, **({"window_rows": window_rows} if window_rows else {})},
+              verb="create_index", properties=properties)
     with run:
         # Worker processes spawn and import the build path while the
         # driver trains.
@@ -139,6 +144,6 @@ def create_index(
         built = run.batch(_jobs.build_task, jobs, on_done=on_done,
                           describe=lambda k: f"build of fragments {jobs[k]['fragment_ids']} (output {jobs[k]['index_uuid']})")
         final = run.reduce([IndexSegment._from_kernel(r) for r in built], fan_in, target_segments)
-        out = run.commit(name, column, final)
+        out = run.commit(name, column, final, facts={"model": m.content_hash[:16]})
     logger.info("create_index %s: %d build tasks, %d merge levels, version %d", name, len(jobs), run.stats.levels, out.version)
     return at_version(dataset, ds, out.version, out)

@@ -13,9 +13,11 @@ import logging
 import signal
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Union
 
 from ._args import checked, policy_options
+from ._health import DEFAULT_HEALTH_QUERIES, DEFAULT_HEALTH_SAMPLE_ROWS, _health
 from ._display import human_bytes
 from ._progress import OptimizeProgressArg
 from .api import Dataset, DatasetLike, _list, _plan, _plan_options, as_dataset
@@ -30,6 +32,45 @@ logger = logging.getLogger(__name__)
 __all__ = ["maintain", "MaintainReport"]
 
 
+@dataclass(frozen=True)
+class _Retrain:
+    """maintain's retraining rule: ``mode`` (auto / never / always), the
+    budget (rows), and reindex's arguments."""
+
+    mode: str = "never"
+    max_rows: Optional[int] = None
+    reindex_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _maybe_reindex(ds: Dataset, index_name: str, rule: _Retrain) -> dict[str, Any]:
+    """Measure health (``auto``) and reindex when it says ``retrain`` (or
+    always, with ``always``) and the table is within the budget; the
+    MaintainReport fields of what happened."""
+    if rule.mode == "never":
+        return {}
+    # numpy and pyarrow (training): only a retrain needs them.
+    from .reindexing import REBUILDABLE, _reindex
+
+    latest = ds.checkout()
+    out: dict[str, Any] = {}
+    if rule.mode == "auto":
+        rep = _health(latest, index_name, {"sample_rows": DEFAULT_HEALTH_SAMPLE_ROWS, "queries": DEFAULT_HEALTH_QUERIES})
+        out = {"health_verdict": rep.verdict, "health_reasons": rep.reasons}
+        if not rep.needs_retrain:
+            return out
+        rows = rep.num_rows + rep.unindexed_rows
+        if rule.max_rows is not None and rows > rule.max_rows:
+            logger.warning("%s: health says retrain (%s) but the table's %d rows exceed retrain_max_rows=%d: not reindexed",
+                           index_name, "; ".join(rep.reasons), rows, rule.max_rows)
+            return out
+        if rep.index_type not in REBUILDABLE:
+            logger.warning("%s: health says retrain, but reindex does not rebuild %s indices yet", index_name, rep.index_type)
+            return out
+    logger.info("%s: reindexing (%s)", index_name, rule.mode if rule.mode == "always" else "health says retrain")
+    _, stats = _reindex(latest, index_name, **rule.reindex_kwargs)
+    return {**out, "reindexed": True, "reindex_seconds": stats.seconds, "reindex_version": stats.version}
+
+
 def _one_pass(
     ds: Dataset,
     index_name: str,
@@ -37,9 +78,11 @@ def _one_pass(
     run_kwargs: Mapping[str, Any],
     resume: bool,
     max_conflicts: int,
+    rule: _Retrain = _Retrain(),
 ) -> MaintainReport:
     t0 = time.perf_counter()
     conflicts = 0
+    retrained = _maybe_reindex(ds, index_name, rule)
     while True:
         latest = ds.checkout()
 
@@ -59,7 +102,7 @@ def _one_pass(
         else:
             logger.info("%s at version %d: %d segments, nothing to merge. %s", index_name, pinned.version, before, plan.summary)
         try:
-            res = execute_plan(pinned, plan, resume=resume, **run_kwargs)
+            res = execute_plan(pinned, plan, resume=resume, verb="maintain", **run_kwargs)
         except ConflictError as exc:
             conflicts += 1
             if conflicts > max_conflicts:
@@ -89,6 +132,7 @@ def _one_pass(
             conflicts=conflicts,
             reasons=tuple(t.reason for t in plan.tasks),
             summary=plan.summary,
+            **retrained,
         )
         if report.committed:
             logger.info(
@@ -145,6 +189,9 @@ def maintain(
     window_rows: Optional[int] = None,
     hnsw_graph: str = "reuse",
     verify: bool = True,
+    retrain: str = "never",
+    retrain_max_rows: Optional[int] = None,
+    properties: Optional[dict[str, str]] = None,
     storage_options: Optional[Mapping[str, str]] = None,
 ) -> MaintainReport:
     """Keep a vector index healthy while data keeps arriving.
@@ -190,6 +237,17 @@ def maintain(
     on_pass : callable, optional
         Receives each pass's :class:`MaintainReport` (on the caller's
         thread).
+    retrain : {"never", "auto", "always"}, default "never"
+        ``"auto"``: each pass first measures the index's drift
+        (:func:`lance_segmerge.health`, a sample: well under a second on a
+        million rows) and, when the verdict is ``retrain``, rebuilds it with
+        a model trained on today's data (:func:`lance_segmerge.reindex`, on
+        ``executor``) before merging. ``"always"`` reindexes every pass.
+    retrain_max_rows : int, optional
+        The cost budget of a retrain: tables with more rows are not
+        reindexed (a warning says that health asked for it).
+    properties : dict of str to str, optional
+        Key-values for every commit's transaction (see :func:`optimize`).
     storage_options : dict of str to str, optional
         With a URI, as pylance accepts them.
 
@@ -217,9 +275,16 @@ def maintain(
         "window_rows": window_rows,
         "hnsw_graph": hnsw_graph,
         "verify": verify,
+        "properties": properties,
     }
+    rule = _Retrain(retrain, retrain_max_rows, {
+        "num_partitions": None, "sample_rate": 256, "max_iters": 50, "seed": None, "executor": executor,
+        "max_workers": max_workers, "fragments_per_task": None, "fan_in": fan_in, "target_segments": 1,
+        "catch_up": True, "resume": resume, "progress": progress, "window_rows": window_rows, "memory_bytes": None,
+        "properties": properties,
+    })
     if watch is None:
-        report = _one_pass(ds, index_name, plan_options, run_kwargs, resume, max_conflicts)
+        report = _one_pass(ds, index_name, plan_options, run_kwargs, resume, max_conflicts, rule)
         if on_pass is not None:
             on_pass(report)
         return report
@@ -227,7 +292,7 @@ def maintain(
     with _Stop():
         try:
             while True:
-                last = _one_pass(ds, index_name, plan_options, run_kwargs, resume, max_conflicts)
+                last = _one_pass(ds, index_name, plan_options, run_kwargs, resume, max_conflicts, rule)
                 if on_pass is not None:
                     on_pass(last)
                 seen = last.version

@@ -50,6 +50,8 @@ __all__ = [
     "RepairAction",
     "RepairReport",
     "MaintainReport",
+    "SegmentHealth",
+    "HealthReport",
     "REPORT_FORMAT_VERSION",
     "VERIFY_FORMAT_VERSION",
 ]
@@ -723,6 +725,13 @@ class MaintainReport(_Report):
     reasons : tuple of str
         Why each planned task was chosen; ``summary`` the policy's decision.
     summary : str
+    health_verdict : str
+        With ``retrain="auto"``: the verdict of :func:`health` before the
+        pass (``""`` when not measured), and its ``health_reasons``.
+    reindexed : bool
+        Whether the pass rebuilt the index (:func:`reindex`) before merging;
+        ``reindex_version`` the version that left, ``reindex_seconds`` its
+        time.
     """
 
     _what = "a MaintainReport"
@@ -747,6 +756,11 @@ class MaintainReport(_Report):
     conflicts: int = spec(_INT)
     reasons: tuple[str, ...] = spec(strs_field, default=(), encode=list, decode=seq_field, kernel=_tuple)
     summary: str = spec(str_field, default="", decode=_or(""))
+    health_verdict: str = spec(str_field, default="", decode=_or(""))
+    health_reasons: tuple[str, ...] = spec(strs_field, default=(), encode=list, decode=seq_field, kernel=_tuple)
+    reindexed: bool = spec(bool_field, default=False, decode=_or(False))
+    reindex_version: int = spec(_INT, default=0, decode=_or(0))
+    reindex_seconds: float = spec(_SECONDS, default=0.0, decode=_or(0.0))
 
     def __post_init__(self) -> None:
         _fields.check_fields(self, "MaintainReport")
@@ -762,9 +776,174 @@ class MaintainReport(_Report):
             ("tasks", f"{self.tasks} ({self.tasks_reused} reused from a journal)"),
             ("executor", self.executor),
             ("conflicts", str(self.conflicts)),
+            ("health", (self.health_verdict + (": " + "; ".join(self.health_reasons) if self.health_reasons else ""))
+             if self.health_verdict else "not measured"),
+            ("reindexed", f"version {self.reindex_version} in {self.reindex_seconds:.2f}s" if self.reindexed else "no"),
             ("time", f"{self.seconds:.2f}s"),
             ("", self.summary),
         )
         columns = (Column("task", "int"), Column("reason", "text"))
         rows = tuple((i, r) for i, r in enumerate(self.reasons))
         return TableSpec(f"maintain pass of {self.index_name} in {self.dataset_uri}", columns, rows, summary, "task")
+
+
+# -- health ----------------------------------------------------------------------------
+
+_MEASURE = float_field  # -1 where a number could not be measured
+
+
+@dataclass(frozen=True)
+class SegmentHealth:
+    """One segment's partition statistics: a table row of
+    :class:`HealthReport`.
+
+    Parameters
+    ----------
+    uuid : str
+    dataset_version : int
+        The version the segment was built at.
+    num_rows, num_partitions : int
+    partition_cv : float
+        Coefficient of variation of the partition sizes (0: all equal).
+    partition_max_over_mean : float
+        Largest partition over the mean.
+    """
+
+    uuid: str = spec(str_field)
+    dataset_version: int = spec(_INT)
+    num_rows: int = spec(_INT)
+    num_partitions: int = spec(_INT)
+    partition_cv: float = spec(_MEASURE)
+    partition_max_over_mean: float = spec(_MEASURE)
+
+    def __post_init__(self) -> None:
+        _fields.check_fields(self, "segment health")
+
+
+def _thresholds(v: Any, what: str) -> tuple[tuple[str, float], ...]:
+    if isinstance(v, Mapping):
+        v = sorted(v.items())
+    out = tuple((str(k), float(x)) for k, x in seq_field(v, what))
+    return out
+
+
+@dataclass(frozen=True)
+class HealthReport(_Report):
+    """How well an index's model (trained once) fits today's data:
+    :func:`lance_segmerge.health`. One table row per segment (its
+    partition skew); the index's measures and the verdict in the summary.
+
+    Parameters
+    ----------
+    dataset_uri, index_name, index_type, metric, column : str
+    version : int
+        The version measured.
+    training_version : int
+        The version the model was trained at (the oldest segment's).
+    num_rows, rows_since_training, unindexed_rows : int
+        Live rows; of those, rows in fragments added after training; rows
+        no segment covers.
+    share_since_training : float
+    num_partitions : int
+    partition_cv, partition_max_over_mean : float
+        Partition sizes over every segment (coefficient of variation,
+        largest over mean).
+    residual_trained, residual_recent, residual_ratio : float
+        Mean distance to the nearest centroid of training-era rows and of
+        recent rows (a sample of each), and recent over trained.
+    recall_trained, recall_recent, recall_drop : float
+        Estimated recall@k at ``nprobes`` of queries drawn from training-era
+        rows and from recent rows (Go search against brute force over a
+        sample of ``sample_rows``), and the first minus the second. A sample
+        is sparser than the table, so both read lower than a real query
+        gets; their difference is the drift.
+    sample_rows, queries, k, nprobes : int
+    verdict : str
+        ``ok``, ``degrading`` or ``retrain``.
+    reasons : tuple of str
+        Which measures crossed which threshold.
+    thresholds : tuple of (str, float)
+        The thresholds the verdict used.
+    seconds : float
+    segments : tuple of SegmentHealth
+
+    Measures that could not be taken (no recent rows, too few rows) are
+    -1.
+    """
+
+    _row_name = "segment"
+    _what = "a HealthReport"
+
+    dataset_uri: str = spec(str_field)
+    index_name: str = spec(str_field)
+    index_type: str = spec(str_field)
+    metric: str = spec(str_field)
+    column: str = spec(str_field)
+    version: int = spec(_INT)
+    training_version: int = spec(_INT)
+    num_rows: int = spec(_INT)
+    rows_since_training: int = spec(_INT)
+    share_since_training: float = spec(_MEASURE)
+    unindexed_rows: int = spec(_INT)
+    num_partitions: int = spec(_INT)
+    partition_cv: float = spec(_MEASURE)
+    partition_max_over_mean: float = spec(_MEASURE)
+    residual_trained: float = spec(_MEASURE)
+    residual_recent: float = spec(_MEASURE)
+    residual_ratio: float = spec(_MEASURE)
+    recall_trained: float = spec(_MEASURE)
+    recall_recent: float = spec(_MEASURE)
+    recall_drop: float = spec(_MEASURE)
+    sample_rows: int = spec(_INT)
+    queries: int = spec(_INT)
+    k: int = spec(_INT)
+    nprobes: int = spec(_INT)
+    verdict: str = spec(str_field)
+    reasons: tuple[str, ...] = spec(strs_field, default=(), encode=list, decode=seq_field, kernel=_tuple)
+    thresholds: tuple[tuple[str, float], ...] = spec(
+        _thresholds, default=(), encode=lambda v: dict(v), decode=_thresholds, kernel=lambda v: _thresholds(v, "thresholds"),
+    )
+    seconds: float = spec(_SECONDS, default=0.0)
+    segments: tuple[SegmentHealth, ...] = spec(
+        tuple_of(SegmentHealth, "SegmentHealth records"), default=(), codec=_records(SegmentHealth)
+    )
+
+    def __post_init__(self) -> None:
+        _fields.check_fields(self, "HealthReport")
+        if self.verdict not in ("ok", "degrading", "retrain"):
+            raise InvalidInputError(f"HealthReport verdict must be ok, degrading or retrain, got {self.verdict!r}")
+
+    @property
+    def needs_retrain(self) -> bool:
+        """The verdict is ``retrain``."""
+        return self.verdict == "retrain"
+
+    def __repr__(self) -> str:
+        return (f"HealthReport({self.index_name!r} at version {self.version}: {self.verdict}; "
+                f"recall drop {self.recall_drop:.3f}, residual ratio {self.residual_ratio:.2f}, "
+                f"{self.share_since_training:.0%} of rows since training)")
+
+    def _table_spec(self) -> TableSpec:
+        def num(x: float, fmt: str = ".3f") -> str:
+            return "n/a" if x < 0 else format(x, fmt)
+
+        summary = (
+            ("verdict", self.verdict + (": " + "; ".join(self.reasons) if self.reasons else "")),
+            ("index", f"{self.index_type} ({self.metric}) on {self.column!r}, {self.num_partitions} partitions"),
+            ("rows", f"{self.num_rows:,} ({self.rows_since_training:,} since training at version "
+                     f"{self.training_version}: {num(self.share_since_training, '.0%')}; {self.unindexed_rows:,} unindexed)"),
+            ("partition skew", f"cv {num(self.partition_cv, '.2f')}, largest/mean {num(self.partition_max_over_mean, '.2f')}"),
+            ("residual", f"trained {num(self.residual_trained, '.4g')}, recent {num(self.residual_recent, '.4g')}, "
+                         f"ratio {num(self.residual_ratio, '.2f')}"),
+            (f"recall@{self.k} (nprobes={self.nprobes})", f"trained {num(self.recall_trained)}, recent "
+                                                          f"{num(self.recall_recent)}, drop {num(self.recall_drop)}"),
+            ("sample", f"{self.sample_rows:,} rows, {self.queries} queries per era"),
+            ("thresholds", ", ".join(f"{k}={v:g}" for k, v in self.thresholds)),
+            ("time", f"{self.seconds:.2f}s"),
+        )
+        columns = (Column("uuid", "uuid"), Column("dataset_version", "int"), Column("num_rows", "int"),
+                   Column("num_partitions", "int"), Column("partition_cv", "float"), Column("partition_max_over_mean", "float"))
+        rows = tuple((s.uuid, s.dataset_version, s.num_rows, s.num_partitions, s.partition_cv, s.partition_max_over_mean)
+                     for s in self.segments)
+        return TableSpec(f"health of {self.index_name} in {self.dataset_uri} at version {self.version}", columns, rows,
+                         summary, "segment")

@@ -101,6 +101,7 @@ def run_plan(
     resume: bool = False,
     hnsw_graph: str = "reuse",
     verify: bool = True,
+    properties: Optional[dict[str, str]] = None,
 ) -> Dataset: ...
 
 
@@ -119,6 +120,7 @@ def run_plan(
     resume: bool = False,
     hnsw_graph: str = "reuse",
     verify: bool = True,
+    properties: Optional[dict[str, str]] = None,
 ) -> "LanceDataset": ...
 
 
@@ -137,6 +139,7 @@ def run_plan(
     resume: bool = False,
     hnsw_graph: str = "reuse",
     verify: bool = True,
+    properties: Optional[dict[str, str]] = None,
 ) -> Any:
     """Execute a plan as a tree and commit once.
 
@@ -180,6 +183,9 @@ def run_plan(
         a sample of its codes read back from the data and re-encoded (see
         :func:`lance_segmerge.verify_index`). An output that fails is never
         committed: :class:`CorruptError` names it.
+    properties : dict of str to str, optional
+        Key-values written into the commit's transaction (see
+        :func:`optimize`).
 
     Returns
     -------
@@ -201,7 +207,7 @@ def run_plan(
     stats = execute_plan(
         ds, plan, executor=executor, max_workers=max_workers, fan_in=fan_in, target_segments=target_segments,
         progress=progress, window_rows=window_rows, on_report=on_report, resume=resume, hnsw_graph=hnsw_graph,
-        verify=verify,
+        verify=verify, properties=properties,
     )
     return at_version(given, ds, stats.version, stats.dataset)
 
@@ -220,6 +226,8 @@ def execute_plan(
     resume: bool = False,
     hnsw_graph: str = "reuse",
     verify: bool = True,
+    properties: Optional[dict[str, str]] = None,
+    verb: str = "optimize",
 ) -> RunStats:
     """Run a plan on the engine (arguments checked by the caller's public
     entry; ``ds`` pinned to the plan's version) and return its counters."""
@@ -245,7 +253,8 @@ def execute_plan(
         params = {"fan_in": fan_in, "target_segments": target_segments, "requantize_sq": plan.requantize_sq, "hnsw_graph": hnsw_graph}
         journal = RunJournal.start(ds, plan, params)
     run = Run(ds, plan.index_name, resolve_executor(executor, max_workers), executor=_executor_name(executor),
-              progress=progress, merge_options=options, journal=journal)
+              progress=progress, merge_options=options, journal=journal, verb=verb, run_id=plan.plan_id,
+              properties=properties)
     final: list[IndexSegment] = []
     with run:
         outputs = run.tree(plan.tasks, fan_in, target_segments)
@@ -323,6 +332,7 @@ def optimize(
     resume: bool = False,
     hnsw_graph: str = "reuse",
     verify: bool = True,
+    properties: Optional[dict[str, str]] = None,
 ) -> Dataset: ...
 
 
@@ -345,6 +355,7 @@ def optimize(
     resume: bool = False,
     hnsw_graph: str = "reuse",
     verify: bool = True,
+    properties: Optional[dict[str, str]] = None,
 ) -> "LanceDataset": ...
 
 
@@ -367,6 +378,7 @@ def optimize(
     resume: bool = False,
     hnsw_graph: str = "reuse",
     verify: bool = True,
+    properties: Optional[dict[str, str]] = None,
 ) -> Any:
     """Merge the segments of a vector index into one, distributed, and
     commit once.
@@ -430,6 +442,11 @@ def optimize(
     verify : bool, default True
         Check every merge output before the commit (see :func:`run_plan`);
         an output that fails is never committed (:class:`CorruptError`).
+    properties : dict of str to str, optional
+        Key-values written into the commit's transaction next to the
+        package's (``lance_segmerge.version``, ``.verb``, ``.run`` = the
+        plan id); ``read_transaction`` and ``list_index_segments(
+        with_provenance=True)`` show them.
 
     Returns
     -------
@@ -455,7 +472,7 @@ def optimize(
     stats = execute_plan(
         pinned, plan, executor=executor, max_workers=max_workers, fan_in=fan_in, target_segments=target_segments,
         progress=progress, window_rows=window_rows, on_report=on_report, resume=resume, hnsw_graph=hnsw_graph,
-        verify=verify,
+        verify=verify, properties=properties,
     )
     return at_version(dataset, ds, stats.version, stats.dataset)
 

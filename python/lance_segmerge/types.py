@@ -22,6 +22,7 @@ from ._fields import Codec, spec
 from ._handles import DatasetHandle, resolve
 from ._validate import (
     _I32,
+    _mapping,
     _MAX_MS,
     _U32,
     _int,
@@ -135,6 +136,26 @@ def _format_version(expected: int, what_type: str) -> Any:
 
 
 _OPT_U64 = opt_int_field()
+
+
+def _pairs(value: Any, what: str) -> tuple[tuple[str, str], ...]:
+    """A check of key-value pairs (a dict becomes sorted pairs)."""
+    if isinstance(value, Mapping):
+        value = sorted(value.items())
+    pairs = seq_field(value, what)
+    for p in pairs:
+        if not (isinstance(p, tuple) and len(p) == 2 and all(isinstance(x, str) for x in p)):
+            raise InvalidInputError(f"{what} must be str key-value pairs, got {_show(p)}")
+    return pairs
+
+
+def _pairs_decode(value: Any, what: str) -> tuple[tuple[str, str], ...]:
+    if value is None:
+        return ()
+    return tuple(sorted(_mapping(value, what).items()))
+
+
+_PAIRS = Codec(dict, _pairs_decode, lambda v: tuple(sorted((v or {}).items())))
 _B64 = Codec(_b64, _unb64, _kernel_b64)
 _INTS_U32 = ints_field(0, _U32)
 
@@ -254,10 +275,16 @@ class IndexSegment:
         manifest (the segment's rows minus the live rows of the fragments
         it covers; low by the count of null vectors, which are not
         indexed).
+    committed_version, commit_operation, commit_properties : optional
+        Provenance (``list_index_segments(with_provenance=True)``): the
+        version whose commit first listed the segment, that commit's
+        operation and its transaction properties (what lance-segmerge
+        writes: the verb, the run, the version; a caller's key-values).
     """
 
-    #: The ``stats`` object of the JSON form is present when ``index_type`` is.
-    _groups: ClassVar[dict[str, str]] = {"stats": "index_type"}
+    #: The ``stats`` object of the JSON form is present when ``index_type``
+    #: is, ``provenance`` when ``committed_version`` is.
+    _groups: ClassVar[dict[str, str]] = {"stats": "index_type", "provenance": "committed_version"}
 
     uuid: str = spec(lambda v, w: _uuid(v, "IndexSegment uuid"), decode=required("uuid"))
     name: str = spec(str_field, decode=required("name"))
@@ -303,6 +330,11 @@ class IndexSegment:
         missing=SEGMENT_FORMAT_VERSION,
     )
     stale_rows: Optional[int] = spec(_OPT_U64, default=None, group="stats")
+    committed_version: Optional[int] = spec(_OPT_U64, default=None, group="provenance", key="version")
+    commit_operation: Optional[str] = spec(opt_str_field, default=None, group="provenance", key="operation")
+    commit_properties: tuple[tuple[str, str], ...] = spec(
+        _pairs, default=(), repr=False, group="provenance", key="properties", codec=_PAIRS
+    )
 
     def __post_init__(self) -> None:
         u = _uuid(self.uuid, "IndexSegment uuid")

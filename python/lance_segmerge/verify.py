@@ -134,7 +134,7 @@ def repair_index(
         if executor == "auto":
             executor = "local"  # rewrites are few; no cost model for them
         run = Run(ds, index_name, resolve_executor(executor, max_workers),
-                  executor=executor if isinstance(executor, str) else type(executor).__name__)
+                  executor=executor if isinstance(executor, str) else type(executor).__name__, verb="repair_index")
         with run:
             jobs = [{"dataset": ds, "index_name": index_name, "uuid": s.uuid, "depth": s.layout_depth,
                      "output_uuid": run.new_output(), "sample_rows": sample_rows, "seed": seed} for s in fixable]

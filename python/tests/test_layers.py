@@ -23,17 +23,17 @@ LAYERS: dict[str, int] = {}
 for _layer, _mods in enumerate(
     [
         # 0 leaves: errors, argument checks, field tables, display helpers
-        ["errors", "_validate", "_fields", "_args", "_display"],
+        ["errors", "_version", "_validate", "_fields", "_args", "_display"],
         # 1 the kernel boundary: the native module, Arrow C structs, dataset handles
         ["_native", "_ffi", "_cdata", "_handles"],
         # 2 values: segments, plans, models, reports
         ["types", "model", "reports"],
         # 3 single-call verbs (and what they share: progress, tree shapes, the journal, the cost model)
-        ["_progress", "api", "_build", "_verify", "tree", "_journal", "_costmodel"],
+        ["_progress", "api", "_build", "_verify", "_health", "tree", "_journal", "_costmodel"],
         # 4 execution: executors and their pool plumbing, job bodies, the run engine
         ["executors", "executors._pool", "executors.ray", "executors.dask", "_jobs", "_engine"],
         # 5 orchestrators
-        ["runs", "build", "verify", "maintain"],
+        ["runs", "build", "verify", "reindexing", "maintain"],
         # 6 UI (and the former module names kept as aliases)
         ["_cli", "plot", "demo", "__main__", "", "distributed"],
     ]

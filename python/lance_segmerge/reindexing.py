@@ -1,0 +1,351 @@
+"""reindex: retrain an index's model on today's data, rebuild every segment
+with it on workers, and swap the index for the rebuilt one in one commit,
+while writers go on (:func:`reindex`).
+
+The run is the build path of :func:`lance_segmerge.create_index` on the run
+engine, with three differences: the index exists (its kind and parameters
+are read from it, and the commit replaces every segment it had at the
+version the rebuild read); the run keeps a journal, so that a rerun after a
+crash reuses the segments that were built (with the model they were built
+with, read back from them); and rows appended while it ran are indexed
+afterwards by a catch-up delta built with the new model.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any, Mapping, Optional, Union
+
+from . import _jobs
+from ._args import checked
+from ._build import _build_segment, _train, fragment_rows, group_fragments, read_index_model, read_segment_model
+from ._engine import Run
+from ._handles import at_version
+from ._journal import RunJournal, read_journal
+from ._progress import OptimizeProgressArg
+from .api import Dataset, DatasetLike, _commit, _list, _plan, _plan_options, as_dataset, remove_uncommitted
+from .errors import InvalidInputError, NotFoundError, SegmergeError, UnsupportedError
+from .executors import Executor, resolve_executor
+from .model import IndexModel
+from .reports import OptimizeProgress
+from ._version import transaction_properties
+from .types import IndexSegment
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["reindex", "REBUILDABLE"]
+
+#: The index kinds a reindex rebuilds (the kinds the Go build writes).
+REBUILDABLE = ("IVF_FLAT", "IVF_SQ", "IVF_PQ", "IVF_RQ")
+
+
+@dataclass(frozen=True)
+class ReindexRun:
+    """What names a reindex run in its journal, as a MergePlan names a merge
+    run: the version it read, the segments it replaces, the id of its
+    parameters."""
+
+    dataset_uri: str
+    index_name: str
+    plan_id: str
+    read_version: int
+    sources: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ReindexStats:
+    """What one reindex did (maintain reports it)."""
+
+    read_version: int
+    version: int
+    segments_replaced: int
+    build_tasks: int
+    builds_reused: int
+    training_rows: int
+    catch_up_rows: int
+    model_hash: str
+    seconds: float
+
+
+@checked(converts=("dataset",))
+def reindex(
+    dataset: DatasetLike,
+    index_name: str,
+    *,
+    num_partitions: Optional[int] = None,
+    sample_rate: int = 256,
+    max_iters: int = 50,
+    seed: Optional[int] = None,
+    executor: Union[str, cf.Executor, Executor] = "auto",
+    max_workers: Optional[int] = None,
+    fragments_per_task: Optional[int] = None,
+    fan_in: int = 32,
+    target_segments: int = 1,
+    catch_up: bool = True,
+    resume: bool = True,
+    progress: OptimizeProgressArg = True,
+    window_rows: Optional[int] = None,
+    memory_bytes: Optional[int] = None,
+    properties: Optional[dict[str, str]] = None,
+    storage_options: Optional[Mapping[str, str]] = None,
+) -> Any:
+    """Retrain a vector index on today's data and swap it in one commit.
+
+    Reads the index's kind and parameters (metric, partitions, PQ
+    sub-vectors and bits, SQ and RQ bits), trains a new model on a sample of
+    the dataset at its latest version, builds fragment-scoped segments with
+    it on ``executor``'s workers, merges them with the tree merge, checks
+    them, and commits them as the replacement of every segment the index had
+    at that version: one new version, same index name. Queries that ran
+    before the commit used the old index; after it, the new one.
+
+    Writers may go on: rows appended while the rebuild runs are rebased over
+    by the commit and then, with ``catch_up`` (default), indexed by one more
+    segment built with the new model (rows appended after that stay
+    unindexed until the next maintenance, and pylance searches them
+    exhaustively meanwhile: none is lost). A writer that replaced or merged
+    the old segments, or compacted the fragments they cover, makes the
+    commit a :class:`ConflictError`; the old index stays as it was.
+
+    On failure, interrupt or crash the old index is untouched. With
+    ``resume`` (default) the run keeps a journal: the next ``reindex`` of
+    the same index with the same parameters reuses every segment it built
+    that still verifies (files complete, row ids exactly its fragments'),
+    with the model those were built with, and builds the rest.
+
+    Parameters
+    ----------
+    dataset : Dataset, str, os.PathLike or lance.LanceDataset
+        The dataset; a handle's version is the version rebuilt.
+    index_name : str
+        An IVF_FLAT, IVF_SQ, IVF_PQ or IVF_RQ index (IVF_HNSW_* are not
+        rebuilt yet: :class:`UnsupportedError`).
+    num_partitions : int, optional
+        Partitions of the new model; the index's count when omitted.
+    sample_rate, max_iters, seed
+        Training (:func:`lance_segmerge.train_index_model`).
+    executor, max_workers, fragments_per_task, fan_in, target_segments
+        The build and merge (see :func:`lance_segmerge.create_index`).
+        ``"auto"`` builds in process.
+    catch_up : bool, default True
+        Index the rows appended during the rebuild with one more segment.
+    resume : bool, default True
+        Keep a run journal and reuse a crashed run's built segments.
+    progress : bool or callable, default True
+        Build tasks are level 0 of :class:`OptimizeProgress`.
+    window_rows, memory_bytes : int, optional
+        Build memory bounds (see :func:`lance_segmerge.build_index_segment`).
+    properties : dict of str to str, optional
+        Key-values for the commit's transaction, next to the package's
+        (``lance_segmerge.verb`` = ``reindex``, ``.run``, ``.model`` (the
+        new model's hash), ``.previous_model``, ``.training_rows``,
+        ``.read_version``).
+    storage_options : dict of str to str, optional
+        For a URI.
+
+    Returns
+    -------
+    Dataset or lance.LanceDataset
+        The dataset at the last version this call committed, of the kind
+        given.
+    """
+    ds = as_dataset(dataset, storage_options)
+    out, _ = _reindex(ds, index_name, num_partitions=num_partitions, sample_rate=sample_rate, max_iters=max_iters,
+                      seed=seed, executor=executor, max_workers=max_workers, fragments_per_task=fragments_per_task,
+                      fan_in=fan_in, target_segments=target_segments, catch_up=catch_up, resume=resume,
+                      progress=progress, window_rows=window_rows, memory_bytes=memory_bytes, properties=properties)
+    return at_version(dataset, ds, out.version, out)
+
+
+def _run_key(ds: Dataset, index_name: str, sources: tuple[str, ...], params: Mapping[str, Any]) -> ReindexRun:
+    h = hashlib.sha256(json.dumps([ds.uri, index_name, ds.version, list(sources), dict(params)], sort_keys=True).encode())
+    return ReindexRun(ds.uri, index_name, "reindex-" + h.hexdigest()[:24], ds.version, sources)
+
+
+def _resume_version(ds: Dataset, index_name: str) -> Dataset:
+    """The version a crashed reindex read, when its journal is there and
+    every segment it was replacing is still committed; else ``ds``."""
+    old, _ = read_journal(ds, index_name)
+    if old is None or not str(old.get("plan_id", "")).startswith("reindex-"):
+        return ds
+    v = int(old.get("read_version") or 0)
+    if not 0 < v <= ds.version or v == ds.version:
+        return ds
+    live = {s.uuid for s in _list(ds, index_name, False)}
+    if not set(old.get("sources") or ()) <= live:
+        return ds
+    try:
+        pinned = ds.checkout(v)
+    except NotFoundError:  # the version was cleaned up since
+        return ds
+    logger.info("resuming the reindex of %s that read version %d (latest is %d)", index_name, v, ds.version)
+    return pinned
+
+
+def _reindex(
+    latest: Dataset,
+    index_name: str,
+    *,
+    num_partitions: Optional[int],
+    sample_rate: int,
+    max_iters: int,
+    seed: Optional[int],
+    executor: Any,
+    max_workers: Optional[int],
+    fragments_per_task: Optional[int],
+    fan_in: int,
+    target_segments: int,
+    catch_up: bool,
+    resume: bool,
+    progress: OptimizeProgressArg,
+    window_rows: Optional[int],
+    memory_bytes: Optional[int],
+    properties: Optional[dict[str, str]],
+) -> tuple[Dataset, ReindexStats]:
+    ds = _resume_version(latest, index_name) if resume else latest
+    segs = _list(ds, index_name, True)
+    kinds = {s.index_type for s in segs}
+    if len(kinds) != 1 or not kinds <= set(REBUILDABLE):
+        raise UnsupportedError(
+            f"reindex rebuilds {', '.join(REBUILDABLE)} indices; {index_name!r} has {', '.join(sorted(map(str, kinds)))} segments"
+        )
+    index_type = str(next(iter(kinds)))
+    column = _plan(ds, index_name, _plan_options(index_name, fan_in, None, None, True)).column
+    current = read_index_model(ds, index_name)
+    frags = fragment_rows(ds)
+    if not frags:
+        raise InvalidInputError("the dataset has no fragments to index")
+    if executor == "auto":
+        executor = "local"  # no cost model for builds yet
+    pool = resolve_executor(executor, max_workers)
+    workers = int(max_workers or getattr(getattr(pool, "_pool", None), "_max_workers", None) or 2)
+    groups = group_fragments(frags, fragments_per_task, workers)
+    params = {
+        "verb": "reindex", "index_type": index_type, "metric": current.metric,
+        "num_partitions": num_partitions or current.num_partitions, "num_sub_vectors": current.num_sub_vectors,
+        "num_bits": current.num_bits, "sample_rate": sample_rate, "max_iters": max_iters, "seed": seed,
+        "groups": groups, "fan_in": fan_in, "target_segments": target_segments,
+    }
+    key = _run_key(ds, index_name, tuple(s.uuid for s in segs), params)
+    journal = RunJournal.start(ds, key, params) if resume else None
+    run = Run(ds, index_name, pool, executor=executor if isinstance(executor, str) else type(executor).__name__,
+              progress=progress, merge_options={"requantize_sq": False, **({"window_rows": window_rows} if window_rows else {})},
+              journal=journal, verb="reindex", run_id=key.plan_id, properties=properties)
+    with run:
+        reused: dict[int, IndexSegment] = {}
+        model: Optional[IndexModel] = None
+        if journal is not None:
+            for i, g in enumerate(groups):
+                seg = journal.reuse_build(column, g)
+                if seg is not None:
+                    reused[i] = seg
+                    run.created.append(seg.uuid)  # merged away, or kept by the commit
+            model = _model_of(ds, list(reused.values()))
+            if model is None:
+                for i in list(reused):  # built with different models: start afresh
+                    journal.discard_build(groups[i], "the run's outputs hold different models")
+                    del reused[i]
+        if model is None:
+            model = _train(
+                ds, column, index_type, metric=current.metric, num_partitions=params["num_partitions"],
+                num_sub_vectors=current.num_sub_vectors or None, num_bits=current.num_bits or None,
+                sample_rate=sample_rate, max_iters=max_iters, fragment_ids=None, seed=seed,
+            )
+        else:
+            logger.info("reindex of %s: %d of %d builds reused from the journal, with their model %s",
+                        index_name, len(reused), len(groups), model.content_hash[:12])
+        jobs = []
+        todo = []
+        for i, g in enumerate(groups):
+            if i in reused:
+                continue
+            out = run.new_output()
+            if journal is not None:
+                journal.planned_build(g, out)
+            jobs.append({"dataset": ds, "column": column, "index_type": index_type, "fragment_ids": g, "model": model,
+                         "name": index_name, "index_uuid": out, "window_rows": window_rows, "memory_bytes": memory_bytes})
+            todo.append(i)
+        if journal is not None:
+            journal.flush()
+        done = [len(reused)]
+        run.report(OptimizeProgress(0, done[0], len(groups), len(groups)))
+
+        def on_done(_: int) -> None:
+            done[0] += 1
+            run.report(OptimizeProgress(0, done[0], len(groups), len(groups)))
+
+        built = dict(reused)
+        results = run.batch(_jobs.build_task, jobs, on_done=on_done,
+                            describe=lambda k: f"build of fragments {jobs[k]['fragment_ids']} (output {jobs[k]['index_uuid']})")
+        for k, r in enumerate(results):
+            seg = IndexSegment._from_kernel(r)
+            built[todo[k]] = seg
+            if journal is not None:
+                journal.done_build(groups[todo[k]], seg)
+        final = run.reduce([built[i] for i in range(len(groups))], fan_in, target_segments)
+        training_rows = int(dict(model.params).get("sample_rows", 0) or 0)
+        facts = {"model": model.content_hash[:16], "previous_model": current.content_hash[:16],
+                 "training_rows": training_rows or None, "read_version": ds.version}
+        out = run.commit(index_name, column, final, replaces=[s.uuid for s in segs], verify=True, facts=facts)
+    logger.info("reindex of %s: %d segments replaced by %d at version %d (%d builds, %d reused)",
+                index_name, len(segs), len(final), out.version, len(groups), len(reused))
+    caught = 0
+    if catch_up:
+        out, caught = _catch_up(out, index_name, column, index_type, model, key.plan_id, properties,
+                                window_rows=window_rows, memory_bytes=memory_bytes)
+    stats = ReindexStats(read_version=ds.version, version=out.version, segments_replaced=len(segs), build_tasks=len(groups),
+                         builds_reused=len(reused), training_rows=training_rows, catch_up_rows=caught,
+                         model_hash=model.content_hash, seconds=run.stats.seconds)
+    return out, stats
+
+
+def _model_of(ds: Dataset, segments: list[IndexSegment]) -> Optional[IndexModel]:
+    """The one model the segments were built with, or None (none given, or
+    they disagree)."""
+    if not segments:
+        return None
+    models = {m.content_hash: m for m in (read_segment_model(ds, s) for s in segments)}
+    return next(iter(models.values())) if len(models) == 1 else None
+
+
+def _catch_up(
+    out: Dataset,
+    index_name: str,
+    column: str,
+    index_type: str,
+    model: IndexModel,
+    run_id: str,
+    properties: Optional[dict[str, str]],
+    *,
+    window_rows: Optional[int],
+    memory_bytes: Optional[int],
+) -> tuple[Dataset, int]:
+    """Index the fragments appended while the rebuild ran (at the latest
+    version) with one segment built with the new model; commits it as a
+    delta. Returns the dataset after it and the rows it indexed."""
+    latest = out.checkout()
+    covered: set[int] = set()
+    for s in _list(latest, index_name, False):
+        covered.update(s.fragment_ids)
+    todo = [(f, n) for f, n in fragment_rows(latest) if f not in covered and n > 0]
+    if not todo:
+        return out, 0
+    seg = _build_segment(latest, column, index_type, [f for f, _ in todo], model, name=index_name,
+                         window_rows=window_rows, memory_bytes=memory_bytes)
+    props = transaction_properties("reindex", run_id, properties, catch_up="true", model=model.content_hash[:16])
+    try:
+        done = _commit(latest, index_name, column, [seg], None, properties=props)
+    except BaseException:
+        try:
+            remove_uncommitted(latest, [seg.uuid])
+        except SegmergeError as exc:  # e.g. the commit landed before an interrupt
+            logger.warning("could not remove the catch-up segment %s: %s", seg.uuid, exc)
+        raise
+    rows = sum(n for _, n in todo)
+    logger.info("reindex of %s: caught up %d rows of %d fragments appended meanwhile (version %d)",
+                index_name, rows, len(todo), done.version)
+    return done, rows

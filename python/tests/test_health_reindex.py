@@ -1,0 +1,338 @@
+"""Drift and retraining against real Lance: health names a drifted index
+(and not a healthy one), reindex retrains and swaps it in one commit that
+pylance reads, with the recall of pylance's own fresh build, survives
+SIGKILL and concurrent appends with nothing lost, maintain(retrain="auto")
+acts on the verdict, and every commit records its provenance in the
+transaction pylance reads."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import lance_segmerge as ls
+
+DIM = 32
+CENTERS = 16
+BASE_ROWS = 8000
+APPEND_ROWS = 1500
+APPENDS = 4
+NPROBES = 4
+
+
+def _centers() -> np.ndarray:
+    return (np.random.default_rng(7).normal(size=(CENTERS, DIM)) * 3).astype(np.float32)
+
+
+def _draw(n: int, shift: float, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    c = _centers()[rng.integers(0, CENTERS, n)] + shift
+    return (c + rng.normal(size=(n, DIM))).astype(np.float32)
+
+
+def _table(x: np.ndarray, start: int) -> pa.Table:
+    return pa.table({"id": pa.array(np.arange(start, start + len(x), dtype=np.int64)),
+                     "vec": pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), DIM)})
+
+
+def _write(uri: str, shift: float) -> np.ndarray:
+    """A base index (IVF_PQ, 16 partitions, trained on the base rows) and
+    one pylance optimize delta per append; appends move by ``shift`` each."""
+    parts = [_draw(BASE_ROWS, 0.0, 1)]
+    ds = lance.write_dataset(_table(parts[0], 0), uri)
+    ds.create_index("vec", "IVF_PQ", num_partitions=16, num_sub_vectors=8)
+    n = BASE_ROWS
+    for i in range(APPENDS):
+        x = _draw(APPEND_ROWS, shift * (i + 1), 10 + i)
+        parts.append(x)
+        ds = lance.write_dataset(_table(x, n), uri, mode="append")
+        ds.optimize.optimize_indices(num_indices_to_merge=0)
+        n += len(x)
+    return np.concatenate(parts)
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    root = tmp_path_factory.mktemp("drift")
+    out = {}
+    for name, shift in (("drifted", 1.5), ("steady", 0.0)):
+        uri = str(root / name)
+        out[name] = (uri, _write(uri, shift))
+    return out
+
+
+@pytest.fixture
+def copy(made, tmp_path):
+    n = [0]
+
+    def make(name: str) -> tuple[str, np.ndarray]:
+        uri, vecs = made[name]
+        n[0] += 1
+        dst = str(tmp_path / f"{name}{n[0]}")
+        shutil.copytree(uri, dst)
+        return dst, vecs
+
+    return make
+
+
+def _recall_recent(ds: lance.LanceDataset, vecs: np.ndarray, k: int = 10, nq: int = 100) -> float:
+    """recall@k at NPROBES of queries drawn from the newest rows, against
+    numpy brute force over every row."""
+    qs = vecs[-nq * 13 :: 13][:nq]
+    hit = 0
+    for q in qs:
+        truth = set(np.argsort(((vecs - q) ** 2).sum(axis=1))[:k].tolist())
+        got = ds.to_table(nearest={"column": "vec", "q": q, "k": k, "nprobes": NPROBES}, columns=["id"])["id"].to_pylist()
+        hit += len(truth & set(got))
+    return hit / (k * len(qs))
+
+
+def _indexed_rows(uri: str) -> int:
+    return sum(s.num_rows or 0 for s in ls.open(uri).list_index_segments("vec_idx"))
+
+
+# -- health ------------------------------------------------------------------------
+
+
+def test_health_names_the_drifted_index_and_not_the_steady_one(copy):
+    drifted, _ = copy("drifted")
+    steady, _ = copy("steady")
+    bad = ls.health(drifted, "vec_idx")
+    good = ls.health(steady, "vec_idx")
+    assert bad.verdict == "retrain", bad.to_text()
+    assert bad.reasons and bad.needs_retrain
+    assert bad.recall_drop > good.recall_drop + 0.1
+    assert bad.residual_ratio > 1.35 > good.residual_ratio
+    assert good.verdict == "ok", good.to_text()
+    for rep in (bad, good):
+        assert rep.index_type == "IVF_PQ" and rep.metric == "l2" and rep.column == "vec"
+        assert rep.num_rows == BASE_ROWS + APPENDS * APPEND_ROWS and rep.unindexed_rows == 0
+        assert rep.rows_since_training == APPENDS * APPEND_ROWS
+        assert rep.training_version == 1
+        assert len(rep.segments) == 1 + APPENDS
+        assert sum(s.num_rows for s in rep.segments) == rep.num_rows
+        assert rep.num_partitions == 16 and rep.partition_cv >= 0 and rep.partition_max_over_mean >= 1
+        assert dict(rep.thresholds)["recall_drop_retrain"] > 0
+        # A table, JSON both ways.
+        assert rep.to_arrow().num_rows == len(rep.segments)
+        assert ls.HealthReport.from_json(rep.to_json()) == rep
+
+
+def test_health_counts_unindexed_rows_and_refuses_bad_arguments(copy):
+    uri, vecs = copy("steady")
+    lance.write_dataset(_table(_draw(300, 0.0, 99), len(vecs)), uri, mode="append")
+    rep = ls.health(uri, "vec_idx", sample_rows=4000, queries=16)
+    assert rep.unindexed_rows == 300
+    assert rep.sample_rows <= 4000 and rep.queries == 16
+    with pytest.raises(ls.NotFoundError):
+        ls.health(uri, "no_such_idx")
+    with pytest.raises(ls.InvalidInputError, match="sample_rows"):
+        ls.health(uri, "vec_idx", sample_rows=0)
+    with pytest.raises(ls.InvalidInputError, match="k"):
+        ls.health(uri, "vec_idx", k=-1)
+
+
+def test_health_cli(copy):
+    drifted, _ = copy("drifted")
+    steady, _ = copy("steady")
+    env = dict(os.environ)
+    run = [sys.executable, "-m", "lance_segmerge", "health"]
+    bad = subprocess.run(run + [drifted, "--index", "vec_idx", "--json"], capture_output=True, text=True, env=env)
+    assert bad.returncode == 11, bad.stderr
+    assert json.loads(bad.stdout)["verdict"] == "retrain"
+    good = subprocess.run(run + [steady, "--index", "vec_idx"], capture_output=True, text=True, env=env)
+    assert good.returncode == 0, good.stderr
+    assert "verdict: ok" in good.stdout
+
+
+# -- reindex -------------------------------------------------------------------------
+
+
+def test_reindex_recovers_the_recall_of_a_fresh_pylance_build(copy, tmp_path):
+    uri, vecs = copy("drifted")
+    before = _recall_recent(lance.dataset(uri), vecs)
+    old = {s.uuid for s in ls.open(uri).list_index_segments("vec_idx")}
+    v0 = lance.dataset(uri).version
+
+    out = ls.reindex(lance.dataset(uri), "vec_idx", progress=False, seed=3)
+    assert out.version == v0 + 1  # one commit; nothing was appended meanwhile
+    ds = lance.dataset(uri)
+    ours = _recall_recent(ds, vecs)
+    segs = ls.open(uri).list_index_segments("vec_idx")
+    assert not ({s.uuid for s in segs} & old)
+    assert sum(s.num_rows for s in segs) == ds.count_rows()
+    assert [i.name for i in ds.describe_indices()] == ["vec_idx"]
+    ds.validate()
+
+    # pylance's own fresh build of the same table, same parameters.
+    fresh = str(tmp_path / "fresh")
+    shutil.copytree(uri, fresh)  # the same data
+    fds = lance.dataset(fresh)
+    fds.create_index("vec", "IVF_PQ", num_partitions=16, num_sub_vectors=8, replace=True)
+    theirs = _recall_recent(lance.dataset(fresh), vecs)
+    print(f"recall@10 of recent rows at nprobes={NPROBES}: before {before:.3f}, reindex {ours:.3f}, pylance fresh {theirs:.3f}")
+    # k-means from different seeds moves recall by about ±0.04 here
+    # (measured over 5 seeds each: ours 0.527, pylance 0.521 on average).
+    assert ours >= theirs - 0.06, (ours, theirs)
+    assert ours > before + 0.1, (ours, before)
+    assert ls.health(uri, "vec_idx").verdict != "retrain"
+
+
+def test_reindex_records_provenance_that_pylance_reads(copy):
+    uri, _ = copy("drifted")
+    out = ls.reindex(uri, "vec_idx", progress=False, properties={"ticket": "OPS-1"})
+    tx = lance.dataset(uri).read_transaction(out.version)
+    props = dict(tx.transaction_properties or {})
+    assert props["lance_segmerge.verb"] == "reindex" and props["ticket"] == "OPS-1"
+    assert props["lance_segmerge.version"] == ls.__version__
+    assert props["lance_segmerge.run"].startswith("reindex-")
+    assert len(props["lance_segmerge.model"]) == 16 and props["lance_segmerge.model"] != props["lance_segmerge.previous_model"]
+    assert int(props["lance_segmerge.training_rows"]) > 0
+    segs = ls.open(uri).list_index_segments("vec_idx", with_provenance=True)
+    assert [s.committed_version for s in segs] == [out.version]
+    assert segs[0].commit_operation == "CreateIndex" and dict(segs[0].commit_properties) == props
+    # Round trip of the provenance group.
+    assert ls.IndexSegment.from_dict(segs[0].to_dict()) == segs[0]
+    # Bad properties are refused before anything runs.
+    v = lance.dataset(uri).version
+    for bad in ({"lance_segmerge.verb": "x"}, {"k": 1}, {"": "v"}, ["k", "v"]):
+        with pytest.raises(ls.InvalidInputError, match="propert"):
+            ls.reindex(uri, "vec_idx", progress=False, properties=bad)
+    assert lance.dataset(uri).version == v
+
+
+def test_optimize_and_commit_record_provenance(copy):
+    uri, _ = copy("steady")
+    ds = ls.optimize(uri, "vec_idx", progress=False, properties={"job": "nightly"})
+    props = dict(lance.dataset(uri).read_transaction(ds.version).transaction_properties or {})
+    assert props["lance_segmerge.verb"] == "optimize" and props["job"] == "nightly"
+    plan_segs = ls.open(uri).list_index_segments("vec_idx", with_provenance=True)
+    assert dict(plan_segs[0].commit_properties)["lance_segmerge.run"] == props["lance_segmerge.run"]
+    # pylance's own commits carry none of ours.
+    lance.write_dataset(_table(_draw(200, 0.0, 5), 10**6), uri, mode="append")
+    lance.dataset(uri).optimize.optimize_indices(num_indices_to_merge=0)
+    segs = ls.open(uri).list_index_segments("vec_idx", with_provenance=True)
+    theirs = [s for s in segs if s.uuid != plan_segs[0].uuid]
+    assert theirs and not any(k.startswith("lance_segmerge.") for k, _ in theirs[0].commit_properties)
+    # A caller's commit of uncommitted segments.
+    seg = ls.build_index_segment(uri, "vec", "IVF_PQ", [lance.dataset(uri).get_fragments()[-1].fragment_id],
+                                 ls.read_index_model(uri, "vec_idx"), name="vec_idx")
+    with pytest.raises(ls.InvalidInputError):
+        ls.commit_existing_index_segments(uri, "vec_idx", "vec", [seg], replaces=[theirs[0].uuid], properties={"a": 1})
+    out = ls.commit_existing_index_segments(uri, "vec_idx", "vec", [seg], replaces=[theirs[0].uuid], properties={"a": "b"})
+    props = dict(lance.dataset(uri).read_transaction(out.version).transaction_properties or {})
+    assert props["lance_segmerge.verb"] == "commit" and props["a"] == "b"
+
+
+CHILD = r"""
+import os, signal, sys
+import lance_segmerge as ls
+uri = sys.argv[1]
+def progress(p):
+    if p.level == 0 and p.tasks_done >= 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+ls.reindex(uri, "vec_idx", fragments_per_task=1, progress=progress, seed=11)
+"""
+
+
+def test_reindex_survives_sigkill_and_resumes(copy, caplog):
+    uri, vecs = copy("drifted")
+    before = lance.dataset(uri)
+    old = [s.uuid for s in ls.open(uri).list_index_segments("vec_idx")]
+    p = subprocess.run([sys.executable, "-c", CHILD, uri], capture_output=True, text=True)
+    assert p.returncode == -signal.SIGKILL, p.stderr[-2000:]
+    # The old index is untouched; pylance queries it.
+    after = lance.dataset(uri)
+    assert after.version == before.version
+    assert [s.uuid for s in ls.open(uri).list_index_segments("vec_idx")] == old
+    after.to_table(nearest={"column": "vec", "q": vecs[0], "k": 5})
+    # The rerun reuses the finished builds (same parameters) and commits.
+    with caplog.at_level(logging.INFO, logger="lance_segmerge"):
+        out = ls.reindex(uri, "vec_idx", fragments_per_task=1, progress=False, seed=11)
+    reused = [r.getMessage() for r in caplog.records if "reused from the journal" in r.getMessage()]
+    assert reused and not reused[0].startswith("reindex of vec_idx: 0 of"), reused
+    assert out.version == before.version + 1
+    ds = lance.dataset(uri)
+    assert _indexed_rows(uri) == ds.count_rows()
+    ds.validate()
+    # Nothing is left behind: every directory under _indices is referenced
+    # by some version.
+    assert ls.cleanup(uri, older_than=0, dry_run=True) == []
+
+
+def test_reindex_catches_up_rows_appended_while_it_runs(copy):
+    uri, vecs = copy("drifted")
+    extra = _draw(700, 9.0, 77)
+    start = len(vecs)
+    appended = []
+
+    def progress(p):
+        if p.level == 0 and not appended:
+            lance.write_dataset(_table(extra, start), uri, mode="append")
+            appended.append(True)
+
+    v0 = lance.dataset(uri).version
+    out = ls.reindex(uri, "vec_idx", progress=progress, fragments_per_task=2)
+    assert appended
+    ds = lance.dataset(uri)
+    # The append, the swap, the catch-up delta.
+    assert out.version == ds.version == v0 + 3
+    assert ds.count_rows() == start + len(extra)
+    assert _indexed_rows(uri) == ds.count_rows()
+    segs = ls.open(uri).list_index_segments("vec_idx", with_provenance=True)
+    assert len(segs) == 2
+    caught = [s for s in segs if dict(s.commit_properties).get("lance_segmerge.catch_up") == "true"]
+    assert len(caught) == 1 and caught[0].num_rows == len(extra)
+    # The appended rows are found through the index.
+    for i in (0, 350, 699):
+        got = ds.to_table(nearest={"column": "vec", "q": extra[i], "k": 10, "nprobes": 16}, columns=["id"])["id"].to_pylist()
+        assert start + i in got
+    ds.validate()
+
+
+def test_reindex_refuses_what_it_cannot_rebuild(tmp_path):
+    uri = str(tmp_path / "hnsw")
+    ds = lance.write_dataset(_table(_draw(2000, 0.0, 3), 0), uri)
+    ds.create_index("vec", "IVF_HNSW_SQ", num_partitions=2)
+    v = lance.dataset(uri).version
+    with pytest.raises(ls.UnsupportedError, match="IVF_HNSW_SQ"):
+        ls.reindex(uri, "vec_idx", progress=False)
+    assert lance.dataset(uri).version == v
+    with pytest.raises(ls.NotFoundError):
+        ls.reindex(uri, "nope_idx", progress=False)
+
+
+# -- maintain(retrain=...) -------------------------------------------------------------
+
+
+def test_maintain_retrains_when_health_says_so(copy, caplog):
+    drifted, vecs = copy("drifted")
+    steady, _ = copy("steady")
+    before = _recall_recent(lance.dataset(drifted), vecs)
+    rep = ls.maintain(drifted, "vec_idx", retrain="auto", executor="local")
+    assert rep.health_verdict == "retrain" and rep.health_reasons and rep.reindexed
+    assert rep.reindex_version > 0 and rep.reindex_seconds > 0
+    assert _recall_recent(lance.dataset(drifted), vecs) > before + 0.1
+    assert ls.MaintainReport.from_json(rep.to_json()) == rep
+    assert "reindexed" in rep.to_text()
+
+    calm = ls.maintain(steady, "vec_idx", retrain="auto", executor="local")
+    assert calm.health_verdict == "ok" and not calm.reindexed
+
+    budget, _ = copy("drifted")
+    with caplog.at_level(logging.WARNING, logger="lance_segmerge"):
+        small = ls.maintain(budget, "vec_idx", retrain="auto", retrain_max_rows=100, executor="local")
+    assert small.health_verdict == "retrain" and not small.reindexed
+    assert any("retrain_max_rows" in r.getMessage() for r in caplog.records)
+    with pytest.raises(ls.InvalidInputError, match="retrain"):
+        ls.maintain(budget, "vec_idx", retrain="sometimes")
