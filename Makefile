@@ -27,7 +27,7 @@ PY_DEPS := pybindgen==0.22.1 "setuptools>=68" wheel \
            "moto[server]>=5.1" boto3 "matplotlib>=3.8" \
            "pandas>=2.0" "ipywidgets>=8.1" "nbclient>=0.10" "nbformat>=5.9" "ipykernel>=6.29"
 
-.PHONY: all venv build test test-go test-py vet demo notebook bench bench-scale proto fuzz clean emulators
+.PHONY: all venv build test test-go test-py vet demo notebook bench bench-scale bench-drift proto fuzz clean emulators
 
 all: build
 
@@ -106,6 +106,13 @@ bench: build
 SCALE_PRESET ?= partitions
 bench-scale: build
 	PYTHONPATH=python $(PY) bench/bench_scale.py --preset $(SCALE_PRESET)
+
+# Recall on moving data (bench/drift.py, issue 29): 50 appends, pylance's
+# optimize_indices against maintain with and without retrain="auto"
+# (about 10 minutes on 2 cores); DRIFT_PRESET=smoke for seconds.
+DRIFT_PRESET ?= default
+bench-drift: build
+	PYTHONPATH=python $(PY) bench/drift.py --preset $(DRIFT_PRESET)
 
 # Regenerate the protobuf Go code (needs protoc, e.g. Debian's
 # protobuf-compiler). The generated files are committed.

@@ -34,7 +34,7 @@ from .errors import (
 )
 from ._health import health
 from .maintain import maintain
-from .plot import plot_merge_tree, plot_partition_sizes, plot_segment_sizes
+from .plot import plot_health, plot_merge_tree, plot_partition_sizes, plot_segment_sizes
 from .reports import (
     HealthReport,
     MaintainReport,
@@ -70,6 +70,7 @@ __all__ = [
     "plot_segment_sizes",
     "plot_partition_sizes",
     "plot_merge_tree",
+    "plot_health",
     "MergeTree",
     "TreeTask",
     "OptimizeReport",

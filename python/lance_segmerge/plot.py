@@ -12,6 +12,9 @@ result; ``fig.savefig("x.png")`` writes them (the CLI's ``--plot FILE``).
   an index; imbalance is what slows queries down.
 - :func:`plot_merge_tree`: the tree of merges a plan and
   ``optimize(fan_in=...)`` will run (or ran), level by level.
+- :func:`plot_health`: an index's drift (:func:`lance_segmerge.health`):
+  recall and residuals of training-era against recent rows, and each
+  segment's partition skew.
 """
 
 from __future__ import annotations
@@ -22,14 +25,14 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 from ._display import plural
 from .errors import InvalidInputError
-from .reports import MergeTree, OptimizeReport
+from .reports import HealthReport, MergeTree, OptimizeReport
 from .tree import merge_tree
 from .types import IndexSegment, MergePlan, SegmentList, _imbalance
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
 
-__all__ = ["plot_segment_sizes", "plot_partition_sizes", "plot_merge_tree", "save"]
+__all__ = ["plot_segment_sizes", "plot_partition_sizes", "plot_merge_tree", "plot_health", "save"]
 
 logger = logging.getLogger(__name__)
 
@@ -323,6 +326,51 @@ def plot_merge_tree(
     shape = " → ".join([str(len(tree.sources))] + [str(lv["segments_out"]) for lv in summary])
     how = "estimated" if tree.estimated else f"ran in {sum(tree.level_seconds):.2f}s"
     fig.suptitle(title or f"merge tree of {tree.index_name}, fan_in {tree.fan_in}: {shape} segments ({how})")
+    return fig
+
+
+def plot_health(report: HealthReport) -> "Figure":
+    """An index's drift, from :func:`lance_segmerge.health`: on the left,
+    estimated recall@k and mean distance to the nearest centroid of
+    training-era rows against recent rows (the verdict in the title); on
+    the right, each segment's partition skew (coefficient of variation) by
+    the version it was built at, with the index's overall skew as a line.
+
+    Parameters
+    ----------
+    report : HealthReport
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+    """
+    if not isinstance(report, HealthReport):
+        raise InvalidInputError(f"plot_health takes a HealthReport (lance_segmerge.health), got {type(report).__name__}")
+    fig, (left, right) = _figure(10, 3.6, 2)
+    eras = ("training era", "recent")
+    recall = [max(report.recall_trained, 0.0), max(report.recall_recent, 0.0)]
+    bars = left.bar([0, 1], recall, width=0.35, color=[BEFORE[0], AFTER[0]], label=f"recall@{report.k}")
+    left.set_xticks([0, 1], eras)
+    left.set_ylim(0, 1.05)
+    left.set_ylabel(f"recall@{report.k} (nprobes={report.nprobes})")
+    for b, v in zip(bars, recall):
+        left.annotate(f"{v:.3f}", (b.get_x() + b.get_width() / 2, v), ha="center", va="bottom", fontsize=8)
+    if report.residual_trained > 0 and report.residual_recent >= 0:
+        twin = left.twinx()
+        twin.plot([0, 1], [report.residual_trained, report.residual_recent], "o--", color="grey", label="residual")
+        twin.set_ylim(0, max(report.residual_trained, report.residual_recent) * 1.3)
+        twin.set_ylabel("mean distance to nearest centroid")
+    left.set_title(f"{report.index_name}: {report.verdict} (recall drop {report.recall_drop:.3f}, "
+                   f"residual ratio {report.residual_ratio:.2f})", fontsize=9)
+    segs = list(report.segments)
+    right.bar(range(len(segs)), [s.partition_cv for s in segs], color=[BEFORE[i % 2] for i in range(len(segs))])
+    right.axhline(report.partition_cv, color=AFTER[0], lw=1, label=f"index: {report.partition_cv:.2f}")
+    right.set_xticks(range(len(segs)), [f"v{s.dataset_version}" for s in segs], rotation=90 if len(segs) > 12 else 0,
+                     fontsize=7)
+    right.set_ylabel("partition size CV")
+    right.set_title(f"{plural(len(segs), 'segment')}, {report.num_partitions} partitions; "
+                    f"{report.share_since_training:.0%} of rows since training", fontsize=9)
+    right.legend(fontsize=8)
     return fig
 
 

@@ -224,9 +224,10 @@ def _reindex(
     pool = resolve_executor(executor, max_workers)
     workers = int(max_workers or getattr(getattr(pool, "_pool", None), "_max_workers", None) or 2)
     groups = group_fragments(frags, fragments_per_task, workers)
-    params = {
+    partitions = int(num_partitions or current.num_partitions)
+    params: dict[str, Any] = {
         "verb": "reindex", "index_type": index_type, "metric": current.metric,
-        "num_partitions": num_partitions or current.num_partitions, "num_sub_vectors": current.num_sub_vectors,
+        "num_partitions": partitions, "num_sub_vectors": current.num_sub_vectors,
         "num_bits": current.num_bits, "sample_rate": sample_rate, "max_iters": max_iters, "seed": seed,
         "groups": groups, "fan_in": fan_in, "target_segments": target_segments,
     }
@@ -251,7 +252,7 @@ def _reindex(
                     del reused[i]
         if model is None:
             model = _train(
-                ds, column, index_type, metric=current.metric, num_partitions=params["num_partitions"],
+                ds, column, index_type, metric=current.metric, num_partitions=partitions,
                 num_sub_vectors=current.num_sub_vectors or None, num_bits=current.num_bits or None,
                 sample_rate=sample_rate, max_iters=max_iters, fragment_ids=None, seed=seed,
             )
@@ -263,11 +264,11 @@ def _reindex(
         for i, g in enumerate(groups):
             if i in reused:
                 continue
-            out = run.new_output()
+            output = run.new_output()
             if journal is not None:
-                journal.planned_build(g, out)
+                journal.planned_build(g, output)
             jobs.append({"dataset": ds, "column": column, "index_type": index_type, "fragment_ids": g, "model": model,
-                         "name": index_name, "index_uuid": out, "window_rows": window_rows, "memory_bytes": memory_bytes})
+                         "name": index_name, "index_uuid": output, "window_rows": window_rows, "memory_bytes": memory_bytes})
             todo.append(i)
         if journal is not None:
             journal.flush()

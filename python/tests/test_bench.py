@@ -169,3 +169,24 @@ def test_cost_model_fits_each_sweep() -> None:
     old = [(dl, r, P0, t) for dl, r, p, t in pts if p == P0]
     _, ob, _, od = cm.fit(old, R0, D0, P0, -1)
     assert od == 0 and ob == pytest.approx(b + d * P0, rel=1e-6)
+
+
+@pytest.mark.slow
+def test_bench_drift_smoke(tmp_path):
+    """The drift benchmark (issue 29) runs end to end at a tiny scale and
+    reports recall per step for every contender and the reindex's cost
+    against pylance's create_index."""
+    out = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "drift.py"), "--preset", "smoke", "--appends", "3", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    (report,) = tmp_path.glob("drift-smoke-*.json")
+    res = json.loads(report.read_text())
+    assert len(res["steps"]) == 3
+    for s in res["steps"]:
+        for c in ("fresh", "pylance", "ours", "ours-auto"):
+            assert 0.0 <= s[c] <= 1.0 and s[f"{c}_segments"] >= 1
+        assert s["health"] in ("ok", "degrading", "retrain")
+    assert res["reindex_seconds"] > 0 and res["pylance_create_index_seconds"] > 0
+    assert "retrain=auto" in (tmp_path / report.name.replace(".json", ".md")).read_text()

@@ -128,6 +128,19 @@ def test_health_names_the_drifted_index_and_not_the_steady_one(copy):
         assert ls.HealthReport.from_json(rep.to_json()) == rep
 
 
+def test_plot_health(copy):
+    pytest.importorskip("matplotlib")
+    uri, _ = copy("drifted")
+    rep = ls.health(uri, "vec_idx")
+    fig = ls.plot_health(rep)
+    left, right = fig.axes[0], fig.axes[1]
+    assert "retrain" in left.get_title()
+    assert [round(b.get_height(), 6) for b in left.patches] == [round(rep.recall_trained, 6), round(rep.recall_recent, 6)]
+    assert len(right.patches) == len(rep.segments)
+    with pytest.raises(ls.InvalidInputError):
+        ls.plot_health("not a report")  # type: ignore[arg-type]
+
+
 def test_health_counts_unindexed_rows_and_refuses_bad_arguments(copy):
     uri, vecs = copy("steady")
     lance.write_dataset(_table(_draw(300, 0.0, 99), len(vecs)), uri, mode="append")
@@ -336,3 +349,18 @@ def test_maintain_retrains_when_health_says_so(copy, caplog):
     assert any("retrain_max_rows" in r.getMessage() for r in caplog.records)
     with pytest.raises(ls.InvalidInputError, match="retrain"):
         ls.maintain(budget, "vec_idx", retrain="sometimes")
+
+
+def test_the_drift_example_names_the_drifted_index(tmp_path):
+    """examples/drift.py, as a user runs it: health says retrain on the
+    drifted index, and reindex brings the recall of the newest rows back."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run([sys.executable, os.path.join(root, "examples", "drift.py"), str(tmp_path)],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    before, after = out.stdout.split("\nreindexed:")
+    assert "verdict: retrain" in before and "verdict: retrain" not in after
+    r0 = float(before.split("nprobes=4: ")[1].split()[0])
+    r1 = float(after.split("nprobes=4: ")[1].split()[0])
+    assert r1 > r0 + 0.15, (r0, r1)
+    assert "'lance_segmerge.verb': 'reindex'" in after
