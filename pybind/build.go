@@ -9,6 +9,7 @@ import (
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/modelio"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/segment"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/train"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/vecdata"
@@ -68,13 +69,9 @@ func BuildSegment(opID, uri, optionsJSON string, version int, modelJSON, buildOp
 func ReadIndexModel(uri, optionsJSON string, version int, indexName, ptrsJSON string) (out string, err error) {
 	defer recoverTo(&err)
 	ctx := context.Background()
-	st, snap, err := openSnapshot(ctx, uri, optionsJSON, version)
+	st, snap, ptrs, err := openForModel(ctx, uri, optionsJSON, version, ptrsJSON)
 	if err != nil {
 		return "", tagged(err)
-	}
-	var ptrs modelio.ArrayPtrs
-	if err := json.Unmarshal([]byte(ptrsJSON), &ptrs); err != nil {
-		return "", tagged(fmt.Errorf("%w: array pointers: %w", errkind.InvalidInput, err))
 	}
 	var found bool
 	for _, im := range snap.Indices {
@@ -92,6 +89,20 @@ func ReadIndexModel(uri, optionsJSON string, version int, indexName, ptrsJSON st
 		return "", tagged(fmt.Errorf("%w: the dataset has no index %q", errkind.NotFound, indexName))
 	}
 	return "", nil
+}
+
+// openForModel opens a dataset version and decodes the C struct addresses
+// a model is exported into.
+func openForModel(ctx context.Context, uri, optionsJSON string, version int, ptrsJSON string) (storage.Store, *table.Snapshot, modelio.ArrayPtrs, error) {
+	st, snap, err := openSnapshot(ctx, uri, optionsJSON, version)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var ptrs modelio.ArrayPtrs
+	if err := json.Unmarshal([]byte(ptrsJSON), &ptrs); err != nil {
+		return nil, nil, nil, fmt.Errorf("%w: array pointers: %w", errkind.InvalidInput, err)
+	}
+	return st, snap, ptrs, nil
 }
 
 // exportModel returns a model's scalars as modelio.Spec JSON and exports
@@ -122,13 +133,9 @@ func exportModel(m *encode.Model, ptrs modelio.ArrayPtrs) (string, error) {
 func ReadSegmentModel(uri, optionsJSON string, version int, segmentJSON, ptrsJSON string) (out string, err error) {
 	defer recoverTo(&err)
 	ctx := context.Background()
-	st, snap, err := openSnapshot(ctx, uri, optionsJSON, version)
+	st, snap, ptrs, err := openForModel(ctx, uri, optionsJSON, version, ptrsJSON)
 	if err != nil {
 		return "", tagged(err)
-	}
-	var ptrs modelio.ArrayPtrs
-	if err := json.Unmarshal([]byte(ptrsJSON), &ptrs); err != nil {
-		return "", tagged(fmt.Errorf("%w: array pointers: %w", errkind.InvalidInput, err))
 	}
 	im, err := segment.ParseSegment([]byte(segmentJSON), snap)
 	if err != nil {

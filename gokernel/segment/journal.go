@@ -32,27 +32,39 @@ func VerifyOutput(ctx context.Context, st storage.Store, inputs []*pb.IndexMetad
 	if len(inputs) == 0 {
 		return nil, fmt.Errorf("%w: no inputs", errkind.InvalidInput)
 	}
-	id, dir, sizes, err := OutputFiles(ctx, st, output, want)
+	id, sizes, files, err := OpenOutput(ctx, st, output, want)
 	if err != nil {
 		return nil, err
 	}
-	files, err := ivf.OpenFiles(ctx, st, dir, lancefile.Options{})
-	if err != nil {
-		return nil, fmt.Errorf("output %s does not parse: %w", output, err)
-	}
 	defer files.Close()
-	var total uint64
-	for _, n := range files.IVF.Lengths {
-		total += uint64(n)
-	}
-	if total != files.Aux.NumRows() {
-		return nil, fmt.Errorf("%w: output %s: partitions hold %d rows, the file %d", errkind.Corrupt, output, total, files.Aux.NumRows())
-	}
 	im, err := buildMetadata(id, inputs, mergeOutput{auxBytes: sizes[ivf.AuxiliaryFileName], indexBytes: sizes[ivf.IndexFileName]})
 	if err != nil {
 		return nil, err
 	}
 	return im, nil
+}
+
+// OpenOutput opens an output a run journal recorded (see OutputFiles)
+// and checks that its partitions hold the rows its file does. The caller
+// closes the files.
+func OpenOutput(ctx context.Context, st storage.Store, output string, want []File) (uuid.UUID, map[string]int64, *ivf.Files, error) {
+	id, dir, sizes, err := OutputFiles(ctx, st, output, want)
+	if err != nil {
+		return id, nil, nil, err
+	}
+	files, err := ivf.OpenFiles(ctx, st, dir, lancefile.Options{})
+	if err != nil {
+		return id, nil, nil, fmt.Errorf("output %s does not parse: %w", output, err)
+	}
+	var total uint64
+	for _, n := range files.IVF.Lengths {
+		total += uint64(n)
+	}
+	if total != files.Aux.NumRows() {
+		files.Close()
+		return id, nil, nil, fmt.Errorf("%w: output %s: partitions hold %d rows, the file %d", errkind.Corrupt, output, total, files.Aux.NumRows())
+	}
+	return id, sizes, files, nil
 }
 
 // OutputFiles checks that an output recorded in a run journal finished:

@@ -9,7 +9,6 @@ import (
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/ivf"
-	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/modelio"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/search"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/segment"
@@ -469,22 +468,11 @@ func VerifyBuild(ctx context.Context, st storage.Store, snap *table.Snapshot, in
 	if len(fragments) == 0 {
 		return nil, fmt.Errorf("%w: a build covers at least one fragment", errkind.InvalidInput)
 	}
-	id, dir, sizes, err := segment.OutputFiles(ctx, st, output, want)
+	id, sizes, files, err := segment.OpenOutput(ctx, st, output, want)
 	if err != nil {
 		return nil, err
 	}
-	files, err := ivf.OpenFiles(ctx, st, dir, lancefile.Options{})
-	if err != nil {
-		return nil, fmt.Errorf("output %s does not parse: %w", output, err)
-	}
 	defer files.Close()
-	var total uint64
-	for _, n := range files.IVF.Lengths {
-		total += uint64(n)
-	}
-	if total != files.Aux.NumRows() {
-		return nil, fmt.Errorf("%w: output %s: partitions hold %d rows, the file %d", errkind.Corrupt, output, total, files.Aux.NumRows())
-	}
 	m, err := modelio.FromFiles(ctx, files, output)
 	if err != nil {
 		return nil, fmt.Errorf("output %s: %w", output, err)

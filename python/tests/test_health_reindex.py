@@ -135,7 +135,7 @@ def test_plot_health(copy):
     fig = ls.plot_health(rep)
     left, right = fig.axes[0], fig.axes[1]
     assert "retrain" in left.get_title()
-    assert [round(b.get_height(), 6) for b in left.patches] == [round(rep.recall_trained, 6), round(rep.recall_recent, 6)]
+    assert [b.get_height() for b in left.patches] == pytest.approx([rep.recall_trained, rep.recall_recent])
     assert len(right.patches) == len(rep.segments)
     with pytest.raises(ls.InvalidInputError):
         ls.plot_health("not a report")  # type: ignore[arg-type]
@@ -308,7 +308,8 @@ def test_reindex_catches_up_rows_appended_while_it_runs(copy):
     assert len(caught) == 1 and caught[0].num_rows == len(extra)
     # The appended rows are found through the index.
     for i in (0, 350, 699):
-        got = ds.to_table(nearest={"column": "vec", "q": extra[i], "k": 10, "nprobes": 16}, columns=["id"])["id"].to_pylist()
+        got = ds.to_table(nearest={"column": "vec", "q": extra[i], "k": 10, "nprobes": 16, "refine_factor": 20},
+                          columns=["id"])["id"].to_pylist()
         assert start + i in got
     ds.validate()
 
