@@ -78,6 +78,9 @@ func ReadIndexModel(uri, optionsJSON string, version int, indexName, ptrsJSON st
 		if im.GetName() != indexName {
 			continue
 		}
+		if err := segment.RequireVector(im); err != nil {
+			return "", tagged(err)
+		}
 		found = true
 		m, err := modelio.FromSegment(ctx, st, im)
 		if err != nil {

@@ -72,6 +72,30 @@ type Stats struct {
 	HNSWMaxLevel       int      `json:"hnsw_max_level,omitempty"`
 	HNSWLevels         int      `json:"hnsw_levels,omitempty"`
 	PartitionGraphRows []uint32 `json:"partition_graph_rows,omitempty"`
+
+	// notVector: a segment of another index type (otherStats), whose rows
+	// and partitions are not counted unless a file holds one row per
+	// indexed row; JSON says null for what is not counted.
+	notVector   bool
+	rowsCounted bool
+}
+
+// MarshalJSON writes the uncounted numbers of another index type's
+// segment as null (the Python side shows them as unknown, not as 0).
+func (s Stats) MarshalJSON() ([]byte, error) {
+	type plain Stats
+	if !s.notVector {
+		return json.Marshal(plain(s))
+	}
+	out := struct {
+		plain
+		NumRows       *uint64 `json:"num_rows"`
+		NumPartitions *int    `json:"num_partitions"`
+	}{plain: plain(s)}
+	if s.rowsCounted {
+		out.NumRows = &s.NumRows
+	}
+	return json.Marshal(out)
 }
 
 // Describe builds the Info of one index entry without reading its files.
@@ -110,6 +134,9 @@ func Describe(im *pb.IndexMetadata) (*Info, error) {
 // that holds the segment's directory (for an entry with a base_id, the
 // base path's: see Snapshot.IndexStore).
 func ReadStats(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Stats, error) {
+	if t := OtherType(im); t != "" {
+		return otherStats(ctx, st, im, t)
+	}
 	f, err := ivf.OpenFiles(ctx, st, table.IndexDir(im), lancefile.Options{})
 	if err != nil {
 		return nil, err

@@ -86,6 +86,9 @@ func PlanIndex(ctx context.Context, st storage.Store, snap *table.Snapshot, opts
 		if im.GetName() != opts.IndexName {
 			continue
 		}
+		if err := RequireVector(im); err != nil {
+			return nil, err
+		}
 		found = true
 		ids, ok, err := snap.DecodeCoverage(im)
 		if err != nil {

@@ -101,9 +101,13 @@ func (o Options) check() error {
 func indexSegments(snap *table.Snapshot, indexName string) ([]*pb.IndexMetadata, error) {
 	var out []*pb.IndexMetadata
 	for _, im := range snap.Indices {
-		if im.GetName() == indexName && segment.IsVector(im) {
-			out = append(out, im)
+		if im.GetName() != indexName {
+			continue
 		}
+		if err := segment.RequireVector(im); err != nil {
+			return nil, err
+		}
+		out = append(out, im)
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%w: version %d has no vector index %q", errkind.NotFound, snap.Ref.Version, indexName)

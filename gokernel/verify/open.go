@@ -11,6 +11,7 @@ import (
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/modelio"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/search"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/segment"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
 )
@@ -84,6 +85,9 @@ func findSegment(snap *table.Snapshot, indexName, segUUID string) (*pb.IndexMeta
 	for _, im := range snap.Indices {
 		if im.GetName() != indexName {
 			continue
+		}
+		if err := segment.RequireVector(im); err != nil {
+			return nil, err
 		}
 		found = true
 		if table.IndexUUID(im) == segUUID {

@@ -1,0 +1,117 @@
+package segment
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
+)
+
+// The index types other than vector ones, by the message name of their
+// index details (pylance 14.0.2 writes lance.table.BTreeIndexDetails,
+// lance.index.pb.BloomFilterIndexDetails...; the package varies, the
+// message name does not), with the file whose rows a listing reports.
+var otherTypes = map[string]struct{ name, rowsFile string }{
+	"btreeindexdetails":       {"BTREE", "page_data.lance"},
+	"bitmapindexdetails":      {"BITMAP", ""},
+	"labellistindexdetails":   {"LABEL_LIST", ""},
+	"invertedindexdetails":    {"INVERTED", ""},
+	"ngramindexdetails":       {"NGRAM", ""},
+	"zonemapindexdetails":     {"ZONEMAP", ""},
+	"bloomfilterindexdetails": {"BLOOMFILTER", ""},
+	"rtreeindexdetails":       {"RTREE", ""},
+	"jsonindexdetails":        {"JSON", ""},
+}
+
+// OtherType is the type of an index entry that is not a vector index
+// (BTREE, BITMAP, INVERTED...; for details we do not know, the message
+// name without its "IndexDetails" suffix, upper-cased; SYSTEM for Lance's
+// own "__lance" entries), or "" for a vector index.
+func OtherType(im *pb.IndexMetadata) string {
+	if IsVector(im) {
+		return ""
+	}
+	url := im.GetIndexDetails().GetTypeUrl()
+	if url == "" {
+		return "SYSTEM"
+	}
+	msg := url[strings.LastIndexAny(url, "./")+1:]
+	if t, ok := otherTypes[strings.ToLower(msg)]; ok {
+		return t.name
+	}
+	if n := strings.TrimSuffix(msg, "IndexDetails"); n != "" {
+		return strings.ToUpper(n)
+	}
+	return strings.ToUpper(msg)
+}
+
+// RequireVector refuses an index entry that is not a vector index, as
+// errkind.Unsupported naming its type: its segments are listed, but
+// merges, plans, commits, verification and builds handle vector indices
+// only.
+func RequireVector(im *pb.IndexMetadata) error {
+	t := OtherType(im)
+	if t == "" {
+		return nil
+	}
+	return fmt.Errorf("%w: index %q is a %s index: lance-segmerge lists its segments, but plans, merges, commits, verifies and builds vector indices only (pylance's optimize_indices merges %s segments)",
+		errkind.Unsupported, im.GetName(), t, t)
+}
+
+// otherStats is what a listing says of a segment of another index type:
+// its type, its files and their sizes (listed from its directory, whatever
+// the manifest records), the Lance file version of its files and, where
+// one file holds a row per indexed row (BTREE's page_data.lance), the rows.
+func otherStats(ctx context.Context, st storage.Store, im *pb.IndexMetadata, typ string) (*Stats, error) {
+	dir := table.IndexDir(im)
+	entries, err := st.List(ctx, dir)
+	if err != nil {
+		return nil, fmt.Errorf("segment %s: %w", table.IndexUUID(im), err)
+	}
+	if len(entries) == 0 {
+		return nil, fmt.Errorf("%w: segment %s (%s): no files under %s", errkind.NotFound, table.IndexUUID(im), typ, dir)
+	}
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		names = append(names, strings.TrimPrefix(e.Name, dir))
+	}
+	sort.Strings(names)
+	s := &Stats{IndexType: typ, PartitionRows: []uint32{}, notVector: true}
+	var rowsFile string
+	for _, t := range otherTypes {
+		if t.name == typ {
+			rowsFile = t.rowsFile
+		}
+	}
+	for _, n := range names {
+		if path.Ext(n) != ".lance" || (rowsFile != "" && n != rowsFile) {
+			continue
+		}
+		obj, err := st.Open(ctx, dir+n)
+		if err != nil {
+			return nil, fmt.Errorf("segment %s: %w", table.IndexUUID(im), err)
+		}
+		// A listing reports what it can read; verification is what
+		// judges a file (a layout this reader does not know is no error
+		// here).
+		if r, err := lancefile.Open(ctx, obj, dir+n, lancefile.Options{}); err == nil {
+			s.FileVersion = r.Version().String()
+			if rowsFile != "" {
+				s.NumRows, s.rowsCounted = r.NumRows(), true
+			}
+		}
+		obj.Close()
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		break
+	}
+	return s, nil
+}

@@ -1,0 +1,146 @@
+"""Scalar and full-text indices as pylance 14.0.2 writes them (a base and
+an optimize delta per append, for BTREE, BITMAP, LABEL_LIST, INVERTED,
+NGRAM, ZONEMAP and BLOOMFILTER): their segments are listed with their type
+and files, and every verb that handles vector indices only refuses them
+with an UnsupportedError naming the type (never NotFoundError, which would
+say the dataset is damaged), leaving the dataset exactly as it was."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import lance_segmerge as ls
+
+ROWS = 600
+APPENDS = 3
+#: index name -> (column, pylance index type, our type name, the files pylance writes)
+INDICES = {
+    "id_idx": ("id", "BTREE", "BTREE", {"page_data.lance", "page_lookup.lance"}),
+    "cat_idx": ("cat", "BITMAP", "BITMAP", {"bitmap_page_lookup.lance"}),
+    "tags_idx": ("tags", "LABEL_LIST", "LABEL_LIST", {"bitmap_page_lookup.lance"}),
+    "text_idx": ("text", "INVERTED", "INVERTED", {"metadata.lance", "part_0_tokens.lance", "part_0_invert.lance", "part_0_docs.lance"}),
+    "cat_ngram": ("cat", "NGRAM", "NGRAM", {"ngram_postings.lance"}),
+    "id_zm": ("id", "ZONEMAP", "ZONEMAP", {"zonemap.lance"}),
+    "id_bf": ("id", "BLOOMFILTER", "BLOOMFILTER", {"bloomfilter.lance"}),
+}
+
+
+def _table(start: int) -> pa.Table:
+    rng = np.random.default_rng(start)
+    i = np.arange(start, start + ROWS)
+    return pa.table({
+        "id": pa.array(i),
+        "cat": pa.array([f"c{k % 7}" for k in i]),
+        "tags": pa.array([[f"t{k % 3}", f"t{k % 5}"] for k in i]),
+        "text": pa.array([f"hello world {k} lance segment" for k in i]),
+        "vec": pa.FixedSizeListArray.from_arrays(pa.array(rng.normal(size=ROWS * 8).astype(np.float32)), 8),
+    })
+
+
+@pytest.fixture(scope="module")
+def scalar_uri(tmp_path_factory):
+    uri = str(tmp_path_factory.mktemp("scalar") / "t")
+    ds = lance.write_dataset(_table(0), uri)
+    for name, (col, kind, _, _) in INDICES.items():
+        ds.create_scalar_index(col, kind, name=name)
+    ds.create_index("vec", "IVF_PQ", num_partitions=2, num_sub_vectors=2)
+    for a in range(APPENDS):
+        ds = lance.write_dataset(_table(ROWS * (a + 1)), uri, mode="append")
+        ds.optimize.optimize_indices(num_indices_to_merge=0)
+    return uri
+
+
+@pytest.fixture
+def uri(scalar_uri, tmp_path):
+    dst = str(tmp_path / "t")
+    shutil.copytree(scalar_uri, dst)
+    return dst
+
+
+def _state(uri: str) -> tuple:
+    """The dataset's version and every file under it (name, size)."""
+    files = []
+    for root, _, names in os.walk(uri):
+        files += [(os.path.relpath(os.path.join(root, n), uri), os.path.getsize(os.path.join(root, n))) for n in names]
+    return lance.dataset(uri).version, sorted(files)
+
+
+@pytest.mark.parametrize("name", sorted(INDICES))
+def test_scalar_segments_are_listed_with_their_type_and_files(scalar_uri, name):
+    col, _, ours, files = INDICES[name]
+    segs = ls.open(scalar_uri).list_index_segments(name)
+    pylance = {s.uuid for d in lance.dataset(scalar_uri).describe_indices() if d.name == name for s in d.segments}
+    assert {s.uuid for s in segs} == pylance and len(segs) == 1 + APPENDS
+    for s in segs:
+        assert s.index_type == ours
+        assert s.num_partitions is None
+        on_disk = set(os.listdir(os.path.join(scalar_uri, "_indices", s.uuid)))
+        assert {f.path for f in s.files} == on_disk
+        assert files <= on_disk
+        assert s.file_version == "2.2"  # what pylance 14.0.2 writes for scalar and full-text files
+        if ours == "BTREE":
+            assert s.num_rows == ROWS  # page_data.lance holds a row per indexed row
+        else:
+            assert s.num_rows is None
+    # Tables render with the unknown numbers left out.
+    assert segs.to_arrow().num_rows == len(segs)
+    assert ours in segs.to_text()
+
+
+def test_listing_every_index_keeps_to_vector_ones(scalar_uri):
+    assert {s.name for s in ls.open(scalar_uri).list_index_segments()} == {"vec_idx"}
+
+
+@pytest.mark.parametrize("name", ["id_idx", "cat_idx", "text_idx", "id_zm"])
+def test_every_verb_refuses_a_scalar_index_by_its_type(uri, name):
+    ours = INDICES[name][2]
+    col = INDICES[name][0]
+    before = _state(uri)
+    segs = ls.open(uri).list_index_segments(name)
+    calls = {
+        "plan": lambda: ls.plan_index_segment_merge(uri, name),
+        "merge": lambda: ls.merge_existing_index_segments(uri, segs[:2]),
+        "commit": lambda: ls.commit_existing_index_segments(uri, name, col, segs[:1], replaces=[segs[0].uuid]),
+        "optimize": lambda: ls.optimize(uri, name, progress=False),
+        "maintain": lambda: ls.maintain(uri, name),
+        "verify": lambda: ls.verify_index(uri, name),
+        "health": lambda: ls.health(uri, name),
+        "repair": lambda: ls.repair_index(uri, name),
+        "reindex": lambda: ls.reindex(uri, name, progress=False),
+        "read_index_model": lambda: ls.read_index_model(uri, name),
+        "search_segment": lambda: ls.search_segment(uri, name, segs[0].uuid, np.zeros(8, np.float32)),
+    }
+    for verb, call in calls.items():
+        with pytest.raises(ls.UnsupportedError, match=ours) as info:
+            call()
+        assert not isinstance(info.value, ls.NotFoundError), verb
+    assert _state(uri) == before
+    # pylance answers as before.
+    assert lance.dataset(uri).count_rows("id = 5") == 1
+
+
+def test_a_mix_of_vector_and_scalar_segments_is_refused(uri):
+    vec = ls.open(uri).list_index_segments("vec_idx")
+    bt = ls.open(uri).list_index_segments("id_idx")
+    before = _state(uri)
+    with pytest.raises(ls.UnsupportedError, match="BTREE"):
+        ls.merge_existing_index_segments(uri, [vec[0], bt[0]])
+    assert _state(uri) == before
+
+
+def test_cli_lists_and_refuses_scalar_indices(uri):
+    run = [sys.executable, "-m", "lance_segmerge"]
+    out = subprocess.run(run + ["ls", uri, "--index", "cat_idx"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "BITMAP" in out.stdout
+    out = subprocess.run(run + ["optimize", uri, "--index", "cat_idx"], capture_output=True, text=True)
+    assert out.returncode == 7, (out.returncode, out.stderr)  # UnsupportedError
+    assert "BITMAP" in out.stderr and "NotFound" not in out.stderr
