@@ -129,6 +129,14 @@ func Merge(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []
 	opts = opts.withDefaults()
 	prog := opts.Progress
 	prog.SetStage("validate")
+	if len(metas) > 0 && OtherType(metas[0]) == "BTREE" {
+		return mergeBTree(ctx, st, snap, metas, opts)
+	}
+	for _, im := range metas {
+		if err := RequireVector(im); err != nil {
+			return nil, err
+		}
+	}
 	if err := checkEntries(metas, snap); err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/btree"
 	"slices"
 	"sort"
 	"strconv"
@@ -86,8 +87,10 @@ func PlanIndex(ctx context.Context, st storage.Store, snap *table.Snapshot, opts
 		if im.GetName() != opts.IndexName {
 			continue
 		}
-		if err := RequireVector(im); err != nil {
-			return nil, err
+		if t := OtherType(im); t != "BTREE" {
+			if err := RequireVector(im); err != nil {
+				return nil, err
+			}
 		}
 		found = true
 		ids, ok, err := snap.DecodeCoverage(im)
@@ -164,30 +167,27 @@ func PlanSegments(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 	if err := checkEntries(metas, snap); err != nil {
 		return nil, err
 	}
-	srcs, err := openSources(ctx, st, snap, metas)
+	var sz *planSizes
+	var err error
+	if OtherType(metas[0]) == "BTREE" {
+		sz, err = btreeSizes(ctx, st, metas)
+	} else {
+		sz, err = vectorSizes(ctx, st, snap, metas, opts)
+	}
 	if err != nil {
 		return nil, err
 	}
-	defer closeSources(srcs)
-	m, err := sharedModel(srcs, !opts.StrictSQ)
-	if err != nil {
-		return nil, err
-	}
-	p.IndexType = string(m.typ)
-	p.RequantizeSQ = m.requantize
+	defer sz.close()
+	p.IndexType = sz.indexType
+	p.RequantizeSQ = sz.requantize
 	p.Column = snap.FieldPath(metas[0].GetFields()[0])
-	rows := make([]uint64, len(srcs))
-	bytes := make([]uint64, len(srcs))
-	for i, s := range srcs {
-		rows[i] = s.files.Aux.NumRows()
-		bytes[i] = uint64(s.files.Aux.Size() + s.files.Index.Size())
-	}
+	rows, bytes := sz.rows, sz.bytes
 	var groups [][]int
 	var reasons []string
 	byID := fragmentsByID(snap)
 	if opts.Policy == PolicyTiered {
-		segs := make([]policy.Segment, len(srcs))
-		for i := range srcs {
+		segs := make([]policy.Segment, len(metas))
+		for i := range metas {
 			segs[i] = policy.Segment{Rows: rows[i], Stale: staleRowsIn(byID, metas[i], rows[i]), Bytes: bytes[i]}
 		}
 		var tasks []policy.Task
@@ -218,8 +218,7 @@ func PlanSegments(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 			if err != nil {
 				return nil, err
 			}
-			// The files are open already: their statistics cost nothing more.
-			if info.Stats, err = filesStats(srcs[i].files, metas[i]); err != nil {
+			if info.Stats, err = sz.stats(i); err != nil {
 				return nil, err
 			}
 			info.Stats.StaleRows = staleRowsIn(byID, metas[i], info.Stats.NumRows)
@@ -231,6 +230,72 @@ func PlanSegments(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 	}
 	p.PlanID = planID(p)
 	return p, nil
+}
+
+// planSizes is what planning needs of its segments: their index type,
+// rows and bytes, and their statistics for the plan's tasks.
+type planSizes struct {
+	indexType   string
+	requantize  bool
+	rows, bytes []uint64
+	stats       func(i int) (*Stats, error)
+	close       func()
+}
+
+// vectorSizes opens vector segments once, checking that they share one
+// model (so that no task fails on a mismatch later).
+func vectorSizes(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, opts PlanOptions) (*planSizes, error) {
+	srcs, err := openSources(ctx, st, snap, metas)
+	if err != nil {
+		return nil, err
+	}
+	m, err := sharedModel(srcs, !opts.StrictSQ)
+	if err != nil {
+		closeSources(srcs)
+		return nil, err
+	}
+	sz := &planSizes{indexType: string(m.typ), requantize: m.requantize, rows: make([]uint64, len(srcs)), bytes: make([]uint64, len(srcs)),
+		close: func() { closeSources(srcs) }}
+	for i, s := range srcs {
+		sz.rows[i] = s.files.Aux.NumRows()
+		sz.bytes[i] = uint64(s.files.Aux.Size() + s.files.Index.Size())
+	}
+	// The files are open already: their statistics cost nothing more.
+	sz.stats = func(i int) (*Stats, error) { return filesStats(srcs[i].files, metas[i]) }
+	return sz, nil
+}
+
+// btreeSizes opens BTREE segments once, checking that they share their
+// key type and page size.
+func btreeSizes(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata) (*planSizes, error) {
+	sz := &planSizes{indexType: "BTREE", rows: make([]uint64, len(metas)), bytes: make([]uint64, len(metas)), close: func() {}}
+	var first *btree.Segment
+	for i, im := range metas {
+		if t := OtherType(im); t != "BTREE" {
+			return nil, fmt.Errorf("%w: segment %s is a %s segment, %s a BTREE one", errkind.InvalidInput, table.IndexUUID(im), cmp.Or(t, "vector"), table.IndexUUID(metas[0]))
+		}
+		s, err := btree.Open(ctx, st, im)
+		if err != nil {
+			return nil, err
+		}
+		if first == nil {
+			first = s
+		} else {
+			s.Close()
+			if s.KeyType != first.KeyType || s.BatchSize != first.BatchSize {
+				first.Close()
+				return nil, fmt.Errorf("%w: btree segments %s (%s keys, pages of %d) and %s (%s, %d) cannot merge", errkind.InvalidInput,
+					table.IndexUUID(metas[0]), first.KeyType, first.BatchSize, table.IndexUUID(im), s.KeyType, s.BatchSize)
+			}
+		}
+		sz.rows[i] = s.Rows
+		for _, f := range im.GetFiles() {
+			sz.bytes[i] += f.GetSizeBytes()
+		}
+	}
+	first.Close()
+	sz.stats = func(i int) (*Stats, error) { return otherStats(ctx, st, metas[i], "BTREE") }
+	return sz, nil
 }
 
 // MaxGroupSizes bounds the segments GroupSizes takes (a thousand deltas

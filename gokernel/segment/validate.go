@@ -94,9 +94,6 @@ func checkEntries(metas []*pb.IndexMetadata, snap *table.Snapshot) error {
 			return fmt.Errorf("%w: segment %s appears twice", errkind.InvalidInput, u)
 		}
 		seen[u] = true
-		if err := RequireVector(im); err != nil {
-			return err
-		}
 		if im.GetName() != first.GetName() {
 			return fmt.Errorf("%w: segment %s belongs to index %q, segment %s to %q", errkind.InvalidInput, u, im.GetName(), table.IndexUUID(first), first.GetName())
 		}

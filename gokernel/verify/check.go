@@ -104,8 +104,10 @@ func indexSegments(snap *table.Snapshot, indexName string) ([]*pb.IndexMetadata,
 		if im.GetName() != indexName {
 			continue
 		}
-		if err := segment.RequireVector(im); err != nil {
-			return nil, err
+		if t := segment.OtherType(im); t != "BTREE" {
+			if err := segment.RequireVector(im); err != nil {
+				return nil, err
+			}
 		}
 		out = append(out, im)
 	}
@@ -170,6 +172,9 @@ func verifyMetas(ctx context.Context, st storage.Store, snap *table.Snapshot, in
 	prog.PartitionsTotal.Store(int64(len(metas)))
 	rep := &Report{IndexName: indexName, Version: snap.Ref.Version, Deep: opts.Deep, SampleRows: opts.SampleRows,
 		Queries: opts.Queries, K: opts.K, NProbes: opts.NProbes, Clean: true}
+	if len(metas) > 0 && segment.OtherType(metas[0]) == "BTREE" {
+		return verifyBTrees(ctx, st, snap, rep, metas, opts)
+	}
 
 	// The index's models, for the consistency check (every segment's,
 	// the ones not being checked too).
@@ -245,6 +250,37 @@ func metricOf(im *pb.IndexMetadata) string {
 // verifySegment runs every check of one segment. It returns an error only
 // when a check could not run for reasons outside the segment (the data
 // files, cancellation).
+// verifyBTrees checks the segments of a BTREE index (verifyBTree) into
+// rep.
+func verifyBTrees(ctx context.Context, st storage.Store, snap *table.Snapshot, rep *Report, metas []*pb.IndexMetadata, opts Options) (*Report, error) {
+	rep.IndexType, rep.Queries, rep.SampleRows = "BTREE", 0, 0
+	for _, im := range metas {
+		if t := segment.OtherType(im); t != "BTREE" {
+			return nil, fmt.Errorf("%w: segment %s is a %s segment among BTREE ones", errkind.InvalidInput, table.IndexUUID(im), cmpOr(t, "vector"))
+		}
+		sr, err := verifyBTree(ctx, st, snap, im)
+		if err != nil {
+			return nil, fmt.Errorf("segment %s: %w", table.IndexUUID(im), err)
+		}
+		sr.finish(rep.IndexName, columnOf(snap, im))
+		if sr.Verdict == Damaged {
+			rep.Clean = false
+		}
+		rep.Segments = append(rep.Segments, sr)
+		opts.Progress.PartitionsDone.Add(1)
+	}
+	rep.Column = columnOf(snap, metas[0])
+	opts.Progress.SetStage("done")
+	return rep, nil
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
 func verifySegment(ctx context.Context, st storage.Store, snap *table.Snapshot, im *pb.IndexMetadata, models *modelSet, col *string, opts Options) (*SegmentReport, error) {
 	prog := opts.Progress
 	sr := &SegmentReport{UUID: table.IndexUUID(im), LayoutDepth: -1, Recall: -1, FreshRecall: -1, CodesMismatch: -1}

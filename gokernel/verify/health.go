@@ -153,6 +153,9 @@ func Health(ctx context.Context, st storage.Store, snap *table.Snapshot, indexNa
 	if err != nil {
 		return nil, err
 	}
+	if err := segment.RequireVector(metas[0]); err != nil {
+		return nil, err // drift is a vector model's
+	}
 	rep := &HealthReport{IndexName: indexName, Version: snap.Ref.Version, Column: columnOf(snap, metas[0]),
 		Metric: metricOf(metas[0]), Thresholds: DefaultThresholds, K: opts.K, Queries: opts.Queries,
 		ResidualTrained: -1, ResidualRecent: -1, ResidualRatio: -1, RecallTrained: -1, RecallRecent: -1, RecallDrop: -1}

@@ -1,0 +1,343 @@
+// Package btree reads and merges the segments of Lance BTREE scalar
+// indices, as pylance 14.0.2 writes them.
+//
+// A segment is two Lance files (format 2.2 from pylance 14):
+//
+//   - page_data.lance: columns "values" (the key type, nullable) and "ids"
+//     (uint64 row ids), every row of the segment sorted by value, nulls
+//     first (floats in total order); page i is rows [i*B, (i+1)*B), B the
+//     batch size, only the last page shorter;
+//   - page_lookup.lance: one row per page: "min" and "max" (the page's first
+//     and last values, so null when the page starts with nulls), "null_count"
+//     (uint32) and "page_idx" (uint32); schema metadata "batch_size" (B,
+//     default 4096) and "range_partitioned" ("false"; the range-partitioned
+//     variant, part_N_page_data.lance files, is not read here).
+//
+// pylance finds the pages of a query by binary search over "min", so the
+// pages of a segment must hold one sorted run: a merge is a k-way merge of
+// the inputs' rows, re-paged. Merge streams each input in windows and
+// writes pages as they fill, so memory is bounded by the windows and one
+// page, whatever the segments' sizes.
+package btree
+
+import (
+	"container/heap"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strconv"
+
+	"github.com/google/uuid"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
+)
+
+// File names and defaults of a BTREE segment. Part of the format.
+const (
+	DataFile         = "page_data.lance"
+	LookupFile       = "page_lookup.lance"
+	DefaultBatchSize = 4096
+	valuesColumn     = "values"
+	idsColumn        = "ids"
+)
+
+// maxBatchSize bounds a segment's page size (untrusted metadata): a page
+// is held in memory while it is written.
+const maxBatchSize = 1 << 24
+
+// windowRows is how many rows of each input a merge reads at once.
+const windowRows = 1 << 15
+
+// Segment is an opened BTREE segment.
+type Segment struct {
+	Meta      *pb.IndexMetadata
+	KeyType   lancefile.DataType
+	BatchSize int
+	Rows      uint64
+	Pages     uint64
+	Version   lancefile.Version
+	data      *lancefile.Reader
+	objs      []storage.Object
+}
+
+// Close releases the segment's files.
+func (s *Segment) Close() {
+	for _, o := range s.objs {
+		o.Close()
+	}
+	s.objs = nil
+}
+
+// keyKinds are the key types a merge orders (fixed-width numbers).
+var keyKinds = map[lancefile.Kind]bool{
+	lancefile.KindInt8: true, lancefile.KindInt16: true, lancefile.KindInt32: true, lancefile.KindInt64: true,
+	lancefile.KindUint8: true, lancefile.KindUint16: true, lancefile.KindUint32: true, lancefile.KindUint64: true,
+	lancefile.KindFloat32: true, lancefile.KindFloat64: true,
+}
+
+// Open opens a segment's files and checks their shape: errkind.Unsupported
+// for a layout or key type this package does not handle, errkind.Corrupt
+// for files that contradict each other.
+func Open(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Segment, error) {
+	s := &Segment{Meta: im}
+	dir := table.IndexDir(im)
+	u := table.IndexUUID(im)
+	open := func(name string) (*lancefile.Reader, error) {
+		obj, err := st.Open(ctx, dir+name)
+		if err != nil {
+			return nil, fmt.Errorf("btree segment %s: %w", u, err)
+		}
+		s.objs = append(s.objs, obj)
+		r, err := lancefile.Open(ctx, obj, dir+name, lancefile.Options{})
+		if err != nil {
+			return nil, fmt.Errorf("btree segment %s: %w", u, err)
+		}
+		return r, nil
+	}
+	lookup, err := open(LookupFile)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	if v, _ := lookup.MetadataString("range_partitioned"); v == "true" {
+		s.Close()
+		return nil, fmt.Errorf("%w: btree segment %s is range-partitioned (part_N_page_data.lance files)", errkind.Unsupported, u)
+	}
+	s.BatchSize = DefaultBatchSize
+	if v, ok := lookup.MetadataString("batch_size"); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxBatchSize {
+			s.Close()
+			return nil, fmt.Errorf("%w: btree segment %s: batch_size %q (1 to %d)", errkind.Corrupt, u, v, maxBatchSize)
+		}
+		s.BatchSize = n
+	}
+	if s.data, err = open(DataFile); err != nil {
+		s.Close()
+		return nil, err
+	}
+	vf, ok1 := s.data.Field(valuesColumn)
+	idf, ok2 := s.data.Field(idsColumn)
+	if !ok1 || !ok2 || idf.Type.Kind != lancefile.KindUint64 {
+		s.Close()
+		return nil, fmt.Errorf("%w: btree segment %s: %s has no %q and uint64 %q columns", errkind.Corrupt, u, DataFile, valuesColumn, idsColumn)
+	}
+	if !keyKinds[vf.Type.Kind] {
+		s.Close()
+		return nil, fmt.Errorf("%w: btree segment %s: keys of type %s (merges handle integer and floating-point keys)", errkind.Unsupported, u, vf.Type)
+	}
+	s.KeyType = vf.Type
+	s.Rows = s.data.NumRows()
+	s.Pages = (s.Rows + uint64(s.BatchSize) - 1) / uint64(s.BatchSize)
+	if lookup.NumRows() != s.Pages {
+		s.Close()
+		return nil, fmt.Errorf("%w: btree segment %s: %d rows in pages of %d make %d pages, %s lists %d", errkind.Corrupt, u, s.Rows, s.BatchSize, s.Pages, LookupFile, lookup.NumRows())
+	}
+	s.Version = s.data.Version()
+	return s, nil
+}
+
+// sortKey maps a fixed-width value to a uint64 whose order is the value's
+// (floats in total order: -NaN < -inf < ... < +inf < +NaN, as Lance sorts
+// them).
+func sortKey(k lancefile.Kind, b []byte) uint64 {
+	switch k {
+	case lancefile.KindInt8:
+		return uint64(int64(int8(b[0]))) ^ 1<<63
+	case lancefile.KindInt16:
+		return uint64(int64(int16(binary.LittleEndian.Uint16(b)))) ^ 1<<63
+	case lancefile.KindInt32:
+		return uint64(int64(int32(binary.LittleEndian.Uint32(b)))) ^ 1<<63
+	case lancefile.KindInt64:
+		return binary.LittleEndian.Uint64(b) ^ 1<<63
+	case lancefile.KindUint8:
+		return uint64(b[0])
+	case lancefile.KindUint16:
+		return uint64(binary.LittleEndian.Uint16(b))
+	case lancefile.KindUint32:
+		return uint64(binary.LittleEndian.Uint32(b))
+	case lancefile.KindUint64:
+		return binary.LittleEndian.Uint64(b)
+	case lancefile.KindFloat32:
+		return totalOrder(math.Float64bits(float64(math.Float32frombits(binary.LittleEndian.Uint32(b)))))
+	default: // KindFloat64
+		return totalOrder(binary.LittleEndian.Uint64(b))
+	}
+}
+
+func totalOrder(bits uint64) uint64 {
+	if bits>>63 == 1 {
+		return ^bits
+	}
+	return bits | 1<<63
+}
+
+// cursor streams one input's rows in windows.
+type cursor struct {
+	seg   *Segment
+	order int // the input's position: ties keep input order
+	next  uint64
+	vals  *lancefile.Array
+	ids   *lancefile.Array
+	i, n  int
+	width int
+}
+
+func (c *cursor) fill(ctx context.Context) (bool, error) {
+	if c.next >= c.seg.Rows {
+		return false, nil
+	}
+	end := min(c.next+windowRows, c.seg.Rows)
+	var err error
+	if c.vals, err = c.seg.data.Read(ctx, valuesColumn, c.next, end); err != nil {
+		return false, err
+	}
+	if c.ids, err = c.seg.data.Read(ctx, idsColumn, c.next, end); err != nil {
+		return false, err
+	}
+	if c.vals.Len != int(end-c.next) || c.ids.Len != c.vals.Len {
+		return false, fmt.Errorf("%w: btree segment %s: a window of %d rows read back as %d values and %d ids", errkind.Corrupt, table.IndexUUID(c.seg.Meta), end-c.next, c.vals.Len, c.ids.Len)
+	}
+	c.i, c.n, c.next = 0, c.vals.Len, end
+	return true, nil
+}
+
+func (c *cursor) null() bool    { return !c.vals.IsValid(c.i) }
+func (c *cursor) value() []byte { return c.vals.Values[c.i*c.width : (c.i+1)*c.width] }
+func (c *cursor) rowID() uint64 { return binary.LittleEndian.Uint64(c.ids.Values[c.i*8:]) }
+func (c *cursor) key() (bool, uint64) {
+	if c.null() {
+		return false, 0
+	}
+	return true, sortKey(c.seg.KeyType.Kind, c.value())
+}
+
+type cursorHeap []*cursor
+
+func (h cursorHeap) Len() int { return len(h) }
+func (h cursorHeap) Less(a, b int) bool {
+	va, ka := h[a].key()
+	vb, kb := h[b].key()
+	switch {
+	case va != vb:
+		return !va // nulls first
+	case ka != kb:
+		return ka < kb
+	}
+	return h[a].order < h[b].order
+}
+func (h cursorHeap) Swap(a, b int) { h[a], h[b] = h[b], h[a] }
+func (h *cursorHeap) Push(x any)   { *h = append(*h, x.(*cursor)) }
+func (h *cursorHeap) Pop() any {
+	old := *h
+	c := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return c
+}
+
+// MergeOptions tune Merge.
+type MergeOptions struct {
+	// IndexUUID names the output; a new uuid when "".
+	IndexUUID string
+	// Keep, when set, says which row ids stay (the live rows of the
+	// dataset version); rows of other ids are dropped.
+	Keep func(rowID uint64) bool
+}
+
+// Result is what Merge wrote.
+type Result struct {
+	Meta        *pb.IndexMetadata
+	RowsRead    uint64
+	RowsWritten uint64
+	Pages       uint64
+}
+
+// Merge merges BTREE segments of one index into one new segment under
+// _indices/<uuid>/ (files written, nothing committed). The inputs must
+// share their field, key type and batch size.
+func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opts MergeOptions) (*Result, error) {
+	if len(metas) == 0 {
+		return nil, fmt.Errorf("%w: at least one btree segment is required", errkind.InvalidInput)
+	}
+	id := uuid.New()
+	if opts.IndexUUID != "" {
+		var err error
+		if id, err = uuid.Parse(opts.IndexUUID); err != nil {
+			return nil, fmt.Errorf("%w: output uuid %q", errkind.InvalidInput, opts.IndexUUID)
+		}
+	}
+	var segs []*Segment
+	defer func() {
+		for _, s := range segs {
+			s.Close()
+		}
+	}()
+	for _, im := range metas {
+		s, err := Open(ctx, st, im)
+		if err != nil {
+			return nil, err
+		}
+		segs = append(segs, s)
+		if s.KeyType != segs[0].KeyType || s.BatchSize != segs[0].BatchSize {
+			return nil, fmt.Errorf("%w: btree segments %s (%s keys, pages of %d) and %s (%s, %d) cannot merge", errkind.InvalidInput,
+				table.IndexUUID(segs[0].Meta), segs[0].KeyType, segs[0].BatchSize, table.IndexUUID(im), s.KeyType, s.BatchSize)
+		}
+	}
+	dir := table.IndexDir(&pb.IndexMetadata{Uuid: &pb.UUID{Uuid: id[:]}})
+	w, err := newPageWriter(ctx, st, dir, segs[0].KeyType, segs[0].BatchSize, segs[0].Version)
+	if err != nil {
+		return nil, err
+	}
+	defer w.abort()
+	res := &Result{}
+	h := &cursorHeap{}
+	for i, s := range segs {
+		c := &cursor{seg: s, order: i, width: s.KeyType.ValueBits() / 8}
+		ok, err := c.fill(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			*h = append(*h, c)
+		}
+	}
+	heap.Init(h)
+	for h.Len() > 0 {
+		c := (*h)[0]
+		res.RowsRead++
+		if rid := c.rowID(); opts.Keep == nil || opts.Keep(rid) {
+			if err := w.add(ctx, c.null(), c.value(), rid); err != nil {
+				return nil, err
+			}
+		}
+		c.i++
+		if c.i == c.n {
+			if res.RowsRead%(1<<16) == 0 {
+				if err := ctx.Err(); err != nil {
+					return nil, err
+				}
+			}
+			ok, err := c.fill(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				heap.Pop(h)
+				continue
+			}
+		}
+		heap.Fix(h, 0)
+	}
+	files, err := w.finish(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res.RowsWritten, res.Pages = w.rows, w.pages
+	res.Meta, err = mergedMetadata(id, metas, files)
+	return res, err
+}

@@ -1,0 +1,165 @@
+package btree
+
+import (
+	"context"
+	"encoding/binary"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
+)
+
+func TestSortKeyOrdersLikeTheValues(t *testing.T) {
+	le64 := func(v uint64) []byte { return binary.LittleEndian.AppendUint64(nil, v) }
+	le32 := func(v uint32) []byte { return binary.LittleEndian.AppendUint32(nil, v) }
+	for _, tc := range []struct {
+		kind lancefile.Kind
+		vals [][]byte // ascending
+	}{
+		{lancefile.KindInt64, [][]byte{le64(uint64(math.MaxUint64/2 + 1)), le64(^uint64(0)), le64(0), le64(1), le64(math.MaxInt64)}},
+		{lancefile.KindInt32, [][]byte{le32(1 << 31), le32(^uint32(0)), le32(0), le32(math.MaxInt32)}},
+		{lancefile.KindInt8, [][]byte{{0x80}, {0xff}, {0}, {0x7f}}},
+		{lancefile.KindUint64, [][]byte{le64(0), le64(1), le64(1 << 63), le64(^uint64(0))}},
+		{lancefile.KindFloat64, [][]byte{le64(math.Float64bits(math.Inf(-1))), le64(math.Float64bits(-1.5)), le64(math.Float64bits(math.Copysign(0, -1))),
+			le64(math.Float64bits(0)), le64(math.Float64bits(2)), le64(math.Float64bits(math.Inf(1))), le64(math.Float64bits(math.NaN()))}},
+		{lancefile.KindFloat32, [][]byte{le32(math.Float32bits(float32(math.Inf(-1)))), le32(math.Float32bits(-3)), le32(math.Float32bits(0)),
+			le32(math.Float32bits(0.5)), le32(math.Float32bits(float32(math.Inf(1))))}},
+	} {
+		for i := 1; i < len(tc.vals); i++ {
+			if a, b := sortKey(tc.kind, tc.vals[i-1]), sortKey(tc.kind, tc.vals[i]); a >= b {
+				t.Errorf("%v: value %d (%x) does not sort before value %d (%x): keys %d, %d", tc.kind, i-1, tc.vals[i-1], i, tc.vals[i], a, b)
+			}
+		}
+	}
+}
+
+// writeSegment writes a BTREE segment of rows (value, null, row id) with
+// the package's own writer, as a merge writes one.
+func writeSegment(t *testing.T, st storage.Store, rows []row, batch int, frag uint32) *pb.IndexMetadata {
+	t.Helper()
+	ctx := context.Background()
+	sort.SliceStable(rows, func(i, j int) bool {
+		if rows[i].null != rows[j].null {
+			return rows[i].null
+		}
+		return rows[i].v < rows[j].v
+	})
+	id := uuid.New()
+	dir := table.IndicesDir + id.String() + "/"
+	w, err := newPageWriter(ctx, st, dir, lancefile.Primitive(lancefile.KindInt64), batch, lancefile.V2_2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		if err := w.add(ctx, r.null, binary.LittleEndian.AppendUint64(nil, uint64(r.v)), r.id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files, err := w.finish(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bm, _ := table.EncodeFragmentBitmap([]uint32{frag})
+	return &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: id[:]}, Name: "k_idx", Fields: []int32{0}, FragmentBitmap: bm, Files: files}
+}
+
+type row struct {
+	v    int64
+	null bool
+	id   uint64
+}
+
+func TestMergeIsOneSortedRunThatChecksClean(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	st := storage.NewLocal(root, root)
+	rng := rand.New(rand.NewPCG(1, 2))
+	var metas []*pb.IndexMetadata
+	var all []row
+	for f := uint32(0); f < 4; f++ {
+		var rows []row
+		for i := 0; i < 1000+int(f)*333; i++ {
+			r := row{v: rng.Int64N(200) - 100, null: rng.IntN(20) == 0, id: uint64(f)<<32 | uint64(i)}
+			rows = append(rows, r)
+		}
+		all = append(all, rows...)
+		metas = append(metas, writeSegment(t, st, slices.Clone(rows), 256, f))
+	}
+	for _, m := range metas {
+		res, err := Check(ctx, st, m, nil)
+		if err != nil || len(res.Problems) > 0 {
+			t.Fatalf("input %v: %v %+v", table.IndexUUID(m), err, res)
+		}
+	}
+	dropped := func(id uint64) bool { return id%7 == 0 }
+	res, err := Merge(ctx, st, metas, MergeOptions{Keep: func(id uint64) bool { return !dropped(id) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 0
+	for _, r := range all {
+		if !dropped(r.id) {
+			want++
+		}
+	}
+	if res.RowsRead != uint64(len(all)) || res.RowsWritten != uint64(want) || res.Pages != uint64((want+255)/256) {
+		t.Fatalf("read %d written %d pages %d; want %d, %d, %d", res.RowsRead, res.RowsWritten, res.Pages, len(all), want, (want+255)/256)
+	}
+	covered := func(id uint64) bool { return id>>32 < 4 }
+	chk, err := Check(ctx, st, res.Meta, covered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(chk.Problems) > 0 || chk.Rows != uint64(want) {
+		t.Fatalf("merged segment: %+v", chk)
+	}
+	// A merged segment merges again, with an input whose keys interleave.
+	again, err := Merge(ctx, st, []*pb.IndexMetadata{res.Meta, writeSegment(t, st, []row{{v: -1000, id: 5 << 32}, {null: true, id: 5<<32 | 1}, {v: 1000, id: 5<<32 | 2}}, 256, 5)}, MergeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	chk, err = Check(ctx, st, again.Meta, nil)
+	if err != nil || len(chk.Problems) > 0 || chk.Rows != uint64(want+3) {
+		t.Fatalf("merged again: %v %+v", err, chk)
+	}
+}
+
+func TestCheckFindsDisorderAndDuplicates(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	st := storage.NewLocal(root, root)
+	id := uuid.New()
+	dir := table.IndicesDir + id.String() + "/"
+	w, err := newPageWriter(ctx, st, dir, lancefile.Primitive(lancefile.KindInt64), 2, lancefile.V2_2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []row{{v: 1, id: 1}, {v: 3, id: 2}, {v: 2, id: 3}, {v: 4, id: 3}} { // 3 before 2; id 3 twice
+		if err := w.add(ctx, r.null, binary.LittleEndian.AppendUint64(nil, uint64(r.v)), r.id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files, err := w.finish(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Check(ctx, st, &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: id[:]}, Files: files}, func(id uint64) bool { return id != 2 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, p := range res.Problems {
+		kinds = append(kinds, p.Check+": "+p.Message)
+	}
+	if len(res.Problems) != 3 {
+		t.Fatalf("problems %q, want the disorder, the duplicate and the foreign row id", kinds)
+	}
+}

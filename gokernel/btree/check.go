@@ -1,0 +1,157 @@
+package btree
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	"github.com/RoaringBitmap/roaring/v2/roaring64"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
+)
+
+// Problem is one thing Check found wrong, named by the check it failed
+// ("structure": order and pages; "row_ids": uniqueness and coverage).
+type Problem struct {
+	Check   string
+	Message string
+}
+
+// CheckResult is what Check read and found.
+type CheckResult struct {
+	Rows     uint64
+	Pages    uint64
+	Nulls    uint64
+	Problems []Problem
+}
+
+// maxProblems bounds the problems one check reports (each names where).
+const maxProblems = 8
+
+// Check reads a whole segment once and checks what pylance's reader relies
+// on: rows sorted by value with nulls first, each page_lookup row the
+// first and last value and the null count of its page, page_idx i at row
+// i; row ids unique and, when covered is set, of the fragments the
+// segment covers. A file that does not open is an error (errkind.Corrupt,
+// NotFound or Unsupported), not a problem.
+func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered func(rowID uint64) bool) (*CheckResult, error) {
+	s, err := Open(ctx, st, im)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	res := &CheckResult{Rows: s.Rows, Pages: s.Pages}
+	problem := func(check, format string, args ...any) {
+		if len(res.Problems) < maxProblems {
+			res.Problems = append(res.Problems, Problem{check, fmt.Sprintf(format, args...)})
+		}
+	}
+	dir := table.IndexDir(im)
+	obj, err := st.Open(ctx, dir+LookupFile)
+	if err != nil {
+		return nil, err
+	}
+	defer obj.Close()
+	lr, err := lancefile.Open(ctx, obj, dir+LookupFile, lancefile.Options{})
+	if err != nil {
+		return nil, err
+	}
+	read := func(name string) (*lancefile.Array, error) { return lr.Read(ctx, name, 0, lr.NumRows()) }
+	mins, err := read("min")
+	if err != nil {
+		return nil, err
+	}
+	maxs, err := read("max")
+	if err != nil {
+		return nil, err
+	}
+	nullCounts, err := read("null_count")
+	if err != nil {
+		return nil, err
+	}
+	pageIdx, err := read("page_idx")
+	if err != nil {
+		return nil, err
+	}
+	width := s.KeyType.ValueBits() / 8
+	if mins.Type != s.KeyType || maxs.Type != s.KeyType {
+		problem("structure", "%s holds %s and %s bounds for %s keys", LookupFile, mins.Type, maxs.Type, s.KeyType)
+		return res, nil
+	}
+	u32 := func(a *lancefile.Array, i int) uint32 {
+		b := a.Values[i*4:]
+		return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+	}
+	ids := roaring64.New()
+	c := &cursor{seg: s, width: width}
+	var prevNull = true
+	var prevKey uint64
+	var row uint64
+	page, inPage, pageNulls := 0, 0, uint32(0)
+	var first, last []byte
+	var firstNull, lastNull bool
+	endPage := func() {
+		if page >= mins.Len {
+			return
+		}
+		same := func(a *lancefile.Array, null bool, v []byte) bool {
+			if !a.IsValid(page) {
+				return null
+			}
+			return !null && bytes.Equal(a.Values[page*width:(page+1)*width], v)
+		}
+		if !same(mins, firstNull, first) || !same(maxs, lastNull, last) || u32(nullCounts, page) != pageNulls || u32(pageIdx, page) != uint32(page) {
+			problem("structure", "page %d (rows %d to %d): its %s row does not match the page (min, max, null_count %d, page_idx %d)",
+				page, uint64(page)*uint64(s.BatchSize), row-1, LookupFile, u32(nullCounts, page), u32(pageIdx, page))
+		}
+	}
+	for {
+		ok, err := c.fill(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			break
+		}
+		for c.i = 0; c.i < c.n; c.i++ {
+			valid, key := c.key()
+			if !valid {
+				res.Nulls++
+			}
+			if row > 0 && (valid && !prevNull && key < prevKey || !valid && !prevNull) {
+				problem("structure", "row %d is out of order (rows must be sorted by value, nulls first)", row)
+			}
+			prevNull, prevKey = !valid, key
+			if inPage == 0 {
+				first, firstNull = append(first[:0], c.value()...), !valid
+			}
+			last, lastNull = append(last[:0], c.value()...), !valid
+			if !valid {
+				pageNulls++
+			}
+			rid := c.rowID()
+			if !ids.CheckedAdd(rid) {
+				problem("row_ids", "row id %d (fragment %d, offset %d) appears twice", rid, rid>>32, uint32(rid))
+			}
+			if covered != nil && !covered(rid) {
+				problem("row_ids", "row id %d is of fragment %d, which the segment does not cover", rid, rid>>32)
+			}
+			row++
+			inPage++
+			if inPage == s.BatchSize {
+				endPage()
+				page, inPage, pageNulls = page+1, 0, 0
+			}
+		}
+	}
+	if inPage > 0 {
+		endPage()
+	}
+	if row != s.Rows {
+		problem("structure", "%s read back %d rows, its metadata says %d", DataFile, row, s.Rows)
+	}
+	return res, nil
+}

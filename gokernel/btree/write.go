@@ -1,0 +1,234 @@
+package btree
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// lookupRow is one page's entry of page_lookup.lance.
+type lookupRow struct {
+	minNull, maxNull bool
+	min, max         []byte
+	nulls            uint32
+}
+
+// pageWriter writes page_data.lance as rows arrive (in order) and
+// page_lookup.lance at the end.
+type pageWriter struct {
+	st        storage.Store
+	dir       string
+	keyType   lancefile.DataType
+	width     int
+	batchSize int
+	version   lancefile.Version
+	sw        storage.Writer
+	counted   *countWriter
+	w         *lancefile.Writer
+	// the page being filled
+	vals     []byte
+	validity []byte
+	ids      []byte
+	n        int
+	nulls    uint32
+	lookup   []lookupRow
+	rows     uint64
+	pages    uint64
+	finished []storage.Writer
+}
+
+type countWriter struct {
+	w interface{ Write([]byte) (int, error) }
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func dataFields(t lancefile.DataType) []*lancefile.Field {
+	return []*lancefile.Field{lancefile.NewField(valuesColumn, t, true), lancefile.NewField(idsColumn, lancefile.Primitive(lancefile.KindUint64), false)}
+}
+
+func newPageWriter(ctx context.Context, st storage.Store, dir string, t lancefile.DataType, batchSize int, v lancefile.Version) (*pageWriter, error) {
+	pw := &pageWriter{st: st, dir: dir, keyType: t, width: t.ValueBits() / 8, batchSize: batchSize, version: v}
+	sw, err := st.Create(ctx, dir+DataFile)
+	if err != nil {
+		return nil, err
+	}
+	pw.sw, pw.counted = sw, &countWriter{w: sw}
+	if pw.w, err = lancefile.NewWriter(pw.counted, dataFields(t), lancefile.WriterOptions{Version: v}); err != nil {
+		sw.Abort()
+		return nil, err
+	}
+	pw.reset()
+	return pw, nil
+}
+
+func (pw *pageWriter) reset() {
+	pw.vals = make([]byte, 0, pw.batchSize*pw.width)
+	pw.validity = make([]byte, (pw.batchSize+7)/8)
+	pw.ids = make([]byte, 0, pw.batchSize*8)
+	pw.n, pw.nulls = 0, 0
+}
+
+// add appends one row (rows arrive sorted, nulls first).
+func (pw *pageWriter) add(ctx context.Context, null bool, value []byte, rowID uint64) error {
+	if null {
+		pw.vals = append(pw.vals, make([]byte, pw.width)...)
+		pw.nulls++
+	} else {
+		pw.vals = append(pw.vals, value...)
+		pw.validity[pw.n/8] |= 1 << (pw.n % 8)
+	}
+	pw.ids = binary.LittleEndian.AppendUint64(pw.ids, rowID)
+	pw.n++
+	if pw.n == pw.batchSize {
+		return pw.flush()
+	}
+	return nil
+}
+
+func (pw *pageWriter) flush() error {
+	if pw.n == 0 {
+		return nil
+	}
+	valid := func(i int) bool { return pw.validity[i/8]&(1<<(i%8)) != 0 }
+	row := lookupRow{
+		minNull: !valid(0), maxNull: !valid(pw.n - 1), nulls: pw.nulls,
+		min: append([]byte(nil), pw.vals[:pw.width]...), max: append([]byte(nil), pw.vals[(pw.n-1)*pw.width:pw.n*pw.width]...),
+	}
+	vals := &lancefile.Array{Type: pw.keyType, Len: pw.n, Values: pw.vals}
+	if pw.nulls > 0 {
+		vals.Validity = pw.validity[:(pw.n+7)/8]
+	}
+	ids := &lancefile.Array{Type: lancefile.Primitive(lancefile.KindUint64), Len: pw.n, Values: pw.ids}
+	if err := pw.w.Write([]*lancefile.Array{vals, ids}); err != nil {
+		return err
+	}
+	pw.lookup = append(pw.lookup, row)
+	pw.rows += uint64(pw.n)
+	pw.pages++
+	pw.reset()
+	return nil
+}
+
+// finish writes the last page and page_lookup.lance, publishes both files
+// and returns their sizes (page_data first).
+func (pw *pageWriter) finish(ctx context.Context) ([]*pb.IndexFile, error) {
+	if err := pw.flush(); err != nil {
+		return nil, err
+	}
+	if err := pw.w.Finish(); err != nil {
+		return nil, err
+	}
+	if err := pw.sw.Finish(); err != nil {
+		return nil, err
+	}
+	pw.finished = append(pw.finished, pw.sw)
+	dataBytes := pw.counted.n
+	sw, err := pw.st.Create(ctx, pw.dir+LookupFile)
+	if err != nil {
+		return nil, err
+	}
+	defer sw.Abort()
+	cw := &countWriter{w: sw}
+	fields := []*lancefile.Field{
+		lancefile.NewField("min", pw.keyType, true), lancefile.NewField("max", pw.keyType, true),
+		lancefile.NewField("null_count", lancefile.Primitive(lancefile.KindUint32), false),
+		lancefile.NewField("page_idx", lancefile.Primitive(lancefile.KindUint32), false),
+	}
+	lw, err := lancefile.NewWriter(cw, fields, lancefile.WriterOptions{Version: pw.version})
+	if err != nil {
+		return nil, err
+	}
+	lw.SetMetadata("batch_size", []byte(strconv.Itoa(pw.batchSize)))
+	lw.SetMetadata("range_partitioned", []byte("false"))
+	if n := len(pw.lookup); n > 0 {
+		mins, maxs := &lancefile.Array{Type: pw.keyType, Len: n}, &lancefile.Array{Type: pw.keyType, Len: n}
+		nulls := &lancefile.Array{Type: lancefile.Primitive(lancefile.KindUint32), Len: n}
+		idx := &lancefile.Array{Type: lancefile.Primitive(lancefile.KindUint32), Len: n}
+		minValid, maxValid := make([]byte, (n+7)/8), make([]byte, (n+7)/8)
+		anyMinNull, anyMaxNull := false, false
+		for i, r := range pw.lookup {
+			mins.Values = append(mins.Values, r.min...)
+			maxs.Values = append(maxs.Values, r.max...)
+			if r.minNull {
+				anyMinNull = true
+			} else {
+				minValid[i/8] |= 1 << (i % 8)
+			}
+			if r.maxNull {
+				anyMaxNull = true
+			} else {
+				maxValid[i/8] |= 1 << (i % 8)
+			}
+			nulls.Values = binary.LittleEndian.AppendUint32(nulls.Values, r.nulls)
+			idx.Values = binary.LittleEndian.AppendUint32(idx.Values, uint32(i))
+		}
+		if anyMinNull {
+			mins.Validity = minValid
+		}
+		if anyMaxNull {
+			maxs.Validity = maxValid
+		}
+		if err := lw.Write([]*lancefile.Array{mins, maxs, nulls, idx}); err != nil {
+			return nil, err
+		}
+	}
+	if err := lw.Finish(); err != nil {
+		return nil, err
+	}
+	if err := sw.Finish(); err != nil {
+		return nil, err
+	}
+	return []*pb.IndexFile{{Path: DataFile, SizeBytes: uint64(dataBytes)}, {Path: LookupFile, SizeBytes: uint64(cw.n)}}, nil
+}
+
+// abort removes what was written unless finish published it (then the
+// caller's cleanup removes the directory of a failed merge).
+func (pw *pageWriter) abort() { pw.sw.Abort() }
+
+// mergedMetadata is the manifest entry of a merged segment: the union of
+// the inputs' coverage, their smallest dataset version, the first input's
+// details and index version, the files written.
+func mergedMetadata(id uuid.UUID, metas []*pb.IndexMetadata, files []*pb.IndexFile) (*pb.IndexMetadata, error) {
+	first := metas[0]
+	var frags []uint32
+	dv := first.GetDatasetVersion()
+	for _, im := range metas {
+		ids, _, err := table.DecodeFragmentBitmap(im.GetFragmentBitmap())
+		if err != nil {
+			return nil, fmt.Errorf("btree segment %s: %w", table.IndexUUID(im), err)
+		}
+		frags = append(frags, ids...)
+		dv = min(dv, im.GetDatasetVersion())
+	}
+	bm, err := table.EncodeFragmentBitmap(frags)
+	if err != nil {
+		return nil, err
+	}
+	now := uint64(time.Now().UnixMilli())
+	iv := first.GetIndexVersion()
+	var details *anypb.Any
+	if d := first.GetIndexDetails(); d != nil {
+		details = proto.Clone(d).(*anypb.Any)
+	}
+	return &pb.IndexMetadata{
+		Uuid: &pb.UUID{Uuid: id[:]}, Fields: first.GetFields(), Name: first.GetName(), DatasetVersion: dv,
+		FragmentBitmap: bm, IndexDetails: details, IndexVersion: &iv, CreatedAt: &now, Files: files,
+	}, nil
+}

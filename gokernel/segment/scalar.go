@@ -1,0 +1,104 @@
+package segment
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/RoaringBitmap/roaring/v2"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/btree"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
+)
+
+// mergeBTree merges segments of a BTREE index (see btree.Merge): the
+// checks every merge applies (one index, one field, disjoint coverage,
+// fragments the version can have), then a k-way merge that keeps the live
+// rows of snap (rows deleted since, or of fragments snap no longer has,
+// are dropped, where pylance's own merge keeps rows deleted inside a live
+// fragment). On any error the partial output is removed.
+// liveRows says which row ids of the given fragments are live at snap:
+// with stable row ids, the set of their live ids; else an address is live
+// when its fragment is still there and its offset is not deleted.
+func liveRows(ctx context.Context, st storage.Store, snap *table.Snapshot, frags []uint32) (func(uint64) bool, error) {
+	if snap.HasStableRowIDs() {
+		live, err := snap.LiveRowIDs(ctx, st, frags)
+		if err != nil {
+			return nil, err
+		}
+		return live.Contains, nil
+	}
+	want := map[uint64]bool{}
+	for _, f := range frags {
+		want[uint64(f)] = true
+	}
+	present := map[uint32]bool{}
+	deleted := map[uint32]*roaring.Bitmap{}
+	for _, f := range snap.Manifest.GetFragments() {
+		if !want[f.GetId()] {
+			continue
+		}
+		present[uint32(f.GetId())] = true
+		d, err := snap.DeletedRows(ctx, st, f)
+		if err != nil {
+			return nil, err
+		}
+		if d != nil && !d.IsEmpty() {
+			deleted[uint32(f.GetId())] = d
+		}
+	}
+	return func(id uint64) bool {
+		f := uint32(id >> 32)
+		if !present[f] {
+			return false
+		}
+		d := deleted[f]
+		return d == nil || !d.Contains(uint32(id))
+	}, nil
+}
+
+func mergeBTree(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, opts MergeOptions) (*pb.IndexMetadata, error) {
+	for _, im := range metas {
+		if t := OtherType(im); t != "BTREE" {
+			return nil, fmt.Errorf("%w: segment %s is a %s segment, %s a BTREE one: one index type per merge", errkind.InvalidInput,
+				table.IndexUUID(im), cmp.Or(t, "vector"), table.IndexUUID(metas[0]))
+		}
+	}
+	if err := checkEntries(metas, snap); err != nil {
+		return nil, err
+	}
+	var frags []uint32
+	for _, im := range metas {
+		ids, _, err := snap.DecodeCoverage(im)
+		if err != nil {
+			return nil, err
+		}
+		frags = append(frags, ids...)
+	}
+	keep, err := liveRows(ctx, st, snap, frags)
+	if err != nil {
+		return nil, err
+	}
+	id, dir, err := outputDir(ctx, st, opts.IndexUUID)
+	if err != nil {
+		return nil, err
+	}
+	opts.Progress.SetStage("merge")
+	res, err := btree.Merge(ctx, st, metas, btree.MergeOptions{IndexUUID: id.String(), Keep: keep})
+	if err != nil {
+		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		for _, name := range []string{btree.DataFile, btree.LookupFile} {
+			_ = st.Delete(cleanup, dir+name)
+		}
+		return nil, err
+	}
+	opts.Progress.RowsRead.Add(int64(res.RowsRead))
+	opts.Progress.RowsWritten.Add(int64(res.RowsWritten))
+	opts.Progress.SetStage("done")
+	return res.Meta, nil
+}
