@@ -21,7 +21,6 @@
 package btree
 
 import (
-	"container/heap"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -50,8 +49,15 @@ const (
 // is held in memory while it is written.
 const maxBatchSize = 1 << 24
 
-// windowRows is how many rows of each input a merge reads at once.
-const windowRows = 1 << 15
+// Each input is read in windows of at most maxWindowRows rows, fewer when
+// there are many inputs, so that all windows together hold about
+// windowBudget bytes of values and row ids (a thousand deltas must not
+// take a thousand full windows), and at least minWindowRows.
+const (
+	maxWindowRows = 1 << 15
+	minWindowRows = 1 << 10
+	windowBudget  = 64 << 20
+)
 
 // Segment is an opened BTREE segment.
 type Segment struct {
@@ -179,20 +185,24 @@ func totalOrder(bits uint64) uint64 {
 
 // cursor streams one input's rows in windows.
 type cursor struct {
-	seg   *Segment
-	order int // the input's position: ties keep input order
-	next  uint64
-	vals  *lancefile.Array
-	ids   *lancefile.Array
-	i, n  int
-	width int
+	seg    *Segment
+	order  int // the input's position: ties keep input order
+	next   uint64
+	vals   *lancefile.Array
+	ids    *lancefile.Array
+	i, n   int
+	width  int
+	window int      // rows read at once
+	valid  bool     // the current row's value is not null
+	k      uint64   // its sortKey
+	keys   []uint64 // the window's sortKeys
 }
 
 func (c *cursor) fill(ctx context.Context) (bool, error) {
 	if c.next >= c.seg.Rows {
 		return false, nil
 	}
-	end := min(c.next+windowRows, c.seg.Rows)
+	end := min(c.next+uint64(max(c.window, minWindowRows)), c.seg.Rows)
 	var err error
 	if c.vals, err = c.seg.data.Read(ctx, valuesColumn, c.next, end); err != nil {
 		return false, err
@@ -204,7 +214,41 @@ func (c *cursor) fill(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("%w: btree segment %s: a window of %d rows read back as %d values and %d ids", errkind.Corrupt, table.IndexUUID(c.seg.Meta), end-c.next, c.vals.Len, c.ids.Len)
 	}
 	c.i, c.n, c.next = 0, c.vals.Len, end
+	c.keys = sortKeys(c.seg.KeyType.Kind, c.vals.Values, c.n, c.keys[:0])
 	return true, nil
+}
+
+// sortKeys appends the sortKey of each of n fixed-width values (one loop
+// per type, not a type switch per value).
+func sortKeys(k lancefile.Kind, b []byte, n int, out []uint64) []uint64 {
+	le := binary.LittleEndian
+	switch k {
+	case lancefile.KindInt64:
+		for i := range n {
+			out = append(out, le.Uint64(b[i*8:])^1<<63)
+		}
+	case lancefile.KindUint64:
+		for i := range n {
+			out = append(out, le.Uint64(b[i*8:]))
+		}
+	case lancefile.KindFloat64:
+		for i := range n {
+			out = append(out, totalOrder(le.Uint64(b[i*8:])))
+		}
+	case lancefile.KindInt32:
+		for i := range n {
+			out = append(out, uint64(int64(int32(le.Uint32(b[i*4:]))))^1<<63)
+		}
+	default:
+		w := 0
+		for _, kk := range []lancefile.Kind{k} {
+			w = lancefile.Primitive(kk).ValueBits() / 8
+		}
+		for i := range n {
+			out = append(out, sortKey(k, b[i*w:(i+1)*w]))
+		}
+	}
+	return out
 }
 
 func (c *cursor) null() bool    { return !c.vals.IsValid(c.i) }
@@ -214,30 +258,43 @@ func (c *cursor) key() (bool, uint64) {
 	if c.null() {
 		return false, 0
 	}
-	return true, sortKey(c.seg.KeyType.Kind, c.value())
+	return true, c.keys[c.i]
 }
 
-type cursorHeap []*cursor
+// load caches the current row's order (computed once per row, compared
+// about log2(inputs) times).
+func (c *cursor) load() { c.valid, c.k = c.key() }
 
-func (h cursorHeap) Len() int { return len(h) }
-func (h cursorHeap) Less(a, b int) bool {
-	va, ka := h[a].key()
-	vb, kb := h[b].key()
-	switch {
-	case va != vb:
-		return !va // nulls first
-	case ka != kb:
-		return ka < kb
+// before orders cursors by their current rows: nulls first, then by key,
+// then by input (a stable merge).
+func before(a, b *cursor) bool {
+	if a.valid != b.valid {
+		return !a.valid
 	}
-	return h[a].order < h[b].order
+	if a.k != b.k {
+		return a.k < b.k
+	}
+	return a.order < b.order
 }
-func (h cursorHeap) Swap(a, b int) { h[a], h[b] = h[b], h[a] }
-func (h *cursorHeap) Push(x any)   { *h = append(*h, x.(*cursor)) }
-func (h *cursorHeap) Pop() any {
-	old := *h
-	c := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return c
+
+// siftDown restores the heap order below i (a min-heap by before; the
+// hand-written heap saves container/heap's interface calls per row).
+func siftDown(h []*cursor, i int) {
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			return
+		}
+		j := l
+		if r := l + 1; r < len(h) && before(h[r], h[l]) {
+			j = r
+		}
+		if !before(h[j], h[i]) {
+			return
+		}
+		h[i], h[j] = h[j], h[i]
+		i = j
+	}
 }
 
 // MergeOptions tune Merge.
@@ -295,43 +352,49 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 	}
 	defer w.abort()
 	res := &Result{}
-	h := &cursorHeap{}
+	var h []*cursor
+	rowBytes := segs[0].KeyType.ValueBits()/8 + 8 + 8 // value, row id, sort key
+	window := min(maxWindowRows, max(minWindowRows, windowBudget/rowBytes/len(segs)))
 	for i, s := range segs {
-		c := &cursor{seg: s, order: i, width: s.KeyType.ValueBits() / 8}
+		c := &cursor{seg: s, order: i, width: s.KeyType.ValueBits() / 8, window: window}
 		ok, err := c.fill(ctx)
 		if err != nil {
 			return nil, err
 		}
 		if ok {
-			*h = append(*h, c)
+			c.load()
+			h = append(h, c)
 		}
 	}
-	heap.Init(h)
-	for h.Len() > 0 {
-		c := (*h)[0]
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		siftDown(h, i)
+	}
+	for len(h) > 0 {
+		c := h[0]
 		res.RowsRead++
 		if rid := c.rowID(); opts.Keep == nil || opts.Keep(rid) {
-			if err := w.add(ctx, c.null(), c.value(), rid); err != nil {
+			if err := w.add(ctx, !c.valid, c.value(), rid); err != nil {
 				return nil, err
 			}
 		}
 		c.i++
 		if c.i == c.n {
-			if res.RowsRead%(1<<16) == 0 {
-				if err := ctx.Err(); err != nil {
-					return nil, err
-				}
+			if err := ctx.Err(); err != nil {
+				return nil, err
 			}
 			ok, err := c.fill(ctx)
 			if err != nil {
 				return nil, err
 			}
 			if !ok {
-				heap.Pop(h)
+				h[0] = h[len(h)-1]
+				h = h[:len(h)-1]
+				siftDown(h, 0)
 				continue
 			}
 		}
-		heap.Fix(h, 0)
+		c.load()
+		siftDown(h, 0)
 	}
 	files, err := w.finish(ctx)
 	if err != nil {

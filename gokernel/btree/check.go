@@ -86,7 +86,7 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered 
 		return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
 	}
 	ids := roaring64.New()
-	c := &cursor{seg: s, width: width}
+	c := &cursor{seg: s, width: width, window: maxWindowRows}
 	var prevNull = true
 	var prevKey uint64
 	var row uint64

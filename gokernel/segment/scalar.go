@@ -36,24 +36,43 @@ func liveRows(ctx context.Context, st storage.Store, snap *table.Snapshot, frags
 	for _, f := range frags {
 		want[uint64(f)] = true
 	}
-	present := map[uint32]bool{}
-	deleted := map[uint32]*roaring.Bitmap{}
+	// Dense tables by fragment id (ids are bounded by the manifest's
+	// fragments): the merge asks once per row, in key order, so fragments
+	// alternate from one row to the next.
+	var maxID uint64
+	for _, f := range snap.Manifest.GetFragments() {
+		maxID = max(maxID, f.GetId())
+	}
+	if maxID >= 1<<26 {
+		return nil, fmt.Errorf("%w: fragment id %d", errkind.Unsupported, maxID)
+	}
+	present := make([]bool, maxID+1)
+	deleted := make([]*roaring.Bitmap, maxID+1)
+	drops := false
 	for _, f := range snap.Manifest.GetFragments() {
 		if !want[f.GetId()] {
 			continue
 		}
-		present[uint32(f.GetId())] = true
+		present[f.GetId()] = true
 		d, err := snap.DeletedRows(ctx, st, f)
 		if err != nil {
 			return nil, err
 		}
 		if d != nil && !d.IsEmpty() {
-			deleted[uint32(f.GetId())] = d
+			deleted[f.GetId()], drops = d, true
 		}
 	}
+	for f := range want {
+		if f > maxID || !present[f] {
+			drops = true
+		}
+	}
+	if !drops {
+		return nil, nil // every row stays
+	}
 	return func(id uint64) bool {
-		f := uint32(id >> 32)
-		if !present[f] {
+		f := id >> 32
+		if f > maxID || !present[f] {
 			return false
 		}
 		d := deleted[f]

@@ -190,3 +190,20 @@ def test_bench_drift_smoke(tmp_path):
         assert s["health"] in ("ok", "degrading", "retrain")
     assert res["reindex_seconds"] > 0 and res["pylance_create_index_seconds"] > 0
     assert "retrain=auto" in (tmp_path / report.name.replace(".json", ".md")).read_text()
+
+
+@pytest.mark.slow
+def test_bench_btree_smoke(tmp_path):
+    """The BTREE merge benchmark (issue 26) runs end to end at a tiny
+    scale: ours, pylance and the read-write floor timed in one run, the
+    answers of both merged tables compared."""
+    out = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "bench_btree.py"), "--preset", "smoke", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    (report,) = tmp_path.glob("btree-smoke-*.json")
+    res = json.loads(report.read_text())
+    assert res["same"] and res["input_bytes"] > 0
+    for kind in ("ours", "pylance", "floor"):
+        assert res["runs"][kind][0]["seconds"] > 0 and res["runs"][kind][0]["rss_mib"] > 0

@@ -1,0 +1,173 @@
+"""BTREE merge against pylance 14.0.2 (issue 26), on the same data, in
+one run.
+
+pylance writes a table with an int64 BTREE index and ``--deltas`` appends,
+each indexed by ``optimize_indices(num_indices_to_merge=0)`` (one delta
+segment per append). Then, each on a fresh copy, in fresh processes:
+
+* ``ours``: ``lance_segmerge.optimize`` of the index (one worker: the merge
+  runs in process), commit included; its peak RSS;
+* ``pylance``: ``optimize_indices(num_indices_to_merge=<all>)`` of the same
+  index;
+* ``floor``: the same input bytes read into one reused 8 MiB buffer and
+  written to one output file in user space (what any merge that rewrites
+  them must at least do).
+
+Both merged tables then answer the same filters (checked). Usage::
+
+    PYTHONPATH=python .venv/bin/python bench/bench_btree.py --preset default
+
+Writes ``bench/results/btree-<preset>-<time>.md`` and ``.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+PRESETS = {
+    "smoke": {"rows": 200_000, "deltas": 20, "repeats": 1},
+    "default": {"rows": 10_000_000, "deltas": 200, "repeats": 2},
+    "large": {"rows": 50_000_000, "deltas": 1000, "repeats": 1},
+}
+
+CHILD = r"""
+import json, os, resource, shutil, sys, time
+job = json.loads(sys.argv[1])
+uri = job["uri"]
+if job["kind"] == "ours":
+    import lance_segmerge as ls
+    ls.kernel_version()
+    t0 = time.perf_counter()
+    ls.optimize(uri, "k_idx", executor="local", progress=False)
+    dt = time.perf_counter() - t0
+elif job["kind"] == "pylance":
+    import lance
+    ds = lance.dataset(uri)
+    t0 = time.perf_counter()
+    ds.optimize.optimize_indices(index_names=["k_idx"], num_indices_to_merge=job["n"])
+    dt = time.perf_counter() - t0
+else:  # floor
+    buf = bytearray(8 << 20)
+    t0 = time.perf_counter()
+    with open(job["out"], "wb") as out:
+        for p in job["files"]:
+            with open(p, "rb", buffering=0) as f:
+                while True:
+                    n = f.readinto(buf)
+                    if not n:
+                        break
+                    out.write(memoryview(buf)[:n])
+        out.flush()
+        os.fsync(out.fileno())
+    dt = time.perf_counter() - t0
+# VmHWM: this process's own peak (ru_maxrss carries the parent's across exec).
+hwm = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM"))
+print(json.dumps({"seconds": dt, "rss_mib": hwm / 1024}))
+"""
+
+
+def _child(job: dict[str, Any]) -> dict[str, Any]:
+    env = dict(os.environ, PYTHONPATH=str(REPO / "python"), LANCE_LOG="error")
+    out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(job)], capture_output=True, text=True, env=env, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _build(uri: str, rows: int, deltas: int) -> None:
+    import lance
+    import numpy as np
+    import pyarrow as pa
+
+    rng = np.random.default_rng(0)
+    per = rows // (deltas + 1)
+
+    def table(start: int) -> pa.Table:
+        keys = rng.integers(-(10**9), 10**9, per)
+        return pa.table({"id": np.arange(start, start + per), "k": pa.array(keys, mask=rng.random(per) < 0.01)})
+
+    ds = lance.write_dataset(table(0), uri)
+    ds.create_scalar_index("k", "BTREE")
+    for i in range(deltas):
+        ds = lance.write_dataset(table(per * (i + 1)), uri, mode="append")
+        ds.optimize.optimize_indices(index_names=["k_idx"], num_indices_to_merge=0)
+
+
+def _index_files(uri: str) -> list[str]:
+    sys.path.insert(0, str(REPO / "python"))
+    import lance_segmerge as ls
+
+    out = []
+    for s in ls.open(uri).list_index_segments("k_idx", with_stats=False):
+        out += [os.path.join(uri, "_indices", s.uuid, f.path) for f in s.files]
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--preset", default="default", choices=sorted(PRESETS))
+    ap.add_argument("--out", default=str(HERE / "results"))
+    args = ap.parse_args()
+    p = PRESETS[args.preset]
+    import lance
+
+    with tempfile.TemporaryDirectory(prefix="btree-") as tmp:
+        src = os.path.join(tmp, "src")
+        t0 = time.perf_counter()
+        _build(src, p["rows"], p["deltas"])
+        build_s = time.perf_counter() - t0
+        files = _index_files(src)
+        in_bytes = sum(os.path.getsize(f) for f in files)
+        runs: dict[str, list[dict[str, Any]]] = {"ours": [], "pylance": [], "floor": []}
+        for r in range(p["repeats"]):
+            order = ["ours", "pylance", "floor"] if r % 2 == 0 else ["floor", "pylance", "ours"]
+            for kind in order:
+                dst = os.path.join(tmp, f"{kind}{r}")
+                shutil.copytree(src, dst)
+                subprocess.run(["sync"], check=False)
+                job = {"kind": kind, "uri": dst, "n": p["deltas"] + 1,
+                       "files": [f.replace(src, dst) for f in files], "out": os.path.join(tmp, f"floor{r}.bin")}
+                runs[kind].append(_child(job))
+        a, b = lance.dataset(os.path.join(tmp, "ours0")), lance.dataset(os.path.join(tmp, "pylance0"))
+        filters = ["k = 12345", "k > 999000000", "k BETWEEN -1000000 AND 1000000", "k IS NULL"]
+        same = all(sorted(a.to_table(filter=f, columns=["id"])["id"].to_pylist()) == sorted(b.to_table(filter=f, columns=["id"])["id"].to_pylist())
+                   for f in filters)
+        segs = {n: len([s for d in lance.dataset(os.path.join(tmp, f"{n}0")).describe_indices() if d.name == "k_idx" for s in d.segments])
+                for n in ("ours", "pylance")}
+    best = {k: min(v, key=lambda x: x["seconds"]) for k, v in runs.items()}
+    lines = [
+        f"# BTREE merge, preset `{args.preset}`",
+        "",
+        f"{platform.machine()}, {os.cpu_count()} cores, pylance {lance.__version__}; {p['rows']:,} int64 keys (1% null) in a base "
+        f"and {p['deltas']} optimize deltas, {in_bytes / 2**20:.1f} MiB of index files; built in {build_s:.0f}s; best of {p['repeats']}.",
+        "",
+        "| run | seconds | ratio to pylance | ratio to floor | peak RSS (MiB) | segments after |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for k in ("ours", "pylance", "floor"):
+        s = best[k]["seconds"]
+        lines.append(f"| {k} | {s:.2f} | {s / best['pylance']['seconds']:.2f} | {s / best['floor']['seconds']:.2f} | "
+                     f"{best[k]['rss_mib']:.0f} | {segs.get(k, '-')} |")
+    lines += ["", f"answers identical on {len(filters)} filters: {'yes' if same else 'NO'}."]
+    text = "\n".join(lines) + "\n"
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"btree-{args.preset}-{time.strftime('%Y%m%d-%H%M%S')}"
+    stem.with_suffix(".md").write_text(text)
+    stem.with_suffix(".json").write_text(json.dumps({"preset": p, "runs": runs, "same": same, "input_bytes": in_bytes}, indent=1))
+    print(text)
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
