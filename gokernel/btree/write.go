@@ -3,7 +3,6 @@ package btree
 import (
 	"context"
 	"encoding/binary"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -207,17 +206,7 @@ func (pw *pageWriter) abort() { pw.sw.Abort() }
 // details and index version, the files written.
 func mergedMetadata(id uuid.UUID, metas []*pb.IndexMetadata, files []*pb.IndexFile) (*pb.IndexMetadata, error) {
 	first := metas[0]
-	var frags []uint32
-	dv := first.GetDatasetVersion()
-	for _, im := range metas {
-		ids, _, err := table.DecodeFragmentBitmap(im.GetFragmentBitmap())
-		if err != nil {
-			return nil, fmt.Errorf("btree segment %s: %w", table.IndexUUID(im), err)
-		}
-		frags = append(frags, ids...)
-		dv = min(dv, im.GetDatasetVersion())
-	}
-	bm, err := table.EncodeFragmentBitmap(frags)
+	bm, dv, err := table.MergedCoverage(metas)
 	if err != nil {
 		return nil, err
 	}

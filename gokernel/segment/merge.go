@@ -995,17 +995,7 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 // details and index version, and the files just written.
 func buildMetadata(id uuid.UUID, metas []*pb.IndexMetadata, out mergeOutput) (*pb.IndexMetadata, error) {
 	first := metas[0]
-	var frags []uint32
-	dv := first.GetDatasetVersion()
-	for _, im := range metas {
-		ids, _, err := table.DecodeFragmentBitmap(im.GetFragmentBitmap())
-		if err != nil {
-			return nil, err
-		}
-		frags = append(frags, ids...)
-		dv = min(dv, im.GetDatasetVersion())
-	}
-	bm, err := table.EncodeFragmentBitmap(frags)
+	bm, dv, err := table.MergedCoverage(metas)
 	if err != nil {
 		return nil, err
 	}

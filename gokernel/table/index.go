@@ -194,3 +194,23 @@ func (s *Snapshot) FragmentIDs() []uint64 {
 	slices.Sort(out)
 	return out
 }
+
+// MergedCoverage is the coverage of a segment merged from metas: the union
+// of their fragment bitmaps (encoded) and their smallest dataset version
+// (the model's era survives merges).
+func MergedCoverage(metas []*pb.IndexMetadata) ([]byte, uint64, error) {
+	var frags []uint32
+	var dv uint64
+	for i, im := range metas {
+		ids, _, err := DecodeFragmentBitmap(im.GetFragmentBitmap())
+		if err != nil {
+			return nil, 0, fmt.Errorf("segment %s: %w", IndexUUID(im), err)
+		}
+		frags = append(frags, ids...)
+		if i == 0 || im.GetDatasetVersion() < dv {
+			dv = im.GetDatasetVersion()
+		}
+	}
+	bm, err := EncodeFragmentBitmap(frags)
+	return bm, dv, err
+}

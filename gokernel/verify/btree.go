@@ -22,18 +22,11 @@ const DamageOrder = "btree_order"
 // order of its rows and its page table, and its row ids (unique, of the
 // fragments it covers). There is no model, layout or recall to check.
 func verifyBTree(ctx context.Context, st storage.Store, snap *table.Snapshot, im *pb.IndexMetadata) (*SegmentReport, error) {
-	sr := &SegmentReport{UUID: table.IndexUUID(im), IndexType: "BTREE", LayoutDepth: -1, Recall: -1, FreshRecall: -1, CodesMismatch: -1}
-	sr.FragmentIDs, _, _ = table.DecodeFragmentBitmap(im.GetFragmentBitmap())
-	if sr.FragmentIDs == nil {
-		sr.FragmentIDs = []uint32{}
+	sr, ist, err := startSegment(ctx, st, snap, im)
+	if err != nil {
+		return nil, err
 	}
-	ist := st
-	if im.BaseId != nil {
-		var err error
-		if ist, err = snap.IndexStore(ctx, st, im); err != nil {
-			return nil, err
-		}
-	}
+	sr.IndexType = "BTREE"
 	if !checkFiles(ctx, ist, im, sr) {
 		return sr, nil
 	}

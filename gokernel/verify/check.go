@@ -281,23 +281,28 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-func verifySegment(ctx context.Context, st storage.Store, snap *table.Snapshot, im *pb.IndexMetadata, models *modelSet, col *string, opts Options) (*SegmentReport, error) {
-	prog := opts.Progress
+// startSegment is a segment's report before its checks (numbers not
+// measured are -1), and the store its files live in (a shallow clone's
+// source for a segment of it).
+func startSegment(ctx context.Context, st storage.Store, snap *table.Snapshot, im *pb.IndexMetadata) (*SegmentReport, storage.Store, error) {
 	sr := &SegmentReport{UUID: table.IndexUUID(im), LayoutDepth: -1, Recall: -1, FreshRecall: -1, CodesMismatch: -1}
 	sr.FragmentIDs, _, _ = table.DecodeFragmentBitmap(im.GetFragmentBitmap())
 	if sr.FragmentIDs == nil {
 		sr.FragmentIDs = []uint32{}
 	}
-	prog.SetStage("structure")
-	ist := st
-	if im.BaseId != nil {
-		var err error
-		if ist, err = snap.IndexStore(ctx, st, im); err != nil {
-			return nil, err
-		}
+	if im.BaseId == nil {
+		return sr, st, nil
 	}
-	if !checkFiles(ctx, ist, im, sr) {
-		return sr, nil
+	ist, err := snap.IndexStore(ctx, st, im)
+	return sr, ist, err
+}
+
+func verifySegment(ctx context.Context, st storage.Store, snap *table.Snapshot, im *pb.IndexMetadata, models *modelSet, col *string, opts Options) (*SegmentReport, error) {
+	prog := opts.Progress
+	prog.SetStage("structure")
+	sr, ist, err := startSegment(ctx, st, snap, im)
+	if err != nil || !checkFiles(ctx, ist, im, sr) {
+		return sr, err
 	}
 	o, err := openSegment(ctx, st, snap, im)
 	if err != nil {
