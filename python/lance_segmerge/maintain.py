@@ -21,7 +21,7 @@ from ._health import DEFAULT_HEALTH_QUERIES, DEFAULT_HEALTH_SAMPLE_ROWS, _health
 from ._display import human_bytes
 from ._progress import OptimizeProgressArg
 from .api import Dataset, DatasetLike, _list, _plan, _plan_options, as_dataset
-from .errors import ConflictError
+from .errors import ConflictError, UnsupportedError
 from .executors import Executor
 from .reports import MaintainReport
 from .runs import _resume_point, execute_plan
@@ -54,7 +54,11 @@ def _maybe_reindex(ds: Dataset, index_name: str, rule: _Retrain) -> dict[str, An
     latest = ds.checkout()
     out: dict[str, Any] = {}
     if rule.mode == "auto":
-        rep = _health(latest, index_name, {"sample_rows": DEFAULT_HEALTH_SAMPLE_ROWS, "queries": DEFAULT_HEALTH_QUERIES})
+        try:
+            rep = _health(latest, index_name, {"sample_rows": DEFAULT_HEALTH_SAMPLE_ROWS, "queries": DEFAULT_HEALTH_QUERIES})
+        except UnsupportedError as exc:  # a scalar index: no model to drift
+            logger.info("%s: no drift to measure: %s", index_name, exc)
+            return {}
         out = {"health_verdict": rep.verdict, "health_reasons": rep.reasons}
         if not rep.needs_retrain:
             return out
