@@ -352,7 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a storage option, as pylance takes them (repeatable; e.g. -o aws_region=eu-west-1)",
     )
 
-    ls_ = sub.add_parser("ls", parents=[store], help="list the segments of vector indices")
+    ls_ = sub.add_parser("ls", parents=[store], help="list the segments of an index (default: every vector index)")
     ls_.add_argument("uri")
     ls_.add_argument("--index", help="one index (default: every vector index)")
     ls_.add_argument("--version", type=int, help="dataset version (default: latest)")

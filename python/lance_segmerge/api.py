@@ -68,12 +68,14 @@ class Dataset(DatasetHandle):
     def list_index_segments(
         self, index_name: Optional[str] = None, *, with_stats: bool = True, with_provenance: bool = False
     ) -> SegmentList:
-        """List the segments of a vector index at this version.
+        """List the segments of an index at this version.
 
         Parameters
         ----------
         index_name : str, optional
-            The logical index; every vector index when omitted.
+            The logical index, of any type (a scalar or full-text index's
+            segments carry their type, files and Lance file version; BTREE
+            ones their rows); every vector index when omitted.
         with_stats : bool, default True
             Read each segment's files for its statistics (index type,
             partitions, rows, layout flags, sizes). Without them only the
