@@ -167,6 +167,11 @@ func RemoveUncommitted(ctx context.Context, st storage.Store, uuids []string) (i
 			}
 			n++
 		}
+		if d, ok := st.(storage.DirPruner); ok {
+			if err := d.PruneDir(ctx, table.IndicesDir+u+"/"); err != nil {
+				return n, err
+			}
+		}
 	}
 	return n, nil
 }

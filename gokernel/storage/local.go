@@ -335,6 +335,21 @@ func (l *Local) Stat(ctx context.Context, name string) (Entry, error) {
 	return Entry{Name: name, Size: st.Size(), ModTime: st.ModTime()}, nil
 }
 
+// PruneDir removes the directory named by prefix (a "dir/" prefix) if it
+// is empty: a writer killed between creating a segment's directory and
+// its first file leaves one, and Delete only prunes after a file.
+func (l *Local) PruneDir(ctx context.Context, prefix string) error {
+	p, err := l.path(strings.TrimSuffix(prefix, "/"))
+	if err != nil {
+		return err
+	}
+	if p == l.root {
+		return nil
+	}
+	_ = os.Remove(p) // fails, as it should, when the directory is not empty
+	return nil
+}
+
 func (l *Local) Delete(ctx context.Context, name string) error {
 	p, err := l.path(name)
 	if err != nil {

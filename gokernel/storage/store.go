@@ -77,6 +77,12 @@ type Writer interface {
 	Abort()
 }
 
+// DirPruner is a store with real directories (local files): PruneDir
+// removes the directory of a "dir/" prefix when it holds nothing.
+type DirPruner interface {
+	PruneDir(ctx context.Context, prefix string) error
+}
+
 // TempPrefix starts the names of the temporary objects a backend writes
 // before publishing (a crashed writer can leave them behind). List returns
 // them, so that cleanup can remove them; IsTemp tells them apart.

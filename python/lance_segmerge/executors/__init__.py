@@ -56,6 +56,10 @@ class FuturesExecutor:
         self._pool = pool
         self._owned = owned
         self._futures: list[cf.Future[Any]] = []
+        # Every worker process seen during a map (a broken pool forgets its
+        # processes; cancel must still stop them before the driver removes
+        # their outputs).
+        self._procs: dict[int, Any] = {}
         # A queue the pool's workers put (pid, item) on as they start an
         # item (see _worker.run_reporting), or None.
         self._started = started
@@ -69,7 +73,8 @@ class FuturesExecutor:
             futures = [self._pool.submit(fn, item) for item in items]
         self._futures = futures
         index = {f: i for i, f in enumerate(futures)}
-        procs = dict(getattr(self._pool, "_processes", None) or {})
+        procs = self._procs
+        procs.update(getattr(self._pool, "_processes", None) or {})
         try:
             pending = set(futures)
             while pending:
@@ -132,9 +137,13 @@ class FuturesExecutor:
             _ffi.cancel_all()
         elif isinstance(self._pool, cf.ProcessPoolExecutor):
             # Running merges stop when their process dies; the driver
-            # removes their partial outputs.
-            for p in list((getattr(self._pool, "_processes", None) or {}).values()):
+            # removes their partial outputs once every one is gone (a worker
+            # still writing would leave files, or an empty directory, behind).
+            procs = {**self._procs, **(getattr(self._pool, "_processes", None) or {})}
+            for p in procs.values():
                 p.kill()
+            for p in procs.values():
+                p.join(5)
 
     def close(self) -> None:
         if self._owned:
