@@ -24,6 +24,9 @@ type Provenance struct {
 	Unknown string `json:"unknown,omitempty"`
 }
 
+// maxCachedManifests bounds the manifests a Provenances call keeps open.
+const maxCachedManifests = 64
+
 // MaxProvenanceSegments bounds the segments one Provenances call looks up
 // (each costs a binary search over the versions).
 const MaxProvenanceSegments = 4096
@@ -57,7 +60,11 @@ func Provenances(ctx context.Context, st storage.Store, snap *table.Snapshot, me
 		if err != nil {
 			return nil, err
 		}
-		cache[v] = s
+		// The searches share their first probes; the rest are kept only
+		// while the cache is small (a manifest of a large table is MBs).
+		if len(cache) < maxCachedManifests {
+			cache[v] = s
+		}
 		return s, nil
 	}
 	has := func(s *table.Snapshot, u string) bool {
