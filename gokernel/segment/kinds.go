@@ -12,6 +12,7 @@ import (
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/zonemap"
 )
 
 // The index types other than vector ones, by the message name of their
@@ -84,6 +85,14 @@ func otherStats(ctx context.Context, st storage.Store, im *pb.IndexMetadata, typ
 	}
 	sort.Strings(names)
 	s := &Stats{IndexType: typ, PartitionRows: []uint32{}, notVector: true}
+	if typ == "ZONEMAP" {
+		if z, err := zonemap.Read(ctx, st, im); err == nil {
+			s.FileVersion, s.NumRows, s.rowsCounted = z.Version.String(), z.Rows, true
+			return s, nil
+		} else if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
 	var rowsFile string
 	for _, t := range otherTypes {
 		if t.name == typ {

@@ -129,8 +129,13 @@ func Merge(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []
 	opts = opts.withDefaults()
 	prog := opts.Progress
 	prog.SetStage("validate")
-	if len(metas) > 0 && OtherType(metas[0]) == "BTREE" {
-		return mergeBTree(ctx, st, snap, metas, opts)
+	if len(metas) > 0 {
+		switch OtherType(metas[0]) {
+		case "BTREE":
+			return mergeBTree(ctx, st, snap, metas, opts)
+		case "ZONEMAP":
+			return mergeZoneMap(ctx, st, snap, metas, opts)
+		}
 	}
 	for _, im := range metas {
 		if err := RequireVector(im); err != nil {

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/btree"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/zonemap"
 	"slices"
 	"sort"
 	"strconv"
@@ -87,7 +88,7 @@ func PlanIndex(ctx context.Context, st storage.Store, snap *table.Snapshot, opts
 		if im.GetName() != opts.IndexName {
 			continue
 		}
-		if t := OtherType(im); t != "BTREE" {
+		if t := OtherType(im); !MergeableTypes[t] {
 			if err := RequireVector(im); err != nil {
 				return nil, err
 			}
@@ -169,9 +170,12 @@ func PlanSegments(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 	}
 	var sz *planSizes
 	var err error
-	if OtherType(metas[0]) == "BTREE" {
+	switch OtherType(metas[0]) {
+	case "BTREE":
 		sz, err = btreeSizes(ctx, st, metas)
-	} else {
+	case "ZONEMAP":
+		sz, err = zoneMapSizes(ctx, st, metas)
+	default:
 		sz, err = vectorSizes(ctx, st, snap, metas, opts)
 	}
 	if err != nil {
@@ -269,11 +273,11 @@ func vectorSizes(ctx context.Context, st storage.Store, snap *table.Snapshot, me
 // key type and page size.
 func btreeSizes(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata) (*planSizes, error) {
 	sz := &planSizes{indexType: "BTREE", rows: make([]uint64, len(metas)), bytes: make([]uint64, len(metas)), close: func() {}}
+	if err := requireOneType(metas, "BTREE"); err != nil {
+		return nil, err
+	}
 	var first *btree.Segment
 	for i, im := range metas {
-		if t := OtherType(im); t != "BTREE" {
-			return nil, fmt.Errorf("%w: segment %s is a %s segment, %s a BTREE one", errkind.InvalidInput, table.IndexUUID(im), cmp.Or(t, "vector"), table.IndexUUID(metas[0]))
-		}
 		s, err := btree.Open(ctx, st, im)
 		if err != nil {
 			return nil, err
@@ -295,6 +299,34 @@ func btreeSizes(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata
 	}
 	first.Close()
 	sz.stats = func(i int) (*Stats, error) { return otherStats(ctx, st, metas[i], "BTREE") }
+	return sz, nil
+}
+
+// zoneMapSizes reads ZONEMAP segments once (their zones are few),
+// checking that they share their key type and zone size.
+func zoneMapSizes(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata) (*planSizes, error) {
+	if err := requireOneType(metas, "ZONEMAP"); err != nil {
+		return nil, err
+	}
+	sz := &planSizes{indexType: "ZONEMAP", rows: make([]uint64, len(metas)), bytes: make([]uint64, len(metas)), close: func() {}}
+	var first *zonemap.Segment
+	for i, im := range metas {
+		s, err := zonemap.Read(ctx, st, im)
+		if err != nil {
+			return nil, err
+		}
+		if first == nil {
+			first = s
+		} else if s.KeyType != first.KeyType || s.RowsPerZone != first.RowsPerZone {
+			return nil, fmt.Errorf("%w: zonemap segments %s (%s, %d rows per zone) and %s (%s, %d) cannot merge", errkind.InvalidInput,
+				table.IndexUUID(metas[0]), first.KeyType, first.RowsPerZone, table.IndexUUID(im), s.KeyType, s.RowsPerZone)
+		}
+		sz.rows[i] = s.Rows
+		for _, f := range im.GetFiles() {
+			sz.bytes[i] += f.GetSizeBytes()
+		}
+	}
+	sz.stats = func(i int) (*Stats, error) { return otherStats(ctx, st, metas[i], "ZONEMAP") }
 	return sz, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/zonemap"
 )
 
 // mergeBTree merges segments of a BTREE index (see btree.Merge): the
@@ -81,11 +82,8 @@ func liveRows(ctx context.Context, st storage.Store, snap *table.Snapshot, frags
 }
 
 func mergeBTree(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, opts MergeOptions) (*pb.IndexMetadata, error) {
-	for _, im := range metas {
-		if t := OtherType(im); t != "BTREE" {
-			return nil, fmt.Errorf("%w: segment %s is a %s segment, %s a BTREE one: one index type per merge", errkind.InvalidInput,
-				table.IndexUUID(im), cmp.Or(t, "vector"), table.IndexUUID(metas[0]))
-		}
+	if err := requireOneType(metas, "BTREE"); err != nil {
+		return nil, err
 	}
 	if err := checkEntries(metas, snap); err != nil {
 		return nil, err
@@ -120,4 +118,57 @@ func mergeBTree(ctx context.Context, st storage.Store, snap *table.Snapshot, met
 	opts.Progress.RowsWritten.Add(int64(res.RowsWritten))
 	opts.Progress.SetStage("done")
 	return res.Meta, nil
+}
+
+// MergeableTypes are the index types other than vector ones that merges
+// handle.
+var MergeableTypes = map[string]bool{"BTREE": true, "ZONEMAP": true}
+
+// requireOneType refuses a merge or plan that mixes index types.
+func requireOneType(metas []*pb.IndexMetadata, typ string) error {
+	for _, im := range metas {
+		if t := OtherType(im); t != typ {
+			return fmt.Errorf("%w: segment %s is a %s segment, %s a %s one: one index type per merge", errkind.InvalidInput,
+				table.IndexUUID(im), cmp.Or(t, "vector"), table.IndexUUID(metas[0]), typ)
+		}
+	}
+	return nil
+}
+
+// mergeZoneMap merges segments of a ZONEMAP index (see zonemap.Merge):
+// the checks every merge applies, then the zones of every input whose
+// fragment snap still has, in fragment order.
+func mergeZoneMap(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, opts MergeOptions) (*pb.IndexMetadata, error) {
+	if err := requireOneType(metas, "ZONEMAP"); err != nil {
+		return nil, err
+	}
+	if err := checkEntries(metas, snap); err != nil {
+		return nil, err
+	}
+	current := map[uint32]bool{}
+	for _, f := range snap.Manifest.GetFragments() {
+		current[uint32(f.GetId())] = true
+	}
+	id, dir, err := outputDir(ctx, st, opts.IndexUUID)
+	if err != nil {
+		return nil, err
+	}
+	opts.Progress.SetStage("merge")
+	files, _, err := zonemap.Merge(ctx, st, metas, id, func(f uint32) bool { return current[f] })
+	if err != nil {
+		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = st.Delete(cleanup, dir+zonemap.FileName)
+		return nil, err
+	}
+	bm, dv, err := table.MergedCoverage(metas)
+	if err != nil {
+		return nil, err
+	}
+	first := metas[0]
+	now := uint64(time.Now().UnixMilli())
+	iv := first.GetIndexVersion()
+	opts.Progress.SetStage("done")
+	return &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: id[:]}, Fields: first.GetFields(), Name: first.GetName(), DatasetVersion: dv,
+		FragmentBitmap: bm, IndexDetails: cloneAny(first.GetIndexDetails()), IndexVersion: &iv, CreatedAt: &now, Files: files}, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/zonemap"
 )
 
 // DamageOrder: a BTREE segment's rows or pages are not what pylance's
@@ -70,6 +71,44 @@ func verifyBTree(ctx context.Context, st storage.Store, snap *table.Snapshot, im
 		sr.add(Check{Name: "row_ids", Verdict: Failed, Damage: DamageForeignRowIDs, Message: strings.Join(ids, "; ")})
 	default:
 		sr.add(Check{Name: "row_ids", Verdict: OK, Message: "every row id is unique and of a fragment the segment covers"})
+	}
+	return sr, nil
+}
+
+// DamageZones: a ZONEMAP segment's zones are out of order, overlap, hold
+// more rows than rows_per_zone, or name fragments the segment does not
+// cover.
+const DamageZones = "zonemap_zones"
+
+// verifyZoneMap checks one ZONEMAP segment (see zonemap.Check).
+func verifyZoneMap(ctx context.Context, st storage.Store, snap *table.Snapshot, im *pb.IndexMetadata) (*SegmentReport, error) {
+	sr, ist, err := startSegment(ctx, st, snap, im)
+	if err != nil {
+		return nil, err
+	}
+	sr.IndexType = "ZONEMAP"
+	if !checkFiles(ctx, ist, im, sr) {
+		return sr, nil
+	}
+	covered := map[uint32]bool{}
+	for _, f := range sr.FragmentIDs {
+		covered[f] = true
+	}
+	z, problems, err := zonemap.Check(ctx, ist, im, func(f uint32) bool { return covered[f] })
+	switch {
+	case err != nil && (ctx.Err() != nil || errkind.Tag(err) == "io"):
+		return nil, err
+	case errors.Is(err, errkind.Unsupported):
+		sr.add(Check{Name: "structure", Verdict: Skipped, Message: err.Error()})
+	case err != nil:
+		sr.add(Check{Name: "structure", Verdict: Failed, Damage: DamageUnreadable, Message: err.Error()})
+	case len(problems) > 0:
+		sr.NumRows = z.Rows
+		sr.add(Check{Name: "structure", Verdict: Failed, Damage: DamageZones, Message: strings.Join(problems, "; ")})
+	default:
+		sr.NumRows = z.Rows
+		sr.add(Check{Name: "structure", Verdict: OK, Numbers: map[string]float64{"zones": float64(z.Zones), "rows": float64(z.Rows)},
+			Message: fmt.Sprintf("%d zones over %d rows, in fragment order, none over %d rows", z.Zones, z.Rows, z.RowsPerZone)})
 	}
 	return sr, nil
 }

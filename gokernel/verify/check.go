@@ -104,7 +104,7 @@ func indexSegments(snap *table.Snapshot, indexName string) ([]*pb.IndexMetadata,
 		if im.GetName() != indexName {
 			continue
 		}
-		if t := segment.OtherType(im); t != "BTREE" {
+		if t := segment.OtherType(im); !segment.MergeableTypes[t] {
 			if err := segment.RequireVector(im); err != nil {
 				return nil, err
 			}
@@ -172,8 +172,8 @@ func verifyMetas(ctx context.Context, st storage.Store, snap *table.Snapshot, in
 	prog.PartitionsTotal.Store(int64(len(metas)))
 	rep := &Report{IndexName: indexName, Version: snap.Ref.Version, Deep: opts.Deep, SampleRows: opts.SampleRows,
 		Queries: opts.Queries, K: opts.K, NProbes: opts.NProbes, Clean: true}
-	if len(metas) > 0 && segment.OtherType(metas[0]) == "BTREE" {
-		return verifyBTrees(ctx, st, snap, rep, metas, opts)
+	if len(metas) > 0 && segment.MergeableTypes[segment.OtherType(metas[0])] {
+		return verifyScalar(ctx, st, snap, rep, metas, opts)
 	}
 
 	// The index's models, for the consistency check (every segment's,
@@ -250,15 +250,20 @@ func metricOf(im *pb.IndexMetadata) string {
 // verifySegment runs every check of one segment. It returns an error only
 // when a check could not run for reasons outside the segment (the data
 // files, cancellation).
-// verifyBTrees checks the segments of a BTREE index (verifyBTree) into
-// rep.
-func verifyBTrees(ctx context.Context, st storage.Store, snap *table.Snapshot, rep *Report, metas []*pb.IndexMetadata, opts Options) (*Report, error) {
-	rep.IndexType, rep.Queries, rep.SampleRows = "BTREE", 0, 0
+// verifyScalar checks the segments of a BTREE or ZONEMAP index
+// (verifyBTree, verifyZoneMap) into rep.
+func verifyScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, rep *Report, metas []*pb.IndexMetadata, opts Options) (*Report, error) {
+	typ := segment.OtherType(metas[0])
+	rep.IndexType, rep.Queries, rep.SampleRows = typ, 0, 0
 	for _, im := range metas {
-		if t := segment.OtherType(im); t != "BTREE" {
-			return nil, fmt.Errorf("%w: segment %s is a %s segment among BTREE ones", errkind.InvalidInput, table.IndexUUID(im), cmpOr(t, "vector"))
+		if t := segment.OtherType(im); t != typ {
+			return nil, fmt.Errorf("%w: segment %s is a %s segment among %s ones", errkind.InvalidInput, table.IndexUUID(im), cmpOr(t, "vector"), typ)
 		}
-		sr, err := verifyBTree(ctx, st, snap, im)
+		check := verifyBTree
+		if typ == "ZONEMAP" {
+			check = verifyZoneMap
+		}
+		sr, err := check(ctx, st, snap, im)
 		if err != nil {
 			return nil, fmt.Errorf("segment %s: %w", table.IndexUUID(im), err)
 		}

@@ -169,8 +169,8 @@ func (s *SegmentReport) finish(indexName, column string) {
 		s.Advice = fmt.Sprintf("rescuable: repair_index rewrites it with the layout applied once (lance-segmerge repair URI --index %s --apply)", indexName)
 		return
 	}
-	if s.IndexType == "BTREE" {
-		s.Advice = fmt.Sprintf("rebuild the index: pylance's create_scalar_index(%q, \"BTREE\", name=%q, replace=True)", column, indexName)
+	if s.IndexType == "BTREE" || s.IndexType == "ZONEMAP" {
+		s.Advice = fmt.Sprintf("rebuild the index: pylance's create_scalar_index(%q, %q, name=%q, replace=True)", column, s.IndexType, indexName)
 		return
 	}
 	s.Advice = fmt.Sprintf("rebuild this segment: build_index_segment(uri, %q, %q, fragment_ids=%v, read_index_model(uri, %q)) and commit it with replaces=[%q], or drop and recreate the index with pylance",

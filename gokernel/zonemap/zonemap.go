@@ -1,0 +1,328 @@
+// Package zonemap reads, merges and checks the segments of Lance ZONEMAP
+// scalar indices, as pylance 14.0.2 writes them.
+//
+// A segment is one Lance file, zonemap.lance, with one row per zone (a
+// run of at most rows_per_zone rows of one fragment): "min" and "max"
+// (the key type, nullable), "null_count" and "nan_count" (uint32),
+// "fragment_id", "zone_start" (the zone's first row offset in its
+// fragment) and "zone_length" (uint64); schema metadata "rows_per_zone"
+// and "null_bitmap". Zones never span fragments, so segments over
+// disjoint fragments merge by concatenating their zones, in fragment and
+// offset order, dropping the zones of fragments the dataset no longer has.
+// A zone keeps its bounds when rows inside it are deleted: bounds that
+// cover more than the live rows only make a filter read a zone it could
+// have skipped, never miss a row.
+package zonemap
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sort"
+	"strconv"
+
+	"github.com/google/uuid"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
+)
+
+// FileName is a ZONEMAP segment's file. Part of the format.
+const FileName = "zonemap.lance"
+
+// maxZones bounds the zones one segment may hold (untrusted metadata):
+// a merge holds every zone in memory, 60 bytes each.
+const maxZones = 1 << 24
+
+var columns = []string{"min", "max", "null_count", "nan_count", "fragment_id", "zone_start", "zone_length"}
+
+// Segment is a ZONEMAP segment read whole (zones are few: one per
+// rows_per_zone rows).
+type Segment struct {
+	Meta        *pb.IndexMetadata
+	KeyType     lancefile.DataType
+	RowsPerZone int
+	Metadata    map[string][]byte
+	Version     lancefile.Version
+	cols        []*lancefile.Array // in columns order
+	Zones       int
+	Rows        uint64 // rows the zones cover
+	// Nulls are the entries of the segment's null row map (the global
+	// buffer its "null_bitmap" metadata names), one per fragment, kept as
+	// their serialized bitmaps.
+	Nulls []nullEntry
+}
+
+// nullEntry is one fragment's entry of a null row map: a u32 fragment id,
+// then its bitmap as a u32 length and that many bytes (a portable 32-bit
+// roaring bitmap of row offsets), little-endian.
+type nullEntry struct {
+	frag uint32
+	bits []byte
+}
+
+// parseNulls splits a serialized null row map (u32 entry count, then the
+// entries) without decoding the bitmaps: a merge of segments over disjoint
+// fragments concatenates them.
+func parseNulls(b []byte) ([]nullEntry, error) {
+	if len(b) < 4 {
+		return nil, fmt.Errorf("null map of %d bytes", len(b))
+	}
+	n := binary.LittleEndian.Uint32(b)
+	if uint64(n)*8 > uint64(len(b)) {
+		return nil, fmt.Errorf("null map of %d bytes claims %d entries", len(b), n)
+	}
+	out := make([]nullEntry, 0, n)
+	b = b[4:]
+	for range n {
+		if len(b) < 8 {
+			return nil, fmt.Errorf("null map ends inside an entry")
+		}
+		f, l := binary.LittleEndian.Uint32(b), binary.LittleEndian.Uint32(b[4:])
+		if uint64(l) > uint64(len(b)-8) {
+			return nil, fmt.Errorf("null map entry of fragment %d claims %d bytes, %d left", f, l, len(b)-8)
+		}
+		out = append(out, nullEntry{f, b[8 : 8+l]})
+		b = b[8+l:]
+	}
+	if len(b) != 0 {
+		return nil, fmt.Errorf("null map has %d bytes after its %d entries", len(b), n)
+	}
+	return out, nil
+}
+
+func serializeNulls(es []nullEntry) []byte {
+	out := binary.LittleEndian.AppendUint32(nil, uint32(len(es)))
+	for _, e := range es {
+		out = binary.LittleEndian.AppendUint32(out, e.frag)
+		out = binary.LittleEndian.AppendUint32(out, uint32(len(e.bits)))
+		out = append(out, e.bits...)
+	}
+	return out
+}
+
+// Read reads a segment: errkind.Unsupported for a key type that is not
+// fixed-width, errkind.Corrupt for a file that contradicts itself.
+func Read(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Segment, error) {
+	u := table.IndexUUID(im)
+	name := table.IndexDir(im) + FileName
+	obj, err := st.Open(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("zonemap segment %s: %w", u, err)
+	}
+	defer obj.Close()
+	r, err := lancefile.Open(ctx, obj, name, lancefile.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("zonemap segment %s: %w", u, err)
+	}
+	s := &Segment{Meta: im, Metadata: r.Metadata(), Version: r.Version()}
+	n := r.NumRows()
+	if n > maxZones {
+		return nil, fmt.Errorf("%w: zonemap segment %s has %d zones (at most %d)", errkind.Corrupt, u, n, maxZones)
+	}
+	v, ok := r.MetadataString("rows_per_zone")
+	if s.RowsPerZone, err = strconv.Atoi(v); !ok || err != nil || s.RowsPerZone < 1 {
+		return nil, fmt.Errorf("%w: zonemap segment %s: rows_per_zone %q", errkind.Corrupt, u, v)
+	}
+	for i, c := range columns {
+		f, ok := r.Field(c)
+		if !ok {
+			return nil, fmt.Errorf("%w: zonemap segment %s: no %q column", errkind.Corrupt, u, c)
+		}
+		if i < 2 {
+			if f.Type.ValueBits() <= 0 || f.Type.Kind == lancefile.KindList || f.Type.ValueBits()%8 != 0 {
+				return nil, fmt.Errorf("%w: zonemap segment %s: zone bounds of type %s (merges handle fixed-width keys)", errkind.Unsupported, u, f.Type)
+			}
+			s.KeyType = f.Type
+		}
+		a, err := r.Read(ctx, c, 0, n)
+		if err != nil {
+			return nil, fmt.Errorf("zonemap segment %s: %w", u, err)
+		}
+		if a.Len != int(n) {
+			return nil, fmt.Errorf("%w: zonemap segment %s: column %s read back %d of %d rows", errkind.Corrupt, u, c, a.Len, n)
+		}
+		s.cols = append(s.cols, a)
+	}
+	if v, ok := r.MetadataString("null_bitmap"); ok {
+		g, err := strconv.Atoi(v)
+		if err != nil || g < 1 || g >= r.NumGlobalBuffers() {
+			return nil, fmt.Errorf("%w: zonemap segment %s: null_bitmap names global buffer %q of %d", errkind.Corrupt, u, v, r.NumGlobalBuffers())
+		}
+		b, err := r.GlobalBuffer(ctx, g)
+		if err != nil {
+			return nil, fmt.Errorf("zonemap segment %s: %w", u, err)
+		}
+		if s.Nulls, err = parseNulls(b); err != nil {
+			return nil, fmt.Errorf("%w: zonemap segment %s: %v", errkind.Corrupt, u, err)
+		}
+	}
+	s.Zones = int(n)
+	for z := 0; z < s.Zones; z++ {
+		s.Rows += s.u64(6, z)
+	}
+	return s, nil
+}
+
+func (s *Segment) u64(col, z int) uint64 { return binary.LittleEndian.Uint64(s.cols[col].Values[z*8:]) }
+
+type zone struct {
+	seg       *Segment
+	z         int
+	frag, off uint64
+}
+
+// Merge writes one segment holding the zones of metas (they must share
+// their key type and rows_per_zone) whose fragment keep accepts (nil: all),
+// in fragment and offset order, under _indices/<indexUUID>/. It returns
+// the files written and the zones kept.
+func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, indexUUID uuid.UUID, keep func(frag uint32) bool) ([]*pb.IndexFile, int, error) {
+	var segs []*Segment
+	var zones []zone
+	for _, im := range metas {
+		s, err := Read(ctx, st, im)
+		if err != nil {
+			return nil, 0, err
+		}
+		if len(segs) > 0 && (s.KeyType != segs[0].KeyType || s.RowsPerZone != segs[0].RowsPerZone) {
+			return nil, 0, fmt.Errorf("%w: zonemap segments %s (%s, %d rows per zone) and %s (%s, %d) cannot merge", errkind.InvalidInput,
+				table.IndexUUID(segs[0].Meta), segs[0].KeyType, segs[0].RowsPerZone, table.IndexUUID(im), s.KeyType, s.RowsPerZone)
+		}
+		segs = append(segs, s)
+		for z := 0; z < s.Zones; z++ {
+			f := s.u64(4, z)
+			if keep == nil || (f <= 1<<32-1 && keep(uint32(f))) {
+				zones = append(zones, zone{s, z, f, s.u64(5, z)})
+			}
+		}
+	}
+	if len(segs) == 0 {
+		return nil, 0, fmt.Errorf("%w: at least one zonemap segment is required", errkind.InvalidInput)
+	}
+	sort.Slice(zones, func(i, j int) bool {
+		if zones[i].frag != zones[j].frag {
+			return zones[i].frag < zones[j].frag
+		}
+		return zones[i].off < zones[j].off
+	})
+	first := segs[0]
+	var fields []*lancefile.Field
+	out := make([]*lancefile.Array, len(columns))
+	for i, c := range columns {
+		t := first.cols[i].Type
+		fields = append(fields, lancefile.NewField(c, t, i < 2))
+		out[i] = &lancefile.Array{Type: t, Len: len(zones)}
+	}
+	var validity [2][]byte
+	nulls := [2]bool{}
+	for i := range validity {
+		validity[i] = make([]byte, (len(zones)+7)/8)
+	}
+	for k, zn := range zones {
+		for i := range columns {
+			a := zn.seg.cols[i]
+			w := a.Type.ValueBits() / 8
+			out[i].Values = append(out[i].Values, a.Values[zn.z*w:(zn.z+1)*w]...)
+			if i < 2 {
+				if a.IsValid(zn.z) {
+					validity[i][k/8] |= 1 << (k % 8)
+				} else {
+					nulls[i] = true
+				}
+			}
+		}
+	}
+	for i := range validity {
+		if nulls[i] {
+			out[i].Validity = validity[i]
+		}
+	}
+	name := table.IndicesDir + indexUUID.String() + "/" + FileName
+	sw, err := st.Create(ctx, name)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer sw.Abort()
+	cw := &countWriter{w: sw}
+	w, err := lancefile.NewWriter(cw, fields, lancefile.WriterOptions{Version: first.Version})
+	if err != nil {
+		return nil, 0, err
+	}
+	for k, v := range first.Metadata {
+		w.SetMetadata(k, v)
+	}
+	if _, ok := first.Metadata["null_bitmap"]; ok {
+		var nulls []nullEntry
+		for _, sg := range segs {
+			for _, e := range sg.Nulls {
+				if keep == nil || keep(e.frag) {
+					nulls = append(nulls, e)
+				}
+			}
+		}
+		sort.SliceStable(nulls, func(i, j int) bool { return nulls[i].frag < nulls[j].frag })
+		g, err := w.AddGlobalBuffer(serializeNulls(nulls))
+		if err != nil {
+			return nil, 0, err
+		}
+		w.SetMetadata("null_bitmap", []byte(strconv.Itoa(g)))
+	}
+	if len(zones) > 0 {
+		if err := w.Write(out); err != nil {
+			return nil, 0, err
+		}
+	}
+	if err := w.Finish(); err != nil {
+		return nil, 0, err
+	}
+	if err := sw.Finish(); err != nil {
+		return nil, 0, err
+	}
+	return []*pb.IndexFile{{Path: FileName, SizeBytes: uint64(cw.n)}}, len(zones), nil
+}
+
+// Check reads a segment and reports what pylance's reader relies on that
+// does not hold: zones of covered fragments, within rows_per_zone, in
+// fragment and offset order without overlaps.
+func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered func(frag uint32) bool) (*Segment, []string, error) {
+	s, err := Read(ctx, st, im)
+	if err != nil {
+		return nil, nil, err
+	}
+	var problems []string
+	add := func(format string, args ...any) {
+		if len(problems) < 8 {
+			problems = append(problems, fmt.Sprintf(format, args...))
+		}
+	}
+	for z := 0; z < s.Zones; z++ {
+		f, off, n := s.u64(4, z), s.u64(5, z), s.u64(6, z)
+		if n == 0 || n > uint64(s.RowsPerZone) {
+			add("zone %d has %d rows (1 to rows_per_zone %d)", z, n, s.RowsPerZone)
+		}
+		if covered != nil && (f > 1<<32-1 || !covered(uint32(f))) {
+			add("zone %d is of fragment %d, which the segment does not cover", z, f)
+		}
+		if z > 0 {
+			pf, poff, pn := s.u64(4, z-1), s.u64(5, z-1), s.u64(6, z-1)
+			if f < pf || f == pf && off < poff+pn {
+				add("zone %d (fragment %d, rows %d+%d) is out of order or overlaps zone %d", z, f, off, n, z-1)
+			}
+		}
+	}
+	return s, problems, nil
+}
+
+type countWriter struct {
+	w interface{ Write([]byte) (int, error) }
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
