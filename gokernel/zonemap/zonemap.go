@@ -169,6 +169,14 @@ func Read(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Segment
 
 func (s *Segment) u64(col, z int) uint64 { return binary.LittleEndian.Uint64(s.cols[col].Values[z*8:]) }
 
+// segs0Metadata is the first segment's metadata (s's own for the first).
+func segs0Metadata(segs []*Segment, s *Segment) map[string][]byte {
+	if len(segs) == 0 {
+		return s.Metadata
+	}
+	return segs[0].Metadata
+}
+
 type zone struct {
 	seg       *Segment
 	z         int
@@ -186,6 +194,14 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, ind
 		s, err := Read(ctx, st, im)
 		if err != nil {
 			return nil, 0, err
+		}
+		_, hasNulls := s.Metadata["null_bitmap"]
+		if _, firstHas := segs0Metadata(segs, s)["null_bitmap"]; hasNulls != firstHas {
+			// pylance writes no null map when any input has none, and the
+			// details say whether there is one: keep the two in step by
+			// not merging such a mix.
+			return nil, 0, fmt.Errorf("%w: zonemap segments %s and %s: one has a map of null rows, the other none (an older writer)",
+				errkind.Unsupported, table.IndexUUID(metas[0]), table.IndexUUID(im))
 		}
 		if len(segs) > 0 && (s.KeyType != segs[0].KeyType || s.RowsPerZone != segs[0].RowsPerZone) {
 			return nil, 0, fmt.Errorf("%w: zonemap segments %s (%s, %d rows per zone) and %s (%s, %d) cannot merge", errkind.InvalidInput,
