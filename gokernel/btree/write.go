@@ -33,7 +33,7 @@ type pageWriter struct {
 	batchSize int
 	version   lancefile.Version
 	sw        storage.Writer
-	counted   *countWriter
+	counted   *storage.CountingWriter
 	w         *lancefile.Writer
 	// the page being filled
 	vals     []byte
@@ -44,18 +44,6 @@ type pageWriter struct {
 	lookup   []lookupRow
 	rows     uint64
 	pages    uint64
-	finished []storage.Writer
-}
-
-type countWriter struct {
-	w interface{ Write([]byte) (int, error) }
-	n int64
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
 }
 
 func dataFields(t lancefile.DataType) []*lancefile.Field {
@@ -68,7 +56,7 @@ func newPageWriter(ctx context.Context, st storage.Store, dir string, t lancefil
 	if err != nil {
 		return nil, err
 	}
-	pw.sw, pw.counted = sw, &countWriter{w: sw}
+	pw.sw, pw.counted = sw, &storage.CountingWriter{W: sw}
 	if pw.w, err = lancefile.NewWriter(pw.counted, dataFields(t), lancefile.WriterOptions{Version: v}); err != nil {
 		sw.Abort()
 		return nil, err
@@ -137,14 +125,13 @@ func (pw *pageWriter) finish(ctx context.Context) ([]*pb.IndexFile, error) {
 	if err := pw.sw.Finish(); err != nil {
 		return nil, err
 	}
-	pw.finished = append(pw.finished, pw.sw)
-	dataBytes := pw.counted.n
+	dataBytes := pw.counted.N
 	sw, err := pw.st.Create(ctx, pw.dir+LookupFile)
 	if err != nil {
 		return nil, err
 	}
 	defer sw.Abort()
-	cw := &countWriter{w: sw}
+	cw := &storage.CountingWriter{W: sw}
 	fields := []*lancefile.Field{
 		lancefile.NewField("min", pw.keyType, true), lancefile.NewField("max", pw.keyType, true),
 		lancefile.NewField("null_count", lancefile.Primitive(lancefile.KindUint32), false),
@@ -194,7 +181,7 @@ func (pw *pageWriter) finish(ctx context.Context) ([]*pb.IndexFile, error) {
 	if err := sw.Finish(); err != nil {
 		return nil, err
 	}
-	return []*pb.IndexFile{{Path: DataFile, SizeBytes: uint64(dataBytes)}, {Path: LookupFile, SizeBytes: uint64(cw.n)}}, nil
+	return []*pb.IndexFile{{Path: DataFile, SizeBytes: uint64(dataBytes)}, {Path: LookupFile, SizeBytes: uint64(cw.N)}}, nil
 }
 
 // abort removes what was written unless finish published it (then the

@@ -77,6 +77,19 @@ type Writer interface {
 	Abort()
 }
 
+// CountingWriter counts the bytes written through it (a file's size as
+// it is written, for the manifest's file list).
+type CountingWriter struct {
+	W io.Writer
+	N int64
+}
+
+func (c *CountingWriter) Write(p []byte) (int, error) {
+	n, err := c.W.Write(p)
+	c.N += int64(n)
+	return n, err
+}
+
 // DirPruner is a store with real directories (local files): PruneDir
 // removes the directory of a "dir/" prefix when it holds nothing.
 type DirPruner interface {

@@ -262,7 +262,7 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, ind
 		return nil, 0, err
 	}
 	defer sw.Abort()
-	cw := &countWriter{w: sw}
+	cw := &storage.CountingWriter{W: sw}
 	w, err := lancefile.NewWriter(cw, fields, lancefile.WriterOptions{Version: first.Version})
 	if err != nil {
 		return nil, 0, err
@@ -297,7 +297,7 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, ind
 	if err := sw.Finish(); err != nil {
 		return nil, 0, err
 	}
-	return []*pb.IndexFile{{Path: FileName, SizeBytes: uint64(cw.n)}}, len(zones), nil
+	return []*pb.IndexFile{{Path: FileName, SizeBytes: uint64(cw.N)}}, len(zones), nil
 }
 
 // Check reads a segment and reports what pylance's reader relies on that
@@ -330,15 +330,4 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered 
 		}
 	}
 	return s, problems, nil
-}
-
-type countWriter struct {
-	w interface{ Write([]byte) (int, error) }
-	n int64
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
 }
