@@ -120,9 +120,11 @@ func parseKind(s string) (Kind, bool) {
 // than any index holds), so that its width in bits stays far inside int.
 const maxListDim = 1 << 24
 
-// ParseLogicalType maps a Lance logical type string to a DataType. Types the
-// kernel never decodes (strings, decimals, timestamps, ...) come back as
-// KindUnknown with Logical set; only reading their pages fails.
+// ParseLogicalType maps a Lance logical type string to a DataType. Dates,
+// times, timestamps and durations are their storage integers (Kind) with
+// the logical type kept; types the kernel never decodes (strings,
+// decimals, ...) come back as KindUnknown with Logical set; only reading
+// their pages fails.
 func ParseLogicalType(s string) DataType {
 	if k, ok := parseKind(s); ok {
 		return Primitive(k)
@@ -134,6 +136,12 @@ func ParseLogicalType(s string) DataType {
 		return DataType{Kind: KindLargeList, Logical: s}
 	case s == "struct":
 		return DataType{Kind: KindStruct, Logical: s}
+	case strings.HasPrefix(s, "date32:") || strings.HasPrefix(s, "time32:"):
+		// Stored as int32 (days, seconds or milliseconds); the logical type
+		// is kept, so a writer writes it back as it was.
+		return DataType{Kind: KindInt32, Logical: s}
+	case strings.HasPrefix(s, "date64:") || strings.HasPrefix(s, "time64:") || strings.HasPrefix(s, "timestamp:") || strings.HasPrefix(s, "duration:"):
+		return DataType{Kind: KindInt64, Logical: s}
 	case strings.HasPrefix(s, "fixed_size_list:"):
 		// fixed_size_list:<elem>:<n>; the element may itself contain colons.
 		// Untrusted: "fixed_size_list:" alone has no element nor size.
