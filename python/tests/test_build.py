@@ -216,6 +216,14 @@ def test_float16_codes_agree_with_create_index_uncommitted(two_frags16: tuple[st
             # a last-bit difference in ‖r‖² survives cancellation in the
             # additive factors: tolerate a few float32 ulps of the column's scale
             np.testing.assert_allclose(fb, fa, rtol=2e-5, atol=1e-6 * float(np.abs(fa).max()), err_msg=f["name"])
+        elif f["name"] == "__pq_code":
+            # A sub-vector equidistant, in float16, from two codewords is a
+            # tie that pylance's float16 kernel and ours may break either
+            # way (their summation orders differ): seen once in several
+            # hundred runs, one row of 3,000. A real encoding error moves
+            # far more rows than one in a thousand.
+            differ = int((~(a == b).all(axis=1)).sum())
+            assert differ <= n // 1000, f"__pq_code: {differ} of {n} rows differ"
         else:
             assert (a == b).all(), f"{f['name']}: {int((~(a == b).all(axis=1)).sum())} of {n} rows differ"
 
