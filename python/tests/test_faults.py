@@ -292,19 +292,21 @@ def test_sigkill_at_random_points(tmp_path):
         p = subprocess.Popen([sys.executable, "-c", _KILL_LOOP, uri], env=PYENV, stdout=subprocess.PIPE, text=True)
         assert p.stdout is not None and p.stdout.readline().strip() == "ready"
         last = ""
-        if trial % 2:
-            # Every other trial aims at a commit: a few milliseconds after
-            # one of the first commits starts (a commit is far shorter than
-            # a merge, so random times can miss every commit on a loaded
-            # machine).
+        if trial % 3:
+            # Two trials in three aim at a stage, a moment after one of the
+            # first merges or commits starts (random times alone can miss
+            # every commit, or every merge, depending on which the machine
+            # runs slower that day): commits a few milliseconds in, merges
+            # a millisecond in.
+            stage, delay = ("c", 0.005) if trial % 3 == 1 else ("m", 0.001)
             want, seen = rng.randint(1, 5), 0
             while seen < want:
                 line = p.stdout.readline().strip()
                 if not line:
                     break
                 last = line
-                seen += line == "c"
-            time.sleep(rng.uniform(0, 0.005))
+                seen += line == stage
+            time.sleep(rng.uniform(0, delay))
         else:
             time.sleep(rng.uniform(0, span))
         p.send_signal(signal.SIGKILL)
