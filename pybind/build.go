@@ -49,11 +49,8 @@ func BuildSegment(opID, uri, optionsJSON string, version int, modelJSON, buildOp
 	if err != nil {
 		return "", tagged(err)
 	}
-	info, err := segment.Describe(im)
+	info, err := segment.DescribeWithStats(ctx, st, im)
 	if err != nil {
-		return "", tagged(err)
-	}
-	if info.Stats, err = segment.ReadStats(context.WithoutCancel(ctx), st, im); err != nil {
 		return "", tagged(err)
 	}
 	b, err := json.Marshal(info)
@@ -176,11 +173,8 @@ func VerifyBuildOutput(uri, optionsJSON string, version int, indexName, column, 
 	if err != nil {
 		return "", tagged(err)
 	}
-	info, err := segment.Describe(im)
+	info, err := segment.DescribeWithStats(ctx, st, im)
 	if err != nil {
-		return "", tagged(err)
-	}
-	if info.Stats, err = segment.ReadStats(ctx, st, im); err != nil {
 		return "", tagged(err)
 	}
 	b, err := json.Marshal(info)

@@ -92,11 +92,8 @@ func VerifyOutput(uri, optionsJSON, inputsJSON, output, filesJSON string) (out s
 	if err != nil {
 		return "", tagged(err)
 	}
-	info, err := segment.Describe(im)
+	info, err := segment.DescribeWithStats(ctx, st, im)
 	if err != nil {
-		return "", tagged(err)
-	}
-	if info.Stats, err = segment.ReadStats(ctx, st, im); err != nil {
 		return "", tagged(err)
 	}
 	b, err := json.Marshal(info)

@@ -1,7 +1,6 @@
 package pybind
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 
@@ -37,12 +36,8 @@ func MergeSegments(opID, uri, optionsJSON string, version int, segmentsJSON, mer
 	if err != nil {
 		return "", tagged(err)
 	}
-	info, err := segment.Describe(merged)
+	info, err := segment.DescribeWithStats(ctx, st, merged)
 	if err != nil {
-		return "", tagged(err)
-	}
-	statsCtx := context.WithoutCancel(ctx)
-	if info.Stats, err = segment.ReadStats(statsCtx, st, merged); err != nil {
 		return "", tagged(err)
 	}
 	// Notes ride along with the segment's fields; Python logs them.

@@ -159,11 +159,8 @@ func RepairSegment(opID, uri, optionsJSON string, version int, indexName, segUUI
 	if err != nil {
 		return "", tagged(err)
 	}
-	info, err := segment.Describe(seg)
+	info, err := segment.DescribeWithStats(ctx, st, seg)
 	if err != nil {
-		return "", tagged(err)
-	}
-	if info.Stats, err = segment.ReadStats(context.WithoutCancel(ctx), st, seg); err != nil {
 		return "", tagged(err)
 	}
 	b, err := json.Marshal(struct {

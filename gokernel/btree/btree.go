@@ -308,7 +308,9 @@ type MergeOptions struct {
 
 // Result is what Merge wrote.
 type Result struct {
-	Meta        *pb.IndexMetadata
+	// Files are the output's files (page_data first); the caller builds
+	// its manifest entry.
+	Files       []*pb.IndexFile
 	RowsRead    uint64
 	RowsWritten uint64
 	Pages       uint64
@@ -401,6 +403,6 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 		return nil, err
 	}
 	res.RowsWritten, res.Pages = w.rows, w.pages
-	res.Meta, err = mergedMetadata(id, metas, files)
-	return res, err
+	res.Files = files
+	return res, nil
 }

@@ -100,7 +100,8 @@ func TestMergeIsOneSortedRunThatChecksClean(t *testing.T) {
 		}
 	}
 	dropped := func(id uint64) bool { return id%7 == 0 }
-	res, err := Merge(ctx, st, metas, MergeOptions{Keep: func(id uint64) bool { return !dropped(id) }})
+	out := uuid.New()
+	res, err := Merge(ctx, st, metas, MergeOptions{IndexUUID: out.String(), Keep: func(id uint64) bool { return !dropped(id) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +115,8 @@ func TestMergeIsOneSortedRunThatChecksClean(t *testing.T) {
 		t.Fatalf("read %d written %d pages %d; want %d, %d, %d", res.RowsRead, res.RowsWritten, res.Pages, len(all), want, (want+255)/256)
 	}
 	covered := func(id uint64) bool { return id>>32 < 4 }
-	chk, err := Check(ctx, st, res.Meta, covered)
+	merged := &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: out[:]}, Files: res.Files}
+	chk, err := Check(ctx, st, merged, covered)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,11 +124,12 @@ func TestMergeIsOneSortedRunThatChecksClean(t *testing.T) {
 		t.Fatalf("merged segment: %+v", chk)
 	}
 	// A merged segment merges again, with an input whose keys interleave.
-	again, err := Merge(ctx, st, []*pb.IndexMetadata{res.Meta, writeSegment(t, st, []row{{v: -1000, id: 5 << 32}, {null: true, id: 5<<32 | 1}, {v: 1000, id: 5<<32 | 2}}, 256, 5)}, MergeOptions{})
+	out2 := uuid.New()
+	again, err := Merge(ctx, st, []*pb.IndexMetadata{merged, writeSegment(t, st, []row{{v: -1000, id: 5 << 32}, {null: true, id: 5<<32 | 1}, {v: 1000, id: 5<<32 | 2}}, 256, 5)}, MergeOptions{IndexUUID: out2.String()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	chk, err = Check(ctx, st, again.Meta, nil)
+	chk, err = Check(ctx, st, &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: out2[:]}, Files: again.Files}, nil)
 	if err != nil || len(chk.Problems) > 0 || chk.Rows != uint64(want+3) {
 		t.Fatalf("merged again: %v %+v", err, chk)
 	}

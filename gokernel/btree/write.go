@@ -4,16 +4,10 @@ import (
 	"context"
 	"encoding/binary"
 	"strconv"
-	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
-	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/anypb"
 )
 
 // lookupRow is one page's entry of page_lookup.lance.
@@ -187,24 +181,3 @@ func (pw *pageWriter) finish(ctx context.Context) ([]*pb.IndexFile, error) {
 // abort removes what was written unless finish published it (then the
 // caller's cleanup removes the directory of a failed merge).
 func (pw *pageWriter) abort() { pw.sw.Abort() }
-
-// mergedMetadata is the manifest entry of a merged segment: the union of
-// the inputs' coverage, their smallest dataset version, the first input's
-// details and index version, the files written.
-func mergedMetadata(id uuid.UUID, metas []*pb.IndexMetadata, files []*pb.IndexFile) (*pb.IndexMetadata, error) {
-	first := metas[0]
-	bm, dv, err := table.MergedCoverage(metas)
-	if err != nil {
-		return nil, err
-	}
-	now := uint64(time.Now().UnixMilli())
-	iv := first.GetIndexVersion()
-	var details *anypb.Any
-	if d := first.GetIndexDetails(); d != nil {
-		details = proto.Clone(d).(*anypb.Any)
-	}
-	return &pb.IndexMetadata{
-		Uuid: &pb.UUID{Uuid: id[:]}, Fields: first.GetFields(), Name: first.GetName(), DatasetVersion: dv,
-		FragmentBitmap: bm, IndexDetails: details, IndexVersion: &iv, CreatedAt: &now, Files: files,
-	}, nil
-}

@@ -255,6 +255,20 @@ func List(ctx context.Context, st storage.Store, snap *table.Snapshot, opts Opti
 	return out, nil
 }
 
+// DescribeWithStats is Describe with the statistics read from the
+// segment's files (whatever the context's cancellation: a caller
+// describing what it just wrote must not lose it to a late cancel).
+func DescribeWithStats(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Info, error) {
+	info, err := Describe(im)
+	if err != nil {
+		return nil, err
+	}
+	if info.Stats, err = ReadStats(context.WithoutCancel(ctx), st, im); err != nil {
+		return nil, err
+	}
+	return info, nil
+}
+
 // IsVector reports whether an index entry is a vector index: its details
 // are VectorIndexDetails (any package), or, for entries without details,
 // its files include auxiliary.idx.

@@ -995,10 +995,20 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// buildMetadata is the IndexMetadata of a merged segment: the union of the
-// inputs' coverage, their smallest dataset version, the first input's
-// details and index version, and the files just written.
+// buildMetadata is the IndexMetadata of a merged vector segment (see
+// mergedEntry) with its two files.
 func buildMetadata(id uuid.UUID, metas []*pb.IndexMetadata, out mergeOutput) (*pb.IndexMetadata, error) {
+	return mergedEntry(id, metas, []*pb.IndexFile{
+		{Path: ivf.AuxiliaryFileName, SizeBytes: uint64(out.auxBytes)},
+		{Path: ivf.IndexFileName, SizeBytes: uint64(out.indexBytes)},
+	})
+}
+
+// mergedEntry is the IndexMetadata of a segment merged from metas, of any
+// index type: the union of the inputs' coverage, their smallest dataset
+// version, the first input's details and index version, and the files
+// just written.
+func mergedEntry(id uuid.UUID, metas []*pb.IndexMetadata, files []*pb.IndexFile) (*pb.IndexMetadata, error) {
 	first := metas[0]
 	bm, dv, err := table.MergedCoverage(metas)
 	if err != nil {
@@ -1015,10 +1025,7 @@ func buildMetadata(id uuid.UUID, metas []*pb.IndexMetadata, out mergeOutput) (*p
 		IndexDetails:   cloneAny(first.GetIndexDetails()),
 		IndexVersion:   &iv,
 		CreatedAt:      &now,
-		Files: []*pb.IndexFile{
-			{Path: ivf.AuxiliaryFileName, SizeBytes: uint64(out.auxBytes)},
-			{Path: ivf.IndexFileName, SizeBytes: uint64(out.indexBytes)},
-		},
+		Files:          files,
 	}, nil
 }
 

@@ -117,7 +117,7 @@ func mergeBTree(ctx context.Context, st storage.Store, snap *table.Snapshot, met
 	opts.Progress.RowsRead.Add(int64(res.RowsRead))
 	opts.Progress.RowsWritten.Add(int64(res.RowsWritten))
 	opts.Progress.SetStage("done")
-	return res.Meta, nil
+	return mergedEntry(id, metas, res.Files)
 }
 
 // MergeableTypes are the index types other than vector ones that merges
@@ -161,14 +161,6 @@ func mergeZoneMap(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 		_ = st.Delete(cleanup, dir+zonemap.FileName)
 		return nil, err
 	}
-	bm, dv, err := table.MergedCoverage(metas)
-	if err != nil {
-		return nil, err
-	}
-	first := metas[0]
-	now := uint64(time.Now().UnixMilli())
-	iv := first.GetIndexVersion()
 	opts.Progress.SetStage("done")
-	return &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: id[:]}, Fields: first.GetFields(), Name: first.GetName(), DatasetVersion: dv,
-		FragmentBitmap: bm, IndexDetails: cloneAny(first.GetIndexDetails()), IndexVersion: &iv, CreatedAt: &now, Files: files}, nil
+	return mergedEntry(id, metas, files)
 }
