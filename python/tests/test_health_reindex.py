@@ -144,6 +144,19 @@ def test_plot_health(copy):
         ls.plot_health("not a report")  # type: ignore[arg-type]
 
 
+def test_the_training_era_survives_pylance_merges(copy):
+    """pylance's optimize_indices merges its deltas into one segment that
+    keeps the oldest input's dataset_version, so health still knows which
+    rows came after training, and still names the drift."""
+    uri, _ = copy("drifted")
+    lance.dataset(uri).optimize.optimize_indices(num_indices_to_merge=APPENDS + 1)
+    (seg,) = ls.open(uri).list_index_segments("vec_idx")
+    assert seg.dataset_version == 1
+    rep = ls.health(uri, "vec_idx", queries=512)
+    assert rep.training_version == 1 and rep.rows_since_training == APPENDS * APPEND_ROWS
+    assert rep.verdict == "retrain", rep.to_text()
+
+
 def test_health_counts_unindexed_rows_and_refuses_bad_arguments(copy):
     uri, vecs = copy("steady")
     lance.write_dataset(_table(_draw(300, 0.0, 99), len(vecs)), uri, mode="append")

@@ -33,6 +33,9 @@ INDICES = {
 }
 
 
+INDEX_VERSIONS = {"LABEL_LIST": 1, "INVERTED": 2}
+
+
 def _table(start: int) -> pa.Table:
     rng = np.random.default_rng(start)
     i = np.arange(start, start + ROWS)
@@ -79,6 +82,10 @@ def test_scalar_segments_are_listed_with_their_type_and_files(scalar_uri, name):
     segs = ls.open(scalar_uri).list_index_segments(name)
     pylance = {s.uuid for d in lance.dataset(scalar_uri).describe_indices() if d.name == name for s in d.segments}
     assert {s.uuid for s in segs} == pylance and len(segs) == 1 + APPENDS
+    # pylance 14.0.2 writes LABEL_LIST segments as index version 1 and
+    # INVERTED as 2, the others 0 (the reference notes say every scalar type
+    # is 0).
+    assert {s.index_version for s in segs} == {INDEX_VERSIONS.get(ours, 0)}
     for s in segs:
         assert s.index_type == ours
         assert s.num_partitions is None
