@@ -46,6 +46,12 @@ type hnswModel struct {
 	// vecCol is the auxiliary column the graph's distances are computed
 	// on (flat vectors or codes).
 	vecCol string
+	// foreign[i]: input i's graphs were built with other parameters than
+	// the output's and are not reused.
+	foreign []bool
+	// legacy: an input's graphs leave the upper levels' entry-point rows
+	// out of level_offsets (Lance before 0.31).
+	legacy bool
 }
 
 // sharedHNSW reads every input's graph metadata and checks that they
@@ -55,7 +61,8 @@ type hnswModel struct {
 // match the files, are Corrupt.
 func sharedHNSW(srcs []*source, m *model) (*hnswModel, error) {
 	hm := &hnswModel{metas: make([][]*hnsw.Metadata, len(srcs))}
-	var owner *source
+	owner := -1
+	inputParams := make([]*hnsw.Params, len(srcs))
 	for i, s := range srcs {
 		f := s.files
 		raw, ok := f.Index.MetadataString(ivf.KeyHNSW)
@@ -80,7 +87,9 @@ func sharedHNSW(srcs []*source, m *model) (*hnswModel, error) {
 				}
 				continue
 			}
-			if gm.Rows() != rows {
+			fits, legacy := gm.FitRows(rows)
+			hm.legacy = hm.legacy || legacy
+			if !fits {
 				return nil, fmt.Errorf("%w: segment %s: partition %d: the graph's level offsets count %d rows, index.idx holds %d",
 					errkind.Corrupt, s.uuid, p, gm.Rows(), rows)
 			}
@@ -97,18 +106,25 @@ func sharedHNSW(srcs []*source, m *model) (*hnswModel, error) {
 			}
 		}
 		hm.metas[i] = metas[:m.nparts]
-		if params == nil {
-			continue
-		}
-		if owner == nil {
-			hm.params, owner = *params, s
-		} else if !hm.params.Equal(*params) {
-			return nil, fmt.Errorf("%w: segment %s has HNSW parameters %s, segment %s %s: rebuild one of them with the other's m, ef_construction and max_level",
-				errkind.InvalidInput, s.uuid, params, owner.uuid, hm.params)
+		if params != nil {
+			inputParams[i] = params
+			if owner < 0 || f.Aux.NumRows() > srcs[owner].files.Aux.NumRows() {
+				owner = i
+			}
 		}
 	}
-	if owner == nil {
-		hm.params = hnsw.DefaultParams()
+	// Inputs may disagree on the HNSW parameters: pylance releases before
+	// 0.31 build every optimize delta with the default m=20 whatever the
+	// base was built with, and pylance's own merge accepts them. The
+	// output takes the parameters of the input with the most rows; graphs
+	// built with others are not reused (their rows are inserted afresh).
+	hm.params = hnsw.DefaultParams()
+	hm.foreign = make([]bool, len(srcs))
+	if owner >= 0 {
+		hm.params = *inputParams[owner]
+		for i, p := range inputParams {
+			hm.foreign[i] = p != nil && !p.Equal(hm.params)
+		}
 	}
 	switch m.typ.Quantizer() {
 	case "flat":
@@ -378,7 +394,7 @@ func (h *hnswMerge) reusable(job *graphJob) (*hnsw.Metadata, *hnswPiece) {
 	for k := range job.pieces {
 		pc := &job.pieces[k]
 		gm := h.hm.metas[pc.src][job.p]
-		if gm == nil || gm.Nodes() == 0 || (best != nil && pc.kept <= best.kept) {
+		if gm == nil || h.hm.foreign[pc.src] || gm.Nodes() == 0 || (best != nil && pc.kept <= best.kept) {
 			continue
 		}
 		dropped := gm.Nodes() - pc.keptOf(gm.Nodes())

@@ -314,13 +314,22 @@ func (mg *merger) writeAux(ctx context.Context) (int64, error) {
 		if err != nil {
 			return 0, err
 		}
+		quant["transposed"] = json.RawMessage("true")
+		if mg.inlineCodebook() {
+			// Lance before 0.28 reads the codebook only from the metadata
+			// (a global-buffer codebook fails its queries with "only accept
+			// 2-D tensor shape"): keep it where the inputs keep it. Lance
+			// serialises the bytes as a JSON array of numbers.
+			quant["codebook_position"] = json.RawMessage("0")
+			quant["codebook_tensor"] = jsonByteArray(cb)
+			break
+		}
 		pos, err := w.AddGlobalBuffer(cb)
 		if err != nil {
 			return 0, err
 		}
 		quant["codebook_position"] = json.RawMessage(strconv.Itoa(pos))
 		quant["codebook_tensor"] = json.RawMessage("[]")
-		quant["transposed"] = json.RawMessage("true")
 	case "rq":
 		if m.rotation != nil {
 			rb, err := ivf.EncodeTensor(m.rotation)
@@ -1069,4 +1078,30 @@ func outputDir(ctx context.Context, st storage.Store, indexUUID string) (uuid.UU
 		return id, "", fmt.Errorf("%w: output segment %s already has files under %s", errkind.Conflict, id, dir)
 	}
 	return id, dir, nil
+}
+
+// inlineCodebook reports whether any input keeps its PQ codebook inline in
+// the metadata (the layout of Lance before 0.28), whose readers know no
+// other place for it.
+func (mg *merger) inlineCodebook() bool {
+	for _, s := range mg.srcs {
+		if s.files.Quant.CodebookPosition <= 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// jsonByteArray renders b as a JSON array of numbers (serde's encoding of
+// a byte vector), not the base64 string encoding/json would choose.
+func jsonByteArray(b []byte) json.RawMessage {
+	out := make([]byte, 0, 2+4*len(b))
+	out = append(out, '[')
+	for i, c := range b {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = strconv.AppendUint(out, uint64(c), 10)
+	}
+	return append(out, ']')
 }

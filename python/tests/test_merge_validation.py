@@ -74,7 +74,6 @@ def world(tmp_path_factory):
         (["pq0", "pq2_cosine"], ls.InvalidInputError, "distance type"),
         (["pq0", "sq2"], ls.InvalidInputError, "index type"),
         (["rq2", "rq3"], ls.InvalidInputError, "RQ rotation"),
-        (["hflat4", "hflat5_m12"], ls.InvalidInputError, "HNSW parameters .*m=12.* m=20"),
         (["hflat4", "flat5"], ls.InvalidInputError, "index type IVF_FLAT, where segment .* has IVF_HNSW_FLAT"),
     ],
 )

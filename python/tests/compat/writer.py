@@ -1,0 +1,100 @@
+"""Runs inside an older release's environment: writes one dataset per case
+with a base vector index and optimize deltas, using only that release's
+own API and defaults, and a copy merged by that release's own
+``optimize_indices``.
+
+Usage: python writer.py OUT_DIR CASES_JSON  (prints one JSON line per case)
+
+Only lance, pyarrow and numpy are imported; the script must run on every
+release from the 0.2x line on, so it probes keyword names instead of
+assuming them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import shutil
+import sys
+import traceback
+
+import lance
+import numpy as np
+import pyarrow as pa
+
+DIM = 32
+BASE_ROWS = 3000
+DELTA_ROWS = 300
+DELTAS = 5
+
+
+def vectors(n: int, seed: int) -> np.ndarray:
+    """Clustered float32 vectors (16 blobs), deterministic per seed."""
+    rng = np.random.default_rng(seed)
+    centers = np.random.default_rng(1234).normal(size=(16, DIM)).astype(np.float32) * 3
+    return (centers[rng.integers(0, 16, n)] + rng.normal(size=(n, DIM))).astype(np.float32)
+
+
+def table(start: int, vecs: np.ndarray) -> pa.Table:
+    flat = pa.array(vecs.reshape(-1), type=pa.float32())
+    return pa.table({
+        "id": pa.array(np.arange(start, start + len(vecs), dtype=np.int64)),
+        "vec": pa.FixedSizeListArray.from_arrays(flat, DIM),
+    })
+
+
+def write_kwargs(stable: bool) -> dict:
+    if not stable:
+        return {}
+    params = inspect.signature(lance.write_dataset).parameters
+    for key in ("enable_stable_row_ids", "enable_move_stable_row_ids"):
+        if key in params:
+            return {key: True}
+    raise NotImplementedError("this release has no stable row ids")
+
+
+def index_kwargs(kind: str, metric: str) -> dict:
+    kw: dict = {"metric": metric, "num_partitions": 8}
+    base = kind
+    if kind == "IVF_PQ4":
+        base, kw["num_bits"] = "IVF_PQ", 4
+    if base.endswith("PQ"):
+        kw["num_sub_vectors"] = 4
+    if base.startswith("IVF_HNSW"):
+        kw.update(m=8, ef_construction=100)
+    return {"index_type": base, **kw}
+
+
+def write(out: str, case: dict) -> dict:
+    uri = f"{out}/{case['name']}"
+    kind, metric = case["kind"], case["metric"]
+    lance.write_dataset(table(0, vectors(BASE_ROWS, 0)), uri, **write_kwargs(case.get("stable", False)))
+    ds = lance.dataset(uri)
+    ds.create_index("vec", name="vec_idx", **index_kwargs(kind, metric))
+    start = BASE_ROWS
+    for d in range(DELTAS):
+        lance.write_dataset(table(start, vectors(DELTA_ROWS, 100 + d)), uri, mode="append")
+        start += DELTA_ROWS
+        lance.dataset(uri).optimize.optimize_indices(num_indices_to_merge=0)
+    own = f"{uri}.own"
+    shutil.copytree(uri, own)
+    lance.dataset(own).optimize.optimize_indices(num_indices_to_merge=DELTAS + 1)
+    return {"uri": uri, "own": own}
+
+
+def main() -> None:
+    out, cases = sys.argv[1], json.loads(sys.argv[2])
+    for case in cases:
+        res = {"name": case["name"], "lance": lance.__version__}
+        try:
+            res.update(write(out, case))
+        except BaseException as e:  # noqa: BLE001 - the release's refusal (or panic) is data
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            res["error"] = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+            res["trace"] = traceback.format_exc()[-2000:]
+        print(json.dumps(res), flush=True)
+
+
+if __name__ == "__main__":
+    main()
