@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -288,5 +289,35 @@ func TestSpaceDistances(t *testing.T) {
 	q.reset(ps, 0)
 	if d := q.dist(1); d != 10 {
 		t.Errorf("pq query %v", d)
+	}
+}
+
+// Lance before 0.31 leaves each upper level's entry-point row out of
+// level_offsets (a partition of 0.23.2 held 76 rows for offsets ending at
+// 70, max_level 7); FitRows recognises that layout and nothing else.
+func TestFitRows(t *testing.T) {
+	tests := []struct {
+		name       string
+		offsets    []int
+		rows       int
+		fits, old  bool
+		wantOffset []int
+	}{
+		{"modern", []int{0, 62, 69, 72, 73, 74, 75, 76}, 76, true, false, []int{0, 62, 69, 72, 73, 74, 75, 76}},
+		{"pre-0.31, from 0.23.2", []int{0, 62, 68, 70, 70, 70, 70, 70}, 76, true, true, []int{0, 62, 69, 72, 73, 74, 75, 76}},
+		{"one row short", []int{0, 62, 68, 70, 70, 70, 70, 70}, 75, false, false, nil},
+		{"one level only", []int{0, 10}, 11, false, false, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &Metadata{LevelOffsets: append([]int(nil), tc.offsets...)}
+			fits, old := m.FitRows(tc.rows)
+			if fits != tc.fits || old != tc.old {
+				t.Fatalf("FitRows = %v, %v; want %v, %v", fits, old, tc.fits, tc.old)
+			}
+			if fits && !slices.Equal(m.LevelOffsets, tc.wantOffset) {
+				t.Fatalf("offsets %v, want %v", m.LevelOffsets, tc.wantOffset)
+			}
+		})
 	}
 }

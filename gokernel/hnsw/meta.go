@@ -120,7 +120,7 @@ func (m *Metadata) Rows() int {
 
 // FitRows reconciles the level offsets with the partition's rows in
 // index.idx and reports whether they fit. Lance releases before 0.31 (seen
-// in 0.20 to 0.30) wrote every level above 0 with its entry-point row first
+// in 0.23.2 to 0.30.0) wrote every level above 0 with its entry-point row first
 // and left that row out of level_offsets, so the partition holds one row
 // per upper level more than the offsets count; such offsets are rewritten
 // to count every row (the layout later releases write) and legacy is true.
@@ -138,21 +138,6 @@ func (m *Metadata) FitRows(rows int) (fits, legacy bool) {
 	}
 	m.LevelOffsets = fixed
 	return true, true
-}
-
-// LegacyOffsets returns the offsets in the layout of Lance before 0.31
-// (upper levels' entry-point rows uncounted), or false when a level above
-// 0 holds no row to leave out.
-func (m *Metadata) LegacyOffsets() ([]int, bool) {
-	lo := m.LevelOffsets
-	out := make([]int, len(lo))
-	for l := range lo {
-		if l >= 2 && lo[l]-lo[l-1] < 1 {
-			return nil, false
-		}
-		out[l] = lo[l] - max(0, l-1)
-	}
-	return out, true
 }
 
 // Levels is the number of non-empty levels.

@@ -2,6 +2,7 @@ package ivf
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -75,6 +76,12 @@ func OpenFilesChecked(ctx context.Context, st storage.Store, dir string, opts la
 	}
 	aux, err := f.openObject(ctx, st, AuxiliaryFileName)
 	if err != nil {
+		if errors.Is(err, errkind.NotFound) && legacySingleFile(ctx, idx) {
+			return nil, fmt.Errorf("%w: ivf: segment %s is a single-file vector index (index.idx only, Lance file format 0.x), "+
+				"the layout pylance 0.23 and earlier write for IVF_PQ; lance-segmerge reads the two-file layout (index.idx and auxiliary.idx). "+
+				"Recreate the index with a current pylance (create_index(..., replace=True)) to merge its segments; "+
+				"pylance 14.0.2's optimize_indices cannot merge this layout either", errkind.Unsupported, dir)
+		}
 		return nil, err
 	}
 	if check != nil {
@@ -103,6 +110,21 @@ func OpenFilesChecked(ctx context.Context, st storage.Store, dir string, opts la
 		quant: f.Quant, quantJSON: f.QuantJSON}
 	f.use(cache.put(key, m), idx, aux)
 	return f, nil
+}
+
+// legacySingleFile reports whether obj ends as a Lance 0.x file does: the
+// footer's version is 0.1 or 0.2 before the magic. Those index files hold
+// the whole index (model, row ids and codes) with no auxiliary file.
+func legacySingleFile(ctx context.Context, obj storage.Object) bool {
+	if obj.Size() < 8 {
+		return false
+	}
+	tail := make([]byte, 8)
+	if err := obj.ReadAt(ctx, tail, obj.Size()-8); err != nil {
+		return false
+	}
+	major, minor := binary.LittleEndian.Uint16(tail[0:]), binary.LittleEndian.Uint16(tail[2:])
+	return string(tail[4:]) == "LANC" && major == 0 && minor <= 2
 }
 
 func (f *Files) openObject(ctx context.Context, st storage.Store, name string) (storage.Object, error) {

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -108,6 +109,11 @@ func TestParseQuantizerMeta(t *testing.T) {
 	if err != nil || q.Transposed == nil || *q.Transposed || q.NumSubVectors != 8 || q.RotationType != "matrix" || q.QueryEstimator != "residual_query" {
 		t.Fatalf("pq: %+v %v", q, err)
 	}
+	// pylance 0.23 spells the PQ bit width num_bits.
+	q, err = ParseQuantizerMeta(`{"codebook_position":0,"num_bits":8,"num_sub_vectors":4,"dimension":32,"codebook_tensor":[],"transposed":true}`)
+	if err != nil || q.NBits != 8 || q.NumSubVectors != 4 {
+		t.Fatalf("pq 0.23: %+v %v", q, err)
+	}
 	q, err = ParseQuantizerMeta(`{"dim":32,"num_bits":8,"bounds":{"start":-1.5,"end":2}}`)
 	if err != nil || q.SQBounds == nil || q.SQBounds.Start != -1.5 || q.SQBounds.End != 2 {
 		t.Fatalf("sq: %+v %v", q, err)
@@ -143,6 +149,49 @@ func TestOpenFilesFixture(t *testing.T) {
 	}
 	if _, err := OpenFiles(context.Background(), st, "_indices/nope/", lancefile.Options{}); !errors.Is(err, errkind.NotFound) {
 		t.Fatalf("missing segment: %v", err)
+	}
+}
+
+// A segment with only index.idx is the single-file layout of pylance 0.23
+// and earlier when that file's footer says format 0.x (Unsupported, named),
+// and a segment missing its auxiliary file otherwise (NotFound).
+func TestOpenFilesSingleFile(t *testing.T) {
+	ctx := context.Background()
+	st := storage.NewMem("memory://single-file")
+	tail := func(major, minor uint16, magic string) []byte {
+		b := make([]byte, 64, 72)
+		b = binary.LittleEndian.AppendUint16(b, major)
+		b = binary.LittleEndian.AppendUint16(b, minor)
+		return append(b, magic...)
+	}
+	tests := []struct {
+		name  string
+		index []byte
+		want  error
+		words []string
+	}{
+		{"format 0.1", tail(0, 1, "LANC"), errkind.Unsupported, []string{"single-file", "0.23", "replace=True"}},
+		{"format 0.2", tail(0, 2, "LANC"), errkind.Unsupported, []string{"single-file"}},
+		{"format 2.0 without auxiliary.idx", tail(0, 3, "LANC"), errkind.NotFound, []string{AuxiliaryFileName}},
+		{"not a Lance file", tail(0, 1, "XXXX"), errkind.NotFound, nil},
+		{"shorter than a tail", []byte("LANC"), errkind.NotFound, nil},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := fmt.Sprintf("_indices/%d/", i)
+			if err := storage.Put(ctx, st, dir+IndexFileName, tc.index); err != nil {
+				t.Fatal(err)
+			}
+			_, err := OpenFiles(ctx, st, dir, lancefile.Options{})
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			for _, w := range tc.words {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("%q does not say %q", err, w)
+				}
+			}
+		})
 	}
 }
 

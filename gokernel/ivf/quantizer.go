@@ -165,6 +165,12 @@ func parseQuantizerMeta(s string) (*QuantizerMeta, error) {
 	if q.QueryEstimator == "" {
 		q.QueryEstimator = "residual_query"
 	}
+	// Lance 0.23 named the PQ bit width num_bits (seen in IVF_HNSW_PQ
+	// written by pylance 0.23.2); later releases write nbits. The key
+	// stays as written in Raw, so a merge keeps the writer's spelling.
+	if _, ok := q.Raw["nbits"]; !ok && q.NumSubVectors > 0 {
+		q.NBits = q.NumBits
+	}
 	return q, nil
 }
 

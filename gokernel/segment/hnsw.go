@@ -49,16 +49,12 @@ type hnswModel struct {
 	// foreign[i]: input i's graphs were built with other parameters than
 	// the output's and are not reused.
 	foreign []bool
-	// legacy: an input's graphs leave the upper levels' entry-point rows
-	// out of level_offsets (Lance before 0.31).
-	legacy bool
 }
 
-// sharedHNSW reads every input's graph metadata and checks that they
-// agree on the HNSW parameters (Lance's merger requires it too). A
-// mismatch between inputs is the caller's (InvalidInput, naming both);
-// partitions of one input that disagree, or graph metadata that does not
-// match the files, are Corrupt.
+// sharedHNSW reads every input's graph metadata and picks the output's
+// HNSW parameters (see below for inputs that differ). Partitions of one
+// input that disagree, or graph metadata that does not match the files,
+// are Corrupt.
 func sharedHNSW(srcs []*source, m *model) (*hnswModel, error) {
 	hm := &hnswModel{metas: make([][]*hnsw.Metadata, len(srcs))}
 	owner := -1
@@ -87,9 +83,7 @@ func sharedHNSW(srcs []*source, m *model) (*hnswModel, error) {
 				}
 				continue
 			}
-			fits, legacy := gm.FitRows(rows)
-			hm.legacy = hm.legacy || legacy
-			if !fits {
+			if fits, _ := gm.FitRows(rows); !fits {
 				return nil, fmt.Errorf("%w: segment %s: partition %d: the graph's level offsets count %d rows, index.idx holds %d",
 					errkind.Corrupt, s.uuid, p, gm.Rows(), rows)
 			}

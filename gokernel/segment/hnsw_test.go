@@ -251,15 +251,58 @@ func leftovers(t *testing.T, st storage.Store, before int) {
 	}
 }
 
+// Inputs built with other HNSW parameters (pylance before 0.31 builds its
+// optimize deltas with m=20 whatever the base has) merge: the output takes
+// the parameters of the input with the most rows and never reuses a graph
+// built with others.
+func TestHNSWMergeMixedParameters(t *testing.T) {
+	ctx := context.Background()
+	st := storage.NewMem("memory://hnsw-mixed")
+	p := smallParams()
+	other := p
+	other.M, other.Raw = 12, nil
+	small := []uint32{40, 20, 0, 30, 10}
+	large := []uint32{120, 60, 30, 90, 30}
+	tests := []struct {
+		name      string
+		smallP    hnsw.Params
+		largeP    hnsw.Params
+		wantM     int
+		maxReused int64
+	}{
+		{"the larger input's m=12 wins", p, other, 12, 330},
+		{"the larger input's m=8 wins", other, p, 8, 330},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			a := writeHNSW(t, st, hnswSeg{frags: []uint32{0}, lengths: small, params: tc.smallP, seed: 21})
+			b := writeHNSW(t, st, hnswSeg{frags: []uint32{1}, lengths: large, params: tc.largeP, seed: 22})
+			for _, mode := range []string{HNSWReuse, HNSWRebuild} {
+				prog := &Progress{}
+				out, err := Merge(ctx, st, testSnapshot(), []*pb.IndexMetadata{a, b}, MergeOptions{HNSWGraph: mode, Progress: prog})
+				if err != nil {
+					t.Fatalf("%s: %v", mode, err)
+				}
+				checkMergedGraphs(t, st, out)
+				stats, err := ReadStats(ctx, st, out)
+				if err != nil || stats.HNSWM != tc.wantM {
+					t.Fatalf("%s: m=%d, want %d (%v)", mode, stats.HNSWM, tc.wantM, err)
+				}
+				snap := prog.Snapshot()
+				if snap.GraphRowsReused > tc.maxReused || snap.GraphRowsInserted+snap.GraphRowsReused != 430 {
+					t.Fatalf("%s: progress %s", mode, snap)
+				}
+			}
+		})
+	}
+}
+
 func TestHNSWMergeRefusals(t *testing.T) {
 	ctx := context.Background()
 	st := storage.NewMem("memory://hnsw-bad")
 	p := smallParams()
 	lengths := []uint32{80, 40, 0, 60, 20}
 	good := writeHNSW(t, st, hnswSeg{frags: []uint32{0}, lengths: lengths, params: p, seed: 7})
-	other := p
-	other.M, other.Raw = 12, nil
-	mixed := writeHNSW(t, st, hnswSeg{frags: []uint32{1}, lengths: lengths, params: other, seed: 8})
 	pqSeg := fakeSegment(t, st, 2, lengths, true)
 	outOfRange := writeHNSW(t, st, hnswSeg{frags: []uint32{3}, lengths: lengths, params: p, seed: 9,
 		damage: func(part int, cols []*lancefile.Array, _ *hnsw.Metadata) {
@@ -282,7 +325,6 @@ func TestHNSWMergeRefusals(t *testing.T) {
 		kind error
 		want []string
 	}{
-		{"mixed parameters", []*pb.IndexMetadata{good, mixed}, errkind.InvalidInput, []string{"m=12", "m=8", table.IndexUUID(mixed), table.IndexUUID(good)}},
 		{"HNSW with IVF_PQ", []*pb.IndexMetadata{good, pqSeg}, errkind.InvalidInput, []string{"index type", "IVF_PQ"}},
 		{"neighbour out of range", []*pb.IndexMetadata{outOfRange, good}, errkind.Corrupt, []string{"neighbour 5000", table.IndexUUID(outOfRange)}},
 		{"level count disagrees", []*pb.IndexMetadata{good, badLevels}, errkind.Corrupt, []string{"level", table.IndexUUID(badLevels)}},

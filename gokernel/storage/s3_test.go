@@ -73,7 +73,7 @@ func TestS3Multipart(t *testing.T) {
 
 func TestS3PutIfAbsentRace(t *testing.T) {
 	ctx := context.Background()
-	st := newTestS3(t, s3Endpoint(t), nil)
+	st := newTestS3(t, s3test.NewAtomicProxy(t, s3Endpoint(t)), nil)
 	for round := 0; round < 5; round++ {
 		name := fmt.Sprintf("_versions/%d.manifest", round)
 		var wins atomic.Int32

@@ -314,6 +314,12 @@ func verifySegment(ctx context.Context, st storage.Store, snap *table.Snapshot, 
 		if ctx.Err() != nil || errkind.Tag(err) == "io" {
 			return nil, err
 		}
+		if errors.Is(err, errkind.Unsupported) {
+			// A layout we do not read is not damage: the writer's readers
+			// may read it well.
+			sr.add(Check{Name: "structure", Verdict: Skipped, Message: err.Error()})
+			return sr, nil
+		}
 		sr.add(Check{Name: "structure", Verdict: Failed, Damage: DamageUnreadable, Message: fmt.Sprintf("the segment's files do not open: %v", err)})
 		return sr, nil
 	}

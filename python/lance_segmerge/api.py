@@ -299,9 +299,11 @@ def merge_existing_index_segments(
         the partition (its nodes renumbered, rows that were dropped removed
         and their neighbours' lists repaired) and inserts only the other
         inputs' rows; ``"rebuild"`` builds every graph from nothing, as
-        pylance's ``optimize_indices`` does. Both use the inputs' HNSW
-        parameters (``m``, ``ef_construction``, ``max_level``), which must
-        agree, and the distances pylance's search computes on the merged
+        pylance's ``optimize_indices`` does. Both use the HNSW parameters
+        (``m``, ``ef_construction``, ``max_level``) of the input with the
+        most rows (pylance before 0.31 builds its deltas with ``m=20``
+        whatever the base has; a graph built with other parameters is never
+        reused) and the distances pylance's search computes on the merged
         storage.
 
     Returns

@@ -152,3 +152,26 @@ func NewFaultProxy(t testing.TB, target string, failRate, delayRate float64) *Fa
 	t.Cleanup(p.Close)
 	return p
 }
+
+// NewAtomicProxy starts a proxy to target that forwards conditional PUTs
+// (If-None-Match or If-Match) one at a time. moto checks a condition and
+// then writes, in two steps without a lock, so two concurrent writers can
+// both win the same name there; S3 decides them atomically. Behind this
+// proxy a race test measures the client, not moto.
+func NewAtomicProxy(t testing.TB, target string) string {
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	var mu sync.Mutex
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Method == http.MethodPut && (req.Header.Get("If-None-Match") != "" || req.Header.Get("If-Match") != "") {
+			mu.Lock()
+			defer mu.Unlock()
+		}
+		rp.ServeHTTP(w, req)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
