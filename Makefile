@@ -27,7 +27,7 @@ PY_DEPS := pybindgen==0.22.1 "setuptools>=68" wheel \
            "moto[server]>=5.1" boto3 "matplotlib>=3.8" \
            "pandas>=2.0" "ipywidgets>=8.1" "nbclient>=0.10" "nbformat>=5.9" "ipykernel>=6.29"
 
-.PHONY: all venv build test test-go test-py vet demo notebook bench bench-scale bench-drift proto fuzz clean emulators
+.PHONY: all venv build test test-go test-py test-compat vet demo notebook bench bench-scale bench-drift proto fuzz clean emulators
 
 all: build
 
@@ -81,6 +81,17 @@ $(EMU)/azurite/node_modules/.bin/azurite-blob:
 	  || echo "warning: could not install Azurite (needs node and npm); the Azure tests will be skipped" >&2
 
 test: test-go test-py
+
+# The whole compatibility matrix (python/tests/test_compat_releases.py):
+# every release line in COMPAT_RELEASES writes every vector index kind it
+# can, we merge and build, and it and pylance 14.0.2 query the result.
+# Each release gets its own cached environment under .compat/; the first
+# run installs them all (a few minutes), a run takes about 20 minutes.
+# `make test` runs the slice in that file (0.23.2, 0.27.1, 0.30.0).
+COMPAT_RELEASES ?= 0.20.0,0.23.2,0.27.1,0.30.0,0.33.0,0.36.0,0.39.0,1.0.4,2.0.1,4.0.2,6.1.0,8.0.1,10.0.0,12.0.0,13.0.0
+test-compat: build
+	PYTHONPATH=python SEGMERGE_COMPAT_RELEASES=$(COMPAT_RELEASES) SEGMERGE_COMPAT_CASES=all \
+	  $(PY) -m pytest -q -rs python/tests/test_compat_releases.py
 
 demo: build
 	PYTHONPATH=python $(PY) -m lance_segmerge.demo

@@ -125,7 +125,11 @@ func Build(ctx context.Context, st storage.Store, snap *table.Snapshot, model *e
 		return nil, err
 	}
 
-	b := &builder{st: st, rd: rd, enc: enc, opts: opts, dir: dir, version: version}
+	inline, err := indexKeepsCodebookInline(ctx, st, snap, opts.IndexName, model)
+	if err != nil {
+		return nil, err
+	}
+	b := &builder{st: st, rd: rd, enc: enc, opts: opts, dir: dir, version: version, inlineCodebook: inline}
 	out, err := b.run(ctx)
 	b.cleanupSpill()
 	if err != nil {
@@ -139,6 +143,32 @@ func Build(ctx context.Context, st storage.Store, snap *table.Snapshot, model *e
 	return buildIndexMetadata(id, snap, opts, model, col, out)
 }
 
+// indexKeepsCodebookInline reports whether the PQ index's existing segments
+// keep their codebook inline in the metadata: the readers of Lance before
+// 0.28 know no other place for it (a global-buffer codebook fails their
+// queries with "only accept 2-D tensor shape").
+func indexKeepsCodebookInline(ctx context.Context, st storage.Store, snap *table.Snapshot, indexName string, m *encode.Model) (bool, error) {
+	if m.Type != ivf.IVFPQ {
+		return false, nil
+	}
+	for _, im := range snap.Indices {
+		if im.GetName() != indexName {
+			continue
+		}
+		ist, err := snap.IndexStore(ctx, st, im)
+		if err != nil {
+			return false, err
+		}
+		f, err := ivf.OpenFiles(ctx, ist, table.IndexDir(im), lancefile.Options{})
+		if err != nil {
+			return false, fmt.Errorf("build: reading index %q's segment %s: %w", indexName, table.IndexUUID(im), err)
+		}
+		defer f.Close()
+		return f.Quant != nil && f.Quant.CodebookPosition <= 0, nil
+	}
+	return false, nil
+}
+
 // checkExistingIndex refuses a build whose index name already exists on
 // another column, or with another type or metric.
 func checkExistingIndex(snap *table.Snapshot, opts BuildOptions, m *encode.Model, col *vecdata.Column) error {
@@ -150,8 +180,8 @@ func checkExistingIndex(snap *table.Snapshot, opts BuildOptions, m *encode.Model
 			return fmt.Errorf("%w: build: index %q already exists on fields %v, not on column %q (field %d)", errkind.InvalidInput, opts.IndexName, f, col.Name, col.FieldID)
 		}
 		d := &pb.VectorIndexDetails{}
-		if im.GetIndexDetails() == nil || proto.Unmarshal(im.GetIndexDetails().GetValue(), d) != nil {
-			continue
+		if im.GetIndexDetails().GetTypeUrl() != vectorDetailsURL || proto.Unmarshal(im.GetIndexDetails().GetValue(), d) != nil {
+			continue // legacyVectorDetailsURL says nothing of the metric
 		}
 		if got := metricName(d.GetMetricType()); got != string(m.Metric) {
 			return fmt.Errorf("%w: build: index %q uses the %s metric, the model %s", errkind.InvalidInput, opts.IndexName, got, m.Metric)
@@ -208,6 +238,9 @@ type builder struct {
 	opts    BuildOptions
 	dir     string
 	version lancefile.Version
+	// inlineCodebook writes the PQ codebook inside the metadata, as the
+	// index's existing segments have it (Lance before 0.28).
+	inlineCodebook bool
 
 	widths   []int // _rowid, then the encoder's columns
 	rowBytes int
@@ -578,6 +611,11 @@ func (b *builder) quantizerJSON(w *lancefile.Writer) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
+		if b.inlineCodebook {
+			fields = []kv{{"codebook_position", 0}, {"nbits", m.PQ.NumBits}, {"num_sub_vectors", m.PQ.NumSubVectors},
+				{"dimension", m.Dim}, {"codebook_tensor", jsonByteArray(cb)}, {"transposed", false}}
+			break
+		}
 		pos, err := w.AddGlobalBuffer(cb)
 		if err != nil {
 			return nil, err
@@ -649,6 +687,22 @@ func BuiltMetadata(id uuid.UUID, snap *table.Snapshot, indexName string, fragmen
 	if m.Type == ivf.IVFRQ {
 		iv = 2
 	}
+	// A segment joins an index as its writer wrote it: Lance before 0.30
+	// recorded index version 0 (the same IVF_FLAT/SQ/PQ files) and, before
+	// some release after 0.30, an empty /lance.table.VectorIndexDetails;
+	// commit keeps one details type per index.
+	for _, im := range snap.Indices {
+		if im.GetName() != indexName {
+			continue
+		}
+		if im.GetIndexDetails().GetTypeUrl() == legacyVectorDetailsURL {
+			details = proto.Clone(im.GetIndexDetails()).(*anypb.Any)
+		}
+		if m.Type != ivf.IVFRQ && im.GetIndexVersion() >= 0 && im.GetIndexVersion() < iv {
+			iv = im.GetIndexVersion()
+		}
+		break
+	}
 	now := uint64(time.Now().UnixMilli())
 	return &pb.IndexMetadata{
 		Uuid:           &pb.UUID{Uuid: id[:]},
@@ -694,5 +748,13 @@ func VectorDetails(m *encode.Model) (*anypb.Any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &anypb.Any{TypeUrl: "/lance.index.pb.VectorIndexDetails", Value: v}, nil
+	return &anypb.Any{TypeUrl: vectorDetailsURL, Value: v}, nil
 }
+
+// The index details type URLs of vector indices: what current Lance writes
+// (metric and quantizer inside), and the empty message older releases
+// wrote (seen from pylance 0.23.2 and 0.30.0).
+const (
+	vectorDetailsURL       = "/lance.index.pb.VectorIndexDetails"
+	legacyVectorDetailsURL = "/lance.table.VectorIndexDetails"
+)

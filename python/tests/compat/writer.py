@@ -76,10 +76,19 @@ def write(out: str, case: dict) -> dict:
         lance.write_dataset(table(start, vectors(DELTA_ROWS, 100 + d)), uri, mode="append")
         start += DELTA_ROWS
         lance.dataset(uri).optimize.optimize_indices(num_indices_to_merge=0)
+    # One more append the index does not cover yet: we build its segment
+    # (build_index_segment with the index's model) on one copy, this
+    # release adds its own delta on the other.
+    build = f"{uri}.build"
+    shutil.copytree(uri, build)
+    lance.write_dataset(table(start, vectors(DELTA_ROWS, 200)), build, mode="append")
+    build_own = f"{build}.own"
+    shutil.copytree(build, build_own)
+    lance.dataset(build_own).optimize.optimize_indices(num_indices_to_merge=0)
     own = f"{uri}.own"
     shutil.copytree(uri, own)
     lance.dataset(own).optimize.optimize_indices(num_indices_to_merge=DELTAS + 1)
-    return {"uri": uri, "own": own}
+    return {"uri": uri, "own": own, "build": build, "build_own": build_own}
 
 
 def main() -> None:
