@@ -201,6 +201,7 @@ func (f *Files) readQuantizerBuffers(ctx context.Context) (codebook, rotation *T
 			if rotation, err = DecodeTensor(b); err != nil {
 				return nil, nil, fmt.Errorf("rotation: %w", err)
 			}
+			return nil, rotation, nil
 		}
 	}
 	return nil, nil, nil

@@ -178,6 +178,9 @@ func filesStats(f *ivf.Files, im *pb.IndexMetadata) (*Stats, error) {
 		case "rq":
 			s.RQPacked = q.Packed
 			s.NumBits, s.Dimension = q.NumBits, q.CodeDim
+			if c := f.Centroids(); s.Dimension == 0 && c != nil {
+				s.Dimension = rqCodeDim(q, c.Cols())
+			}
 		case "sq":
 			s.NumBits, s.Dimension = q.NumBits, q.Dim
 		case "flat":

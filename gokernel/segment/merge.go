@@ -1015,8 +1015,13 @@ func buildMetadata(id uuid.UUID, metas []*pb.IndexMetadata, out mergeOutput) (*p
 
 // mergedEntry is the IndexMetadata of a segment merged from metas, of any
 // index type: the union of the inputs' coverage, their smallest dataset
-// version, the first input's details and index version, and the files
-// just written.
+// version, the first input's details, the inputs' lowest index version,
+// and the files just written.
+//
+// Index versions may differ between inputs whose files have one layout
+// (the columns and quantizer metadata are compared before): pylance 6 to
+// 8 writes an IVF_RQ base as version 2 and its optimize deltas, and its
+// own merge of them, as version 1, in the same files.
 func mergedEntry(id uuid.UUID, metas []*pb.IndexMetadata, files []*pb.IndexFile) (*pb.IndexMetadata, error) {
 	first := metas[0]
 	bm, dv, err := table.MergedCoverage(metas)
@@ -1025,6 +1030,9 @@ func mergedEntry(id uuid.UUID, metas []*pb.IndexMetadata, files []*pb.IndexFile)
 	}
 	now := uint64(time.Now().UnixMilli())
 	iv := first.GetIndexVersion()
+	for _, m := range metas[1:] {
+		iv = min(iv, m.GetIndexVersion())
+	}
 	return &pb.IndexMetadata{
 		Uuid:           &pb.UUID{Uuid: id[:]},
 		Fields:         first.GetFields(),

@@ -3,6 +3,7 @@ package segment
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -326,8 +327,6 @@ func sharedModel(srcs []*source, requantizeSQ bool) (*model, error) {
 			return nil, differs(mm)
 		case !strings.EqualFold(s.meta.GetIndexDetails().GetTypeUrl(), m0.GetIndexDetails().GetTypeUrl()):
 			return nil, fail("index details type", m0.GetIndexDetails().GetTypeUrl(), s.meta.GetIndexDetails().GetTypeUrl())
-		case s.meta.GetIndexVersion() != m0.GetIndexVersion():
-			return nil, fail("index version", m0.GetIndexVersion(), s.meta.GetIndexVersion())
 		}
 		if err := sameSchema(m.fields, s.files.Aux.Fields()); err != nil {
 			return nil, fail("auxiliary columns", "the same", err)
@@ -453,6 +452,25 @@ func (m *mismatch) versus(ref string) string {
 	return fmt.Sprintf("%s %v, where %s has %v", m.what, m.got, ref, m.want)
 }
 
+// rawOrNull is a metadata value with a missing key read as null (Lance
+// before fast rotations wrote no fast_rotation_signs; later, null with
+// the matrix rotation).
+func rawOrNull(b json.RawMessage) json.RawMessage {
+	if len(b) == 0 {
+		return json.RawMessage("null")
+	}
+	return b
+}
+
+// rqCodeDim is an RQ segment's code dimension: Lance before the code_dim
+// key (pylance 0.39 to 2.x) rotated in the vector's own dimension.
+func rqCodeDim(q *ivf.QuantizerMeta, dim int) int {
+	if q.CodeDim > 0 {
+		return q.CodeDim
+	}
+	return dim
+}
+
 // dimension is the vector dimension of a segment (the centroids' width).
 func (s *source) dimension() int { return s.files.Centroids().Cols() }
 
@@ -491,8 +509,8 @@ func compareKind(ref, s *source) *mismatch {
 		switch {
 		case q.NumBits != q0.NumBits:
 			return &mismatch{what: "RQ bits", want: q0.NumBits, got: q.NumBits}
-		case q.CodeDim != q0.CodeDim:
-			return &mismatch{what: "RQ code dimension", want: q0.CodeDim, got: q.CodeDim}
+		case rqCodeDim(q, s.dimension()) != rqCodeDim(q0, ref.dimension()):
+			return &mismatch{what: "RQ code dimension", want: rqCodeDim(q0, ref.dimension()), got: rqCodeDim(q, s.dimension())}
 		case q.RotationType != q0.RotationType:
 			return &mismatch{what: "RQ rotation type", want: q0.RotationType, got: q.RotationType}
 		case q.QueryEstimator != q0.QueryEstimator:
@@ -521,7 +539,7 @@ func compareModel(ref, s *source) *mismatch {
 			return &mismatch{what: "PQ codebook", want: sameValue, got: err}
 		}
 	case "rq":
-		if !bytes.Equal(q.Raw["fast_rotation_signs"], q0.Raw["fast_rotation_signs"]) {
+		if !bytes.Equal(rawOrNull(q.Raw["fast_rotation_signs"]), rawOrNull(q0.Raw["fast_rotation_signs"])) {
 			return &mismatch{what: "RQ rotation (fast_rotation_signs)", want: sameValue, got: "pin one rotation with build_rq_model"}
 		}
 		if (ref.rotation == nil) != (s.rotation == nil) {

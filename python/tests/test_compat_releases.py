@@ -6,8 +6,9 @@ release's own optimize_indices on a copy.
 The releases come from SEGMERGE_COMPAT_RELEASES (comma-separated); the
 default slice is the lines whose layouts we read or write differently:
 0.23.2 (single-file IVF_PQ, which we refuse as unsupported; PQ bit width
-spelled num_bits), 0.27.1 (PQ codebook inline) and 0.30.0 (HNSW upper
-levels outside the offsets).
+spelled num_bits), 0.27.1 (PQ codebook inline, HNSW upper levels outside
+the offsets, index version 0, empty legacy index details) and 2.0.1
+(IVF_RQ with a rotation matrix and no code_dim).
 """
 
 from __future__ import annotations
@@ -28,13 +29,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 from compat import venvs  # noqa: E402
 
 HERE = Path(__file__).parent / "compat"
-RELEASES = os.environ.get("SEGMERGE_COMPAT_RELEASES", "0.23.2,0.27.1,0.30.0").split(",")
+RELEASES = os.environ.get("SEGMERGE_COMPAT_RELEASES", "0.23.2,0.27.1,2.0.1").split(",")
 CASES = [
     {"name": "IVF_PQ-l2", "kind": "IVF_PQ", "metric": "l2"},
     {"name": "IVF_PQ-cosine", "kind": "IVF_PQ", "metric": "cosine"},
     {"name": "IVF_HNSW_SQ-l2", "kind": "IVF_HNSW_SQ", "metric": "l2"},
     {"name": "IVF_HNSW_PQ-l2", "kind": "IVF_HNSW_PQ", "metric": "l2"},
     {"name": "IVF_FLAT-l2", "kind": "IVF_FLAT", "metric": "l2"},
+    {"name": "IVF_RQ-l2", "kind": "IVF_RQ", "metric": "l2"},
 ]
 # SEGMERGE_COMPAT_CASES=all (make test-compat) adds every other kind a
 # release may write; a release that cannot write one skips it.
@@ -42,7 +44,6 @@ if os.environ.get("SEGMERGE_COMPAT_CASES") == "all":
     CASES += [
         {"name": "IVF_SQ-l2", "kind": "IVF_SQ", "metric": "l2"},
         {"name": "IVF_PQ4-l2", "kind": "IVF_PQ4", "metric": "l2"},
-        {"name": "IVF_RQ-l2", "kind": "IVF_RQ", "metric": "l2"},
         {"name": "IVF_RQ-cosine", "kind": "IVF_RQ", "metric": "cosine"},
         {"name": "IVF_HNSW_FLAT-cosine", "kind": "IVF_HNSW_FLAT", "metric": "cosine"},
         {"name": "IVF_HNSW_SQ-dot", "kind": "IVF_HNSW_SQ", "metric": "dot"},
@@ -50,6 +51,12 @@ if os.environ.get("SEGMERGE_COMPAT_CASES") == "all":
         {"name": "IVF_HNSW_SQ-l2-stable", "kind": "IVF_HNSW_SQ", "metric": "l2", "stable": True},
     ]
 TOLERANCE = 0.03
+# What make test-compat finds that we do not handle yet (strict: a fix
+# shows up as XPASS and fails until this entry goes).
+KNOWN_GAPS = {
+    ("0.20", "merge"): "pylance 0.20 deltas' fragment bitmaps claim every fragment up to their own: refused as overlapping",
+    ("0.27", "merge", "IVF_PQ4-l2"): "0.27.1 queries our merged 4-bit PQ with recall 0.05 where its own merge gives 0.09",
+}
 DELTAS_PLUS_BASE = 6  # writer.py: a base index and five optimize deltas
 
 
@@ -58,6 +65,13 @@ def _run(py: Path, script: str, *args: str) -> list[dict]:
     env.pop("PYTHONPATH", None)
     out = subprocess.run([str(py), str(HERE / script), *args], check=True, capture_output=True, text=True, env=env, timeout=900)
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+
+
+def _mark_known_gap(request: pytest.FixtureRequest, rel: str, test: str, case: dict) -> None:
+    line = ".".join(rel.split(".")[:2])
+    why = KNOWN_GAPS.get((line, test)) or KNOWN_GAPS.get((line, test, case["name"]))
+    if why:
+        request.applymarker(pytest.mark.xfail(reason=why, strict=True))
 
 
 def _release(name: str) -> tuple[int, ...]:
@@ -90,15 +104,16 @@ def release(request, tmp_path_factory):
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
-def test_release_reads_our_merge(release, case):
+def test_release_reads_our_merge(request, release, case):
     rel, py, written = release
     w = written[case["name"]]
     if "error" in w:
         pytest.skip(f"pylance {rel} cannot write {case['name']}: {w['error']}")
+    _mark_known_gap(request, rel, "merge", case)
     ours = w["uri"] + ".ours"
     shutil.copytree(w["uri"], ours)
     assert len(ls.open(ours).list_index_segments("vec_idx")) == DELTAS_PLUS_BASE
-    if case["kind"] == "IVF_PQ" and _release(rel) < (0, 24):
+    if case["kind"].startswith("IVF_PQ") and _release(rel) < (0, 24):
         _refuses_single_file(ours)
         return
     ls.optimize(ours, "vec_idx", executor="local", fan_in=3, progress=False)  # 6 -> 2 -> 1
@@ -109,18 +124,27 @@ def test_release_reads_our_merge(release, case):
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if not c["kind"].startswith("IVF_HNSW")], ids=lambda c: c["name"])
-def test_release_reads_our_build(release, case):
+def test_release_reads_our_build(request, release, case):
     """A segment we build for the release's newest fragment, with its
     index's model, answers in that release as the release's own delta."""
     rel, py, written = release
     w = written[case["name"]]
     if "error" in w:
         pytest.skip(f"pylance {rel} cannot write {case['name']}: {w['error']}")
+    _mark_known_gap(request, rel, "build", case)
     ours = w["build"] + ".ours"
     shutil.copytree(w["build"], ours)
-    if case["kind"] == "IVF_PQ" and _release(rel) < (0, 24):
+    if case["kind"].startswith("IVF_PQ") and _release(rel) < (0, 24):
         with pytest.raises(ls.UnsupportedError, match="single-file"):
             ls.read_index_model(ours, "vec_idx")
+        return
+    if case.get("stable"):
+        # Builds read row ids from the fragments' row id sequences, which
+        # they do not yet: refused before anything is written.
+        before = _tree(ours)
+        with pytest.raises(ls.UnsupportedError, match="stable row ids"):
+            ls.build_index_segment(ours, "vec", case["kind"], [0], ls.read_index_model(ours, "vec_idx"), name="vec_idx")
+        assert _tree(ours) == before
         return
     ds = ls.open(ours)
     covered = {f for s in ds.list_index_segments("vec_idx") for f in s.fragment_ids}
