@@ -67,11 +67,18 @@ def _run(py: Path, script: str, *args: str) -> list[dict]:
     return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
 
 
-def _mark_known_gap(request: pytest.FixtureRequest, rel: str, test: str, case: dict) -> None:
+def _written(request: pytest.FixtureRequest, release: tuple, case: dict, test: str) -> tuple[str, Path, dict]:
+    """What the release wrote for case; skips a case it cannot write and
+    marks a known gap as a strict expected failure."""
+    rel, py, written = release
+    w = written[case["name"]]
+    if "error" in w:
+        pytest.skip(f"pylance {rel} cannot write {case['name']}: {w['error']}")
     line = ".".join(rel.split(".")[:2])
     why = KNOWN_GAPS.get((line, test)) or KNOWN_GAPS.get((line, test, case["name"]))
     if why:
         request.applymarker(pytest.mark.xfail(reason=why, strict=True))
+    return rel, py, w
 
 
 def _release(name: str) -> tuple[int, ...]:
@@ -105,11 +112,7 @@ def release(request, tmp_path_factory):
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
 def test_release_reads_our_merge(request, release, case):
-    rel, py, written = release
-    w = written[case["name"]]
-    if "error" in w:
-        pytest.skip(f"pylance {rel} cannot write {case['name']}: {w['error']}")
-    _mark_known_gap(request, rel, "merge", case)
+    rel, py, w = _written(request, release, case, "merge")
     ours = w["uri"] + ".ours"
     shutil.copytree(w["uri"], ours)
     assert len(ls.open(ours).list_index_segments("vec_idx")) == DELTAS_PLUS_BASE
@@ -127,11 +130,7 @@ def test_release_reads_our_merge(request, release, case):
 def test_release_reads_our_build(request, release, case):
     """A segment we build for the release's newest fragment, with its
     index's model, answers in that release as the release's own delta."""
-    rel, py, written = release
-    w = written[case["name"]]
-    if "error" in w:
-        pytest.skip(f"pylance {rel} cannot write {case['name']}: {w['error']}")
-    _mark_known_gap(request, rel, "build", case)
+    rel, py, w = _written(request, release, case, "build")
     ours = w["build"] + ".ours"
     shutil.copytree(w["build"], ours)
     if case["kind"].startswith("IVF_PQ") and _release(rel) < (0, 24):
