@@ -88,7 +88,7 @@ test: test-go test-py
 # Each release gets its own cached environment under .compat/; the first
 # run installs them all (a few minutes), a run takes about 20 minutes.
 # `make test` runs the slice in that file (0.23.2, 0.27.1, 2.0.1).
-COMPAT_RELEASES ?= 0.20.0,0.23.2,0.27.1,0.30.0,0.33.0,0.36.0,0.39.0,1.0.4,2.0.1,4.0.2,6.1.0,8.0.1,10.0.0,12.0.0,13.0.0
+COMPAT_RELEASES ?= 0.20.0,0.23.2,0.27.1,0.30.0,0.33.0,0.36.0,0.39.0,1.0.4,2.0.1,4.0.2,6.1.0,8.0.1,10.0.0,12.0.0,13.0.0,lancedb-0.40.0
 test-compat: build
 	PYTHONPATH=python SEGMERGE_COMPAT_RELEASES=$(COMPAT_RELEASES) SEGMERGE_COMPAT_CASES=all \
 	  $(PY) -m pytest -q -rs python/tests/test_compat_releases.py

@@ -152,6 +152,95 @@ func TestOpenFilesFixture(t *testing.T) {
 	}
 }
 
+// writeRQSegment writes a two-file IVF_RQ segment of one partition and
+// rows rows as pylance 0.39 to 2.x does: a rotation matrix at global buffer
+// 2 of auxiliary.idx and quantizer metadata without code_dim,
+// rotation_type or fast_rotation_signs.
+func writeRQSegment(t *testing.T, st storage.Store, dir string, dim, rows int, matrix *Tensor) {
+	t.Helper()
+	ctx := context.Background()
+	write := func(name string, fields []*lancefile.Field, cols []*lancefile.Array, bufs [][]byte, meta map[string]string) {
+		sw, err := st.Create(ctx, dir+name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := lancefile.NewWriter(sw, fields, lancefile.WriterOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range bufs {
+			if _, err := w.AddGlobalBuffer(b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := w.Write(cols); err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range meta {
+			w.SetMetadata(k, []byte(v))
+		}
+		if err := w.Finish(); err != nil {
+			t.Fatal(err)
+		}
+		if err := sw.Finish(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rowids := make([]byte, 0, 8*rows)
+	for r := 0; r < rows; r++ {
+		rowids = binary.LittleEndian.AppendUint64(rowids, uint64(r))
+	}
+	codes := lancefile.FixedSizeList(lancefile.KindUint8, dim/8)
+	f32 := lancefile.Primitive(lancefile.KindFloat32)
+	u64 := lancefile.Primitive(lancefile.KindUint64)
+	lengths, _ := (&Model{Lengths: []uint32{uint32(rows)}}).Encode()
+	mat, err := EncodeTensor(matrix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(AuxiliaryFileName,
+		[]*lancefile.Field{lancefile.NewField("_rowid", u64, true), lancefile.NewField("_rabit_codes", codes, true),
+			lancefile.NewField("__add_factors", f32, true), lancefile.NewField("__scale_factors", f32, true)},
+		[]*lancefile.Array{{Type: u64, Len: rows, Values: rowids}, {Type: codes, Len: rows, Values: make([]byte, rows*dim/8)},
+			{Type: f32, Len: rows, Values: make([]byte, 4*rows)}, {Type: f32, Len: rows, Values: make([]byte, 4*rows)}},
+		[][]byte{lengths, mat},
+		map[string]string{KeyDistanceType: "l2", KeyIVF: "1", KeyStorageMetadata: `["{\"rotate_mat_position\":2,\"num_bits\":1,\"packed\":true}"]`})
+	centroids, _ := (&Model{Lengths: []uint32{0}, Centroids: f32Tensor(1, dim, make([]float32, dim)...)}).Encode()
+	write(IndexFileName, []*lancefile.Field{lancefile.NewField("__flat_marker", u64, false)},
+		[]*lancefile.Array{{Type: u64, Len: 0}}, [][]byte{centroids},
+		map[string]string{KeyIndex: `{"type":"IVF_RQ","distance_type":"l2"}`, KeyIVF: "1"})
+}
+
+// An IVF_RQ segment with the matrix rotation gives its matrix back (it was
+// read and dropped once: merges then wrote a rotate_mat_position past the
+// output's buffers), and the keys such segments lack take Lance's defaults.
+func TestRQMatrixRotation(t *testing.T) {
+	ctx := context.Background()
+	st := storage.NewMem("memory://rq-matrix")
+	const dim = 16
+	vals := make([]float32, dim*dim)
+	for i := range vals {
+		vals[i] = float32(i%7) - 3
+	}
+	writeRQSegment(t, st, "_indices/rq/", dim, 40, f32Tensor(dim, dim, vals...))
+	f, err := OpenFiles(ctx, st, "_indices/rq/", lancefile.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if f.Type != IVFRQ || f.Quant.RotationType != "matrix" || f.Quant.QueryEstimator != "residual_query" || f.Quant.CodeDim != 0 {
+		t.Fatalf("%s %+v", f.Type, f.Quant)
+	}
+	cb, rot, err := f.QuantizerBuffers(ctx)
+	if err != nil || cb != nil || rot == nil {
+		t.Fatalf("codebook %v rotation %v: %v", cb, rot, err)
+	}
+	got, ok := rot.Float32s()
+	if !ok || rot.Rows() != dim || !slices.Equal(got, vals) {
+		t.Fatalf("rotation %v rows %d", rot.Shape, rot.Rows())
+	}
+}
+
 // A segment with only index.idx is the single-file layout of pylance 0.23
 // and earlier when that file's footer says format 0.x (Unsupported, named),
 // and a segment missing its auxiliary file otherwise (NotFound).

@@ -202,6 +202,40 @@ func TestMergeChainsAndWindows(t *testing.T) {
 	}
 }
 
+// Inputs whose files share one layout merge whatever their index versions
+// (pylance 6 to 8 records an IVF_RQ base as 2 and its deltas as 1), and the
+// output takes the lowest, as those releases' own merge writes.
+func TestMergeMixedIndexVersions(t *testing.T) {
+	ctx := context.Background()
+	st := storage.NewMem("memory://versions")
+	tests := []struct {
+		versions []int32
+		want     int32
+	}{
+		{[]int32{2, 1, 1}, 1},
+		{[]int32{1, 2}, 1},
+		{[]int32{0, 1}, 0},
+		{[]int32{2, 2}, 2},
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprint(tc.versions), func(t *testing.T) {
+			var metas []*pb.IndexMetadata
+			for i, v := range tc.versions {
+				im := fakeSegment(t, st, uint32(i), []uint32{2, 2, 2, 2, 2}, true)
+				im.IndexVersion = &v
+				metas = append(metas, im)
+			}
+			m, err := Merge(ctx, st, testSnapshot(), metas, MergeOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.GetIndexVersion() != tc.want {
+				t.Fatalf("index version %d, want %d", m.GetIndexVersion(), tc.want)
+			}
+		})
+	}
+}
+
 func TestMergeFiltersUncoveredRows(t *testing.T) {
 	ctx := context.Background()
 	st := storage.NewMem("memory://filter")

@@ -36,6 +36,20 @@ def requirement(name: str) -> list[str]:
     return [f"pylance=={name}"]
 
 
+# Prints [lance, pyarrow, numpy] versions; LanceDB embeds its Lance, so a
+# LanceDB environment names LanceDB's version instead.
+_PROBE = """
+import json, pyarrow, numpy
+try:
+    import lance
+    v = lance.__version__
+except ImportError:
+    import lancedb
+    v = "lancedb-" + lancedb.__version__
+print(json.dumps([v, pyarrow.__version__, numpy.__version__]))
+"""
+
+
 def python_for(name: str) -> Path:
     """The interpreter of ``name``'s environment, creating it if needed."""
     env = ROOT / name
@@ -54,10 +68,7 @@ def python_for(name: str) -> Path:
             [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", *requirement(name)],
             check=True,
         )
-        probe = subprocess.run(
-            [str(py), "-c", "import json, lance, pyarrow, numpy; print(json.dumps([lance.__version__, pyarrow.__version__, numpy.__version__]))"],
-            check=True, capture_output=True, text=True,
-        )
+        probe = subprocess.run([str(py), "-c", _PROBE], check=True, capture_output=True, text=True)
         ready.write_text(probe.stdout)
     return py
 

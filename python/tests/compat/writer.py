@@ -5,9 +5,9 @@ own API and defaults, and a copy merged by that release's own
 
 Usage: python writer.py OUT_DIR CASES_JSON  (prints one JSON line per case)
 
-Only lance, pyarrow and numpy are imported; the script must run on every
-release from the 0.2x line on, so it probes keyword names instead of
-assuming them.
+Only lance (or, in a LanceDB environment, lancedb), pyarrow and numpy are
+imported; the script must run on every release from the 0.2x line on, so
+it probes keyword names instead of assuming them.
 """
 
 from __future__ import annotations
@@ -18,9 +18,13 @@ import shutil
 import sys
 import traceback
 
-import lance
 import numpy as np
 import pyarrow as pa
+
+try:
+    import lance
+except ImportError:  # a LanceDB environment: its Lance is embedded
+    lance = None
 
 DIM = 32
 BASE_ROWS = 3000
@@ -88,15 +92,54 @@ def write(out: str, case: dict) -> dict:
     own = f"{uri}.own"
     shutil.copytree(uri, own)
     lance.dataset(own).optimize.optimize_indices(num_indices_to_merge=DELTAS + 1)
-    return {"uri": uri, "own": own, "build": build, "build_own": build_own}
+    return {"uri": uri, "own": own, "build": build, "build_own": build_own, "segments": DELTAS + 1}
+
+
+def write_lancedb(out: str, case: dict) -> dict:
+    """The same through LanceDB's table API: each append followed by
+    ``Table.optimize()``, which compacts and leaves delta segments (LanceDB
+    has no merge of its own to compare with: the baseline is the table as
+    LanceDB left it)."""
+    import lancedb
+
+    if case.get("stable"):
+        raise NotImplementedError("the LanceDB writer does not ask for stable row ids")
+    name = case["name"]
+    db = lancedb.connect(out)
+    tbl = db.create_table(name, table(0, vectors(BASE_ROWS, 0)))
+    kw = index_kwargs(case["kind"], case["metric"])
+    tbl.create_index(vector_column_name="vec", name="vec_idx", **kw)
+    start = BASE_ROWS
+    for d in range(DELTAS):
+        tbl.add(table(start, vectors(DELTA_ROWS, 100 + d)))
+        start += DELTA_ROWS
+        tbl.optimize()
+    uri = f"{out}/{name}.lance"
+    own = f"{out}/{name}_own.lance"
+    shutil.copytree(uri, own)
+    build = f"{out}/{name}_build.lance"
+    shutil.copytree(uri, build)
+    db.open_table(f"{name}_build").add(table(start, vectors(DELTA_ROWS, 200)))
+    build_own = f"{out}/{name}_build_own.lance"
+    shutil.copytree(build, build_own)
+    db.open_table(f"{name}_build_own").optimize()
+    return {"uri": uri, "own": own, "build": build, "build_own": build_own,
+            "segments": tbl.index_stats("vec_idx").num_indices}
 
 
 def main() -> None:
     out, cases = sys.argv[1], json.loads(sys.argv[2])
     for case in cases:
-        res = {"name": case["name"], "lance": lance.__version__}
+        res = {"name": case["name"]}
         try:
-            res.update(write(out, case))
+            if lance is None:
+                import lancedb
+
+                res["lance"] = f"lancedb-{lancedb.__version__}"
+                res.update(write_lancedb(out, case))
+            else:
+                res["lance"] = lance.__version__
+                res.update(write(out, case))
         except BaseException as e:  # noqa: BLE001 - the release's refusal (or panic) is data
             if isinstance(e, KeyboardInterrupt):
                 raise
