@@ -687,10 +687,10 @@ func BuiltMetadata(id uuid.UUID, snap *table.Snapshot, indexName string, fragmen
 	if m.Type == ivf.IVFRQ {
 		iv = 2
 	}
-	// A segment joins an index as its writer wrote it: Lance before 0.30
-	// recorded index version 0 (the same IVF_FLAT/SQ/PQ files) and, before
-	// some release after 0.30, an empty /lance.table.VectorIndexDetails;
-	// commit keeps one details type per index.
+	// A segment joins an index as its writer wrote it: Lance up to 0.27
+	// recorded index version 0 (the same IVF_FLAT/SQ/PQ files) and up to
+	// 6.x an empty /lance.table.VectorIndexDetails (8.0 writes the current
+	// type); commit keeps one details type per index.
 	for _, im := range snap.Indices {
 		if im.GetName() != indexName {
 			continue
@@ -753,7 +753,7 @@ func VectorDetails(m *encode.Model) (*anypb.Any, error) {
 
 // The index details type URLs of vector indices: what current Lance writes
 // (metric and quantizer inside), and the empty message older releases
-// wrote (seen from pylance 0.23.2 and 0.30.0).
+// wrote (seen in pylance 0.23.2 to 6.1.0).
 const (
 	vectorDetailsURL       = "/lance.index.pb.VectorIndexDetails"
 	legacyVectorDetailsURL = "/lance.table.VectorIndexDetails"
