@@ -55,7 +55,9 @@ const KnownReaderFlags = FlagDeletionFiles | FlagStableRowIDs | FlagUseV2FormatD
 type Snapshot struct {
 	Ref      VersionRef
 	Manifest *pb.Manifest
-	// Indices is the index section, in manifest order (nil when absent).
+	// Indices is the index section, in manifest order (nil when absent),
+	// with the cumulative fragment bitmaps of pylance 0.20 deltas resolved
+	// (see resolveCumulativeCoverage).
 	Indices []*pb.IndexMetadata
 	// IndexSectionRaw is the index section's encoded bytes, kept so that
 	// entries can be carried over byte for byte.
@@ -131,6 +133,7 @@ func DecodeManifestFile(data []byte) (*Snapshot, error) {
 			}
 		}
 		snap.Indices = sec.GetIndices()
+		resolveCumulativeCoverage(snap.Indices)
 		snap.IndexSectionRaw = raw
 	}
 	return snap, nil

@@ -54,7 +54,6 @@ TOLERANCE = 0.03
 # What make test-compat finds that we do not handle yet (strict: a fix
 # shows up as XPASS and fails until this entry goes).
 KNOWN_GAPS = {
-    ("0.20", "merge"): "pylance 0.20 deltas' fragment bitmaps claim every fragment up to their own: refused as overlapping",
 }
 
 
