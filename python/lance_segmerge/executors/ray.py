@@ -57,10 +57,18 @@ class RayExecutor:
 
     def cancel(self) -> None:
         ray = _ray()
-        for r in self._refs:
+        # Cancel only what has not finished: Ray 2.60's core worker can abort
+        # the driver process ("Check failed: ... Tried to complete task that
+        # was not pending", seen in CI) when a forced cancel meets a task
+        # that is completing.
+        try:
+            _, running = ray.wait(self._refs, num_returns=len(self._refs), timeout=0)
+        except Exception:  # pragma: no cover - cluster gone
+            running = list(self._refs)
+        for r in running:
             try:
                 ray.cancel(r, force=True)
-            except Exception:  # already finished
+            except Exception:  # finished meanwhile
                 pass
         # A forced cancel kills the task's worker asynchronously: wait for
         # every task to end, so that the caller removes their outputs after
