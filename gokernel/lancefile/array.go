@@ -17,7 +17,10 @@ import (
 //     bitmap of at least Len bits (bit i set = row i valid).
 //  3. ItemValidity (FixedSizeList only) is nil or a bitmap over Len·Dim
 //     items.
-//  4. Lists: Offsets has Len+1 entries, non-decreasing, Offsets[0] == 0;
+//  4. Binary (variable width): Offsets has Len+1 entries, non-decreasing,
+//     Offsets[0] == 0; row i is Values[Offsets[i]:Offsets[i+1]] (empty
+//     for a null row).
+//  5. Lists: Offsets has Len+1 entries, non-decreasing, Offsets[0] == 0;
 //     Items holds Offsets[Len] items. Values is unused.
 //
 // Ownership: an Array returned by a Reader owns its slices.
@@ -76,6 +79,15 @@ func (a *Array) SliceInto(out *Array, start, end int) {
 			out.Offsets[i] = a.Offsets[start+i] - lo
 		}
 		out.Items = a.Items.Slice(int(lo), int(hi))
+		return
+	}
+	if a.Type.Kind == KindBinary {
+		lo := a.Offsets[start]
+		out.Offsets = make([]int64, out.Len+1)
+		for i := range out.Offsets {
+			out.Offsets[i] = a.Offsets[start+i] - lo
+		}
+		out.Values = a.Values[lo:a.Offsets[end]]
 		return
 	}
 	rb := a.rowBytes()
@@ -152,6 +164,22 @@ func Concat(t DataType, parts []*Array) (*Array, error) {
 		var err error
 		if out.Items, err = Concat(itemType, items); err != nil {
 			return nil, err
+		}
+		return out, nil
+	}
+	if t.Kind == KindBinary {
+		out.Offsets = []int64{0}
+		for _, p := range parts {
+			if p.Type.Kind != KindBinary {
+				return nil, fmt.Errorf("%w: lancefile: concat %s with %s", errkind.InvalidInput, t, p.Type)
+			}
+			base := int64(len(out.Values))
+			for _, o := range p.Offsets[1:] {
+				out.Offsets = append(out.Offsets, base+o)
+			}
+			out.Values = append(out.Values, p.Values...)
+			out.Validity = appendBits(out.Validity, out.Len, p.Validity, p.Len)
+			out.Len += p.Len
 		}
 		return out, nil
 	}

@@ -10,7 +10,7 @@ func TestTemporalTypesAreTheirStorageIntegers(t *testing.T) {
 		{"date32:day", KindInt32}, {"time32:ms", KindInt32},
 		{"date64:ms", KindInt64}, {"time64:us", KindInt64}, {"timestamp:us:-", KindInt64},
 		{"timestamp:ms:UTC", KindInt64}, {"duration:ns", KindInt64},
-		{"string", KindUnknown}, {"decimal:128:10:2", KindUnknown},
+		{"string", KindBinary}, {"decimal:128:10:2", KindUnknown},
 	} {
 		got := ParseLogicalType(tc.logical)
 		if got.Kind != tc.kind || got.Logical != tc.logical {

@@ -73,6 +73,10 @@ func (r *Reader) ReadInto(ctx context.Context, name string, start, end uint64, d
 		if r.foot.version == V2_0 {
 			return r.readList20(ctx, cols, t, it, int(start), int(end))
 		}
+	case t.Kind == KindBinary:
+		if r.foot.version == V2_0 {
+			return nil, fmt.Errorf("%w: lancefile: %s: reading %s columns of a 2.0 file", errkind.Unsupported, r.name, t)
+		}
 	default:
 		if t.ValueBits() == 0 || t.ValueBits()%8 != 0 {
 			return nil, fmt.Errorf("%w: lancefile: %s: reading %s columns", errkind.Unsupported, r.name, t)
@@ -86,7 +90,7 @@ func (r *Reader) ReadInto(ctx context.Context, name string, start, end uint64, d
 			errkind.InvalidInput, r.name, start, end, name, n, r.opts.MaxReadBytes)
 	}
 	var out *Array
-	if dst != nil && !isList(t) && r.foot.version != V2_0 {
+	if dst != nil && !isList(t) && t.Kind != KindBinary && r.foot.version != V2_0 {
 		var ok bool
 		if out, ok, err = r.readFixedInto(ctx, cols[0], t, int(start), int(end), dst); !ok && err == nil {
 			out, err = r.readColumn(ctx, cols[0], t, item, int(start), int(end))
@@ -102,7 +106,7 @@ func (r *Reader) ReadInto(ctx context.Context, name string, start, end uint64, d
 
 // readColumn reads rows [start, end) of one physical column, page by page.
 func (r *Reader) readColumn(ctx context.Context, col int, t, item DataType, start, end int) (*Array, error) {
-	if !isList(t) && r.foot.version != V2_0 && pagesTouched(r.columns[col].GetPages(), start, end) > 1 {
+	if !isList(t) && t.Kind != KindBinary && r.foot.version != V2_0 && pagesTouched(r.columns[col].GetPages(), start, end) > 1 {
 		if out, ok, err := r.readFixedInto(ctx, col, t, start, end, nil); ok || err != nil {
 			return out, err
 		}

@@ -19,6 +19,9 @@ func (r *Reader) readPage21(ctx context.Context, pg *pageIO, t, item DataType, a
 	if err := decodeAny(pg.page, "lance.encodings21.PageLayout", layout); err != nil {
 		return nil, err
 	}
+	if t.Kind == KindBinary {
+		return r.readVariable21(ctx, pg, layout, t, a, b)
+	}
 	switch l := layout.GetLayout().(type) {
 	case *enc21.PageLayout_MiniBlockLayout:
 		return r.readMiniBlock(ctx, pg, l.MiniBlockLayout, t, item, a, b)
@@ -141,6 +144,7 @@ type miniBlock struct {
 	valueBits int
 	dict      []byte // decoded dictionary, or nil
 	dictBits  int    // width of one dictionary index
+	variable  bool   // variable-width values: decodeChunk returns the raw buffer
 }
 
 func (r *Reader) readMiniBlock(ctx context.Context, pg *pageIO, l *enc21.MiniBlockLayout, t, item DataType, a, b int) (*Array, error) {
@@ -337,6 +341,9 @@ func (mb *miniBlock) decodeChunk(chunk []byte, nValues int, dst []byte) (rep, de
 		if bufs[i], err = take(n); err != nil {
 			return nil, nil, cv, err
 		}
+	}
+	if mb.variable {
+		return rep, def, chunkValues{values: bufs[0]}, nil
 	}
 	if mb.dict != nil {
 		idx, err := decodeMiniBlockValues(mb.l.GetValueCompression(), bufs, nValues, mb.dictBits, nil)

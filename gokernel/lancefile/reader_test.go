@@ -118,7 +118,7 @@ func TestParseLogicalType(t *testing.T) {
 		{"fixed_size_list:uint8:16777217", KindUnknown, 0, 0},
 		{"fixed_size_list:uint8:9223372036854775807", KindUnknown, 0, 0},
 		{"list", KindList, 0, 0},
-		{"string", KindUnknown, 0, 0},
+		{"string", KindBinary, 0, 0},
 	} {
 		t.Run(tc.in, func(t *testing.T) {
 			got := ParseLogicalType(tc.in)

@@ -33,6 +33,9 @@ const (
 	KindList
 	KindLargeList
 	KindStruct
+	// KindBinary is a variable-width value (binary, string and their large
+	// forms): Array.Offsets delimit each row's bytes in Array.Values.
+	KindBinary
 )
 
 // logical type names of primitives, as Lance spells them. Part of the format.
@@ -44,7 +47,7 @@ var primitiveNames = map[Kind]string{
 
 // primitiveBits is indexed by Kind (an array, not a map: ValueBits is on
 // the per-piece path of every merge).
-var primitiveBits = [KindStruct + 1]int{
+var primitiveBits = [KindBinary + 1]int{
 	KindInt8: 8, KindInt16: 16, KindInt32: 32, KindInt64: 64,
 	KindUint8: 8, KindUint16: 16, KindUint32: 32, KindUint64: 64,
 	KindFloat16: 16, KindFloat32: 32, KindFloat64: 64,
@@ -136,6 +139,8 @@ func ParseLogicalType(s string) DataType {
 		return DataType{Kind: KindLargeList, Logical: s}
 	case s == "struct":
 		return DataType{Kind: KindStruct, Logical: s}
+	case s == "binary" || s == "string" || s == "large_binary" || s == "large_string":
+		return DataType{Kind: KindBinary, Logical: s}
 	case strings.HasPrefix(s, "date32:") || strings.HasPrefix(s, "time32:"):
 		// Stored as int32 (days, seconds or milliseconds); the logical type
 		// is kept, so a writer writes it back as it was.

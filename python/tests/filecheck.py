@@ -40,6 +40,8 @@ def rows_of_arrow(arr: pa.Array) -> list[Any]:
         for i in range(len(arr)):
             out.append(None if not arr[i].is_valid else items[offs[i] : offs[i + 1]])
         return out
+    if pa.types.is_binary(t) or pa.types.is_string(t) or pa.types.is_large_binary(t) or pa.types.is_large_string(t):
+        return [None if v is None else (v.encode() if isinstance(v, str) else v) for v in arr.to_pylist()]
     if pa.types.is_fixed_size_list(t):
         flat = arr.values
         d = t.list_size
@@ -75,6 +77,10 @@ def rows_of_go(col: dict[str, Any]) -> list[Any]:
         offs = col["offsets"]
         items = rows_of_go(col["items"])
         return [None if valid is not None and not valid[i] else items[offs[i] : offs[i + 1]] for i in range(n)]
+    if t in ("binary", "string", "large_binary", "large_string"):
+        raw = base64.b64decode(col.get("values") or "")
+        offs = col["offsets"]
+        return [None if valid is not None and not valid[i] else raw[offs[i] : offs[i + 1]] for i in range(n)]
     w = _width(t)
     vals = base64.b64decode(col.get("values") or "")
     assert len(vals) == n * w, (t, len(vals), n, w)

@@ -108,6 +108,53 @@ def test_read_pylance_nulls(tmp_path, version):
     check_file(path, tbl, [(5, 2999), (1024, 2048)])
 
 
+def binary_columns(n: int, seed: int = 7) -> dict[str, pa.Array]:
+    rng = np.random.default_rng(seed)
+
+    def blobs(lo: int, hi: int, null_every: int = 0) -> pa.Array:
+        return pa.array(
+            [None if null_every and i % null_every == 0 else rng.integers(0, 256, int(rng.integers(lo, hi)), dtype=np.uint8).tobytes() for i in range(n)],
+            pa.binary(),
+        )
+
+    return {
+        # Random bytes do not compress, so pylance stores them plain: large
+        # values full-zip, small ones in mini-blocks.
+        "big": blobs(50, 400),
+        "big_nulls": blobs(50, 400, null_every=7),
+        "small": blobs(0, 20),
+        "small_nulls": blobs(0, 20, null_every=5),
+        "all_null": pa.array([None] * n, pa.binary()),
+    }
+
+
+@pytest.mark.parametrize("version", ["2.1", "2.2"])
+def test_read_pylance_binary(tmp_path, version):
+    n = 6000
+    tbl = pa.table(binary_columns(n))
+    path = str(tmp_path / f"b{version}.lance")
+    write(path, tbl, version)
+    layouts = {f.name: str(c.pages[0].encoding) for f, c in zip(tbl.schema, LanceFileReader(path).metadata().columns)}
+    # The test is about these two layouts: fail loudly if pylance stops writing them.
+    assert "FullZipLayout" in layouts["big"] and "Variable" in layouts["big"], layouts["big"][:300]
+    assert "MiniBlockLayout" in layouts["small"] and "Variable" in layouts["small"], layouts["small"][:300]
+    check_file(path, tbl, [(0, n), (1, 2), (255, 257), (1000, 4100), (n - 3, n)])
+
+
+def test_compressed_strings_are_unsupported(tmp_path):
+    # Short text of many distinct values gets FSST: a layout this reader does not decode is
+    # UnsupportedError, never a claim that the file is damaged.
+    n = 5000
+    rng = np.random.default_rng(3)
+    tbl = pa.table({"s": pa.array([f"v{x}" for x in rng.integers(0, 1_000_000, n)])})
+    path = str(tmp_path / "s.lance")
+    write(path, tbl, "2.2")
+    if "Fsst" not in str(LanceFileReader(path).metadata().columns[0].pages[0].encoding):
+        pytest.skip("pylance did not choose FSST for this column")
+    with pytest.raises(ls.UnsupportedError, match="(?i)compression|fsst"):
+        go_inspect(path)
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 def test_read_pylance_many_pages(tmp_path, version):
     # Enough rows that pylance splits columns into several pages.
@@ -242,3 +289,34 @@ def test_go_writes_only_empty_lists(tmp_path, version):
     go_write(path, tbl, version, tmp=str(tmp_path))
     got = LanceFileReader(path).read_all().to_table()
     assert got["l"].to_pylist() == tbl["l"].to_pylist()
+
+
+@pytest.mark.parametrize("cardinality", [8, 3000])
+def test_reads_pylance_bitmap_index_files(tmp_path, cardinality):
+    # BITMAP and LABEL_LIST segments are one file, "keys" and "bitmaps"
+    # (binary: one serialized row-id set per key). Few keys give large
+    # bitmaps (full-zip pages), many keys small ones (mini-blocks).
+    import glob
+
+    import lance
+
+    n = 20_000
+    rng = np.random.default_rng(cardinality)
+    keys = rng.integers(0, cardinality, n)
+    tbl = pa.table(
+        {
+            "k": pa.array(keys, mask=rng.random(n) < 0.02),
+            "tags": pa.array([[int(x) for x in rng.integers(0, cardinality, 2)] for _ in range(n)], pa.list_(pa.int64())),
+        }
+    )
+    ds = lance.write_dataset(tbl, str(tmp_path / "t.lance"))
+    ds.create_scalar_index("k", "BITMAP")
+    ds.create_scalar_index("tags", "LABEL_LIST")
+    files = glob.glob(str(tmp_path / "t.lance" / "_indices" / "*" / "bitmap_page_lookup.lance"))
+    assert len(files) == 2
+    for f in files:
+        want = LanceFileReader(f).read_all().to_table()
+        got = go_inspect(f)
+        assert got["num_rows"] == want.num_rows > 0
+        for name in ("keys", "bitmaps"):
+            assert_same(want[name], got["columns"][name], f"{f}: {name}")

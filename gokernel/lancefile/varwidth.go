@@ -1,0 +1,270 @@
+package lancefile
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb/enc21"
+)
+
+// Variable-width (binary, string) pages of files 2.1 and 2.2, in the two
+// forms pylance 14.0.2 writes without compression (python/tests/
+// test_lancefile.py checks both against LanceFileWriter's output):
+//
+//   - mini-block, value compression Variable{offsets: Flat{32|64}}: each
+//     chunk's single value buffer is n+1 offsets, relative to the buffer's
+//     start (so the first is the offsets' own size), then the bytes;
+//   - full-zip with bits_per_offset: each item is its control word (when
+//     the page has rep/def levels), then, for a valid item only, a length
+//     of bits_per_offset bits and the bytes. Page buffer 1 is the
+//     repetition index: n+1 byte positions of the items, in words of 1, 2, 4 or 8
+//     bytes (pylance 14.0.2 wrote 2 for a 45 KiB page, 4 for 2 MiB), which
+//     lets a range of rows be read without the rest of the page.
+//
+// Compressed forms (FSST, general compression, dictionaries) and lists of
+// binary values are refused as errkind.Unsupported.
+
+func (r *Reader) readVariable21(ctx context.Context, pg *pageIO, layout *enc21.PageLayout, t DataType, a, b int) (*Array, error) {
+	switch l := layout.GetLayout().(type) {
+	case *enc21.PageLayout_MiniBlockLayout:
+		return r.readVarMiniBlock(ctx, pg, l.MiniBlockLayout, t, a, b)
+	case *enc21.PageLayout_FullZipLayout:
+		return r.readVarFullZip(ctx, pg, l.FullZipLayout, t, a, b)
+	case *enc21.PageLayout_AllNullLayout:
+		rd, err := parseLayers(l.AllNullLayout.GetLayers())
+		if err != nil {
+			return nil, err
+		}
+		if rd.hasList || l.AllNullLayout.InlineValue != nil || l.AllNullLayout.GetDefCompression() != nil {
+			return nil, fmt.Errorf("%w: constant %s page other than all-null", errkind.Unsupported, t)
+		}
+		n := b - a
+		return &Array{Type: t, Len: n, Offsets: make([]int64, n+1), Values: []byte{}, Validity: make([]byte, (n+7)/8)}, nil
+	case nil:
+		return nil, fmt.Errorf("%w: page layout missing", errkind.Corrupt)
+	default:
+		return nil, fmt.Errorf("%w: page layout %T for %s", errkind.Unsupported, l, t)
+	}
+}
+
+// offsetBits is the width of the offsets of an uncompressed Variable
+// encoding, or 0 when e is some other encoding.
+func offsetBits(e *enc21.CompressiveEncoding) int {
+	v, ok := e.GetCompression().(*enc21.CompressiveEncoding_Variable)
+	if !ok || v.Variable.GetValues() != nil {
+		return 0
+	}
+	f, ok := v.Variable.GetOffsets().GetCompression().(*enc21.CompressiveEncoding_Flat)
+	if !ok || f.Flat.GetData() != nil {
+		return 0
+	}
+	if w := int(f.Flat.GetBitsPerValue()); w == 32 || w == 64 {
+		return w
+	}
+	return 0
+}
+
+// readWordN reads little-endian word i of the given width (1, 2, 4 or 8
+// bytes).
+func readWordN(b []byte, i, width int) uint64 {
+	switch width {
+	case 1:
+		return uint64(b[i])
+	case 2:
+		return uint64(binary.LittleEndian.Uint16(b[i*2:]))
+	case 4:
+		return uint64(binary.LittleEndian.Uint32(b[i*4:]))
+	}
+	return binary.LittleEndian.Uint64(b[i*8:])
+}
+
+// varBuilder accumulates rows of a binary array.
+type varBuilder struct {
+	out   *Array
+	nulls bool
+}
+
+func newVarBuilder(t DataType, n int) *varBuilder {
+	return &varBuilder{out: &Array{Type: t, Offsets: make([]int64, 1, n+1), Validity: make([]byte, (n+7)/8)}}
+}
+
+func (vb *varBuilder) add(v []byte, valid bool) {
+	o := vb.out
+	if valid {
+		o.Values = append(o.Values, v...)
+		o.Validity[o.Len/8] |= 1 << (o.Len % 8)
+	} else {
+		vb.nulls = true
+	}
+	o.Offsets = append(o.Offsets, int64(len(o.Values)))
+	o.Len++
+}
+
+func (vb *varBuilder) finish() *Array {
+	if !vb.nulls {
+		vb.out.Validity = nil
+	}
+	if vb.out.Values == nil {
+		vb.out.Values = []byte{}
+	}
+	return vb.out
+}
+
+func (r *Reader) readVarMiniBlock(ctx context.Context, pg *pageIO, l *enc21.MiniBlockLayout, t DataType, a, b int) (*Array, error) {
+	rd, err := parseLayers(l.GetLayers())
+	if err != nil {
+		return nil, err
+	}
+	width := offsetBits(l.GetValueCompression()) / 8
+	if rd.hasList || width == 0 || l.GetDictionary() != nil || l.GetNumBuffers() != 1 {
+		return nil, fmt.Errorf("%w: %s mini-block page (lists %v, value compression %v, dictionary %v)",
+			errkind.Unsupported, t, rd.hasList, l.GetValueCompression(), l.GetDictionary() != nil)
+	}
+	mb := miniBlock{l: l, large: l.GetHasLargeChunk(), hasRep: l.GetRepCompression() != nil,
+		hasDef: l.GetDefCompression() != nil, nbuf: 1, variable: true}
+	if mb.hasRep {
+		return nil, fmt.Errorf("%w: repetition levels in a %s page without lists", errkind.Corrupt, t)
+	}
+	ct, err := r.chunkTableOf(ctx, pg, l)
+	if err != nil {
+		return nil, err
+	}
+	first, last := 0, len(ct.offsets)
+	for first < last && ct.first[first]+ct.values[first] <= a {
+		first++
+	}
+	for last > first && ct.first[last-1] >= b {
+		last--
+	}
+	vb := newVarBuilder(t, b-a)
+	if first == last {
+		if a != b {
+			return nil, fmt.Errorf("%w: no chunk holds rows [%d,%d)", errkind.Corrupt, a, b)
+		}
+		return vb.finish(), nil
+	}
+	spanLen := ct.offsets[last-1] + ct.sizes[last-1] - ct.offsets[first]
+	span, err := pg.read(ctx, 1, ct.offsets[first], spanLen)
+	if err != nil {
+		return nil, err
+	}
+	for c := first; c < last; c++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		off := ct.offsets[c] - ct.offsets[first]
+		n := ct.values[c]
+		_, def, cv, err := mb.decodeChunk(span[off:off+ct.sizes[c]], n, nil)
+		if err != nil {
+			return nil, fmt.Errorf("chunk %d: %w", c, err)
+		}
+		if def != nil && len(def) != n {
+			return nil, fmt.Errorf("%w: chunk %d: %d definition levels for %d values", errkind.Corrupt, c, len(def), n)
+		}
+		buf := cv.values
+		if (n+1)*width > len(buf) {
+			return nil, fmt.Errorf("%w: chunk %d: %d offsets in a %d-byte buffer", errkind.Corrupt, c, n+1, len(buf))
+		}
+		prev := readWordN(buf, 0, width)
+		for i := 0; i < n; i++ {
+			next := readWordN(buf, i+1, width)
+			if next < prev || next > uint64(len(buf)) || prev < uint64((n+1)*width) {
+				return nil, fmt.Errorf("%w: chunk %d: value %d at [%d,%d) of a %d-byte buffer", errkind.Corrupt, c, i, prev, next, len(buf))
+			}
+			row := ct.first[c] + i
+			if row >= a && row < b {
+				vb.add(buf[prev:next], def == nil || rd.itemValid(def[i]))
+			}
+			prev = next
+		}
+	}
+	if vb.out.Len != b-a {
+		return nil, fmt.Errorf("%w: chunks gave %d of rows [%d,%d)", errkind.Corrupt, vb.out.Len, a, b)
+	}
+	return vb.finish(), nil
+}
+
+func (r *Reader) readVarFullZip(ctx context.Context, pg *pageIO, l *enc21.FullZipLayout, t DataType, a, b int) (*Array, error) {
+	rd, err := parseLayers(l.GetLayers())
+	if err != nil {
+		return nil, err
+	}
+	bpo, ok := l.GetDetails().(*enc21.FullZipLayout_BitsPerOffset)
+	lenBytes := 0
+	if ok {
+		lenBytes = int(bpo.BitsPerOffset) / 8
+	}
+	if rd.hasList || !ok || (lenBytes != 4 && lenBytes != 8) || offsetBits(l.GetValueCompression()) == 0 || l.GetBitsRep() != 0 {
+		return nil, fmt.Errorf("%w: %s full-zip page (lists %v, value compression %v, details %v)",
+			errkind.Unsupported, t, rd.hasList, l.GetValueCompression(), l.GetDetails())
+	}
+	ctrl := 0
+	switch bits := l.GetBitsDef(); {
+	case bits == 0:
+	case bits <= 8:
+		ctrl = 1
+	case bits <= 16:
+		ctrl = 2
+	default:
+		return nil, fmt.Errorf("%w: %d definition bits", errkind.Corrupt, bits)
+	}
+	rows := int(pg.page.GetLength())
+	if pg.numBuffers() < 2 {
+		return nil, fmt.Errorf("%w: %s full-zip page without a repetition index", errkind.Unsupported, t)
+	}
+	idxSize := pg.bufferSize(1)
+	if rows < 0 || idxSize%(rows+1) != 0 || !map[int]bool{1: true, 2: true, 4: true, 8: true}[idxSize/(rows+1)] {
+		return nil, fmt.Errorf("%w: repetition index of %d bytes for %d rows", errkind.Corrupt, idxSize, rows)
+	}
+	iw := idxSize / (rows + 1)
+	lo, err := pg.read(ctx, 1, a*iw, iw)
+	if err != nil {
+		return nil, err
+	}
+	hi, err := pg.read(ctx, 1, b*iw, iw)
+	if err != nil {
+		return nil, err
+	}
+	start, end := readWordN(lo, 0, iw), readWordN(hi, 0, iw)
+	if end < start || end > uint64(pg.bufferSize(0)) {
+		return nil, fmt.Errorf("%w: rows [%d,%d) at bytes [%d,%d) of a %d-byte page", errkind.Corrupt, a, b, start, end, pg.bufferSize(0))
+	}
+	data, err := pg.read(ctx, 0, int(start), int(end-start))
+	if err != nil {
+		return nil, err
+	}
+	vb := newVarBuilder(t, b-a)
+	for pos := 0; vb.out.Len < b-a; {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if pos+ctrl > len(data) {
+			return nil, fmt.Errorf("%w: full-zip item truncated", errkind.Corrupt)
+		}
+		var def uint16
+		switch ctrl {
+		case 1:
+			def = uint16(data[pos])
+		case 2:
+			def = binary.LittleEndian.Uint16(data[pos:])
+		}
+		pos += ctrl
+		if !rd.itemValid(def) {
+			vb.add(nil, false)
+			continue
+		}
+		if pos+lenBytes > len(data) {
+			return nil, fmt.Errorf("%w: full-zip length truncated", errkind.Corrupt)
+		}
+		n := readWordN(data[pos:], 0, lenBytes)
+		pos += lenBytes
+		if n > uint64(len(data)-pos) {
+			return nil, fmt.Errorf("%w: full-zip value of %d bytes with %d left", errkind.Corrupt, n, len(data)-pos)
+		}
+		vb.add(data[pos:pos+int(n)], true)
+		pos += int(n)
+	}
+	return vb.finish(), nil
+}
