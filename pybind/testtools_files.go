@@ -239,6 +239,19 @@ func WriteTestFile(path, specJSON string) (err error) {
 				return tagged(err)
 			}
 			fields = append(fields, lancefile.NewListField(c.Name, it, c.Nullable, c.ItemNullable))
+		} else if t.Kind == lancefile.KindBinary {
+			offs, err := readRaw(c.OffsetsPath)
+			if err != nil {
+				return tagged(err)
+			}
+			for i := 0; i+8 <= len(offs); i += 8 {
+				a.Offsets = append(a.Offsets, int64(binary.LittleEndian.Uint64(offs[i:])))
+			}
+			a.Values = values
+			if a.Values == nil {
+				a.Values = []byte{}
+			}
+			fields = append(fields, lancefile.NewField(c.Name, t, c.Nullable))
 		} else {
 			a.Values = values
 			fields = append(fields, lancefile.NewField(c.Name, t, c.Nullable))

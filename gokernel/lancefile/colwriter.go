@@ -40,6 +40,10 @@ func newColWriter(w *Writer, f *Field) (*colWriter, error) {
 		if len(f.Children) != 1 || f.Children[0].Type.ValueBits() == 0 || f.Children[0].Type.ValueBits()%8 != 0 {
 			return nil, fmt.Errorf("%w: lancefile: writing list field %q of %v", errkind.Unsupported, f.Name, f.Children)
 		}
+	case f.Type.Kind == KindBinary:
+		if w.opts.Version == V2_0 {
+			return nil, fmt.Errorf("%w: lancefile: writing %s field %q in a 2.0 file", errkind.Unsupported, f.Type, f.Name)
+		}
 	case f.Type.ValueBits() == 0 || f.Type.ValueBits()%8 != 0:
 		return nil, fmt.Errorf("%w: lancefile: writing %s field %q", errkind.Unsupported, f.Type, f.Name)
 	}
@@ -55,13 +59,16 @@ func arrayBytes(a *Array) int {
 	if isList(a.Type) {
 		return 8*a.Len + arrayBytes(a.Items)
 	}
+	if a.Type.Kind == KindBinary {
+		return 8*a.Len + len(a.Values) + len(a.Validity)
+	}
 	return len(a.Values) + len(a.Validity)
 }
 
 // ownable reports whether a's rows can be kept as plain copied bytes: a
 // fixed-width array without nulls.
 func (c *colWriter) ownable(a *Array) bool {
-	return !isList(c.f.Type) && (a.Validity == nil || a.NullCount() == 0)
+	return !isList(c.f.Type) && c.f.Type.Kind != KindBinary && (a.Validity == nil || a.NullCount() == 0)
 }
 
 // appendCopy adds a's rows without keeping a reference to a's buffers.
@@ -221,7 +228,7 @@ func (c *colWriter) pageRefs(i int, url string, enc proto.Message, refs []bufRef
 // the output chunk by chunk, so a page costs about one copy of its bytes.
 
 func (c *colWriter) streamable() bool {
-	if isList(c.f.Type) {
+	if isList(c.f.Type) || c.f.Type.Kind == KindBinary {
 		return false
 	}
 	for _, a := range c.pending {
@@ -511,6 +518,9 @@ func (c *colWriter) flush21(a *Array, firstRow uint64) error {
 	t := a.Type
 	if isList(t) {
 		return c.listPage21(a, firstRow)
+	}
+	if t.Kind == KindBinary {
+		return c.binaryPage21(a, firstRow)
 	}
 	nulls := a.Validity != nil && a.NullCount() > 0
 	layers := []enc21.RepDefLayer{enc21.RepDefLayer_REPDEF_ALL_VALID_ITEM}

@@ -207,8 +207,11 @@ func schemaToProto(fields []*Field) []*pb.Field {
 	var walk func(f *Field)
 	walk = func(f *Field) {
 		enc := int32(1) // PLAIN: what Lance writes for fixed-width types and lists
-		if f.Type.Kind == KindStruct {
+		switch f.Type.Kind {
+		case KindStruct:
 			enc = 0
+		case KindBinary:
+			enc = 2 // VAR_BINARY
 		}
 		out = append(out, &pb.Field{
 			Name:        f.Name,

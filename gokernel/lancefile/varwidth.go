@@ -268,3 +268,59 @@ func (r *Reader) readVarFullZip(ctx context.Context, pg *pageIO, l *enc21.FullZi
 	}
 	return vb.finish(), nil
 }
+
+// binaryPage21 writes a binary column's rows as one full-zip page (the
+// form pylance 14.0.2 writes for values that do not compress): items back
+// to back, each a definition byte when the page has nulls, then for a
+// valid row a u32 length and the bytes; then the repetition index, n+1
+// item positions in words as wide as the page needs.
+func (c *colWriter) binaryPage21(a *Array, firstRow uint64) error {
+	nulls := a.Validity != nil && a.NullCount() > 0
+	layers := []enc21.RepDefLayer{enc21.RepDefLayer_REPDEF_ALL_VALID_ITEM}
+	ctrl := 0
+	if nulls {
+		layers[0], ctrl = enc21.RepDefLayer_REPDEF_NULLABLE_ITEM, 1
+	}
+	size := int64(len(a.Values)) + int64(a.Len)*int64(4+ctrl)
+	if size >= 1<<32 || a.Len >= 1<<31 {
+		return fmt.Errorf("%w: lancefile: a binary page of %d bytes", errkind.Unsupported, size)
+	}
+	width := 4
+	if size < 1<<16 {
+		width = 2
+	}
+	data := make([]byte, 0, size)
+	index := make([]byte, 0, (a.Len+1)*width)
+	put := func(v int) {
+		if width == 2 {
+			index = binary.LittleEndian.AppendUint16(index, uint16(v))
+		} else {
+			index = binary.LittleEndian.AppendUint32(index, uint32(v))
+		}
+	}
+	for i := 0; i < a.Len; i++ {
+		put(len(data))
+		valid := a.IsValid(i)
+		if nulls {
+			d := byte(0)
+			if !valid {
+				d = 1
+			}
+			data = append(data, d)
+		}
+		if valid {
+			v := a.Values[a.Offsets[i]:a.Offsets[i+1]]
+			data = binary.LittleEndian.AppendUint32(data, uint32(len(v)))
+			data = append(data, v...)
+		}
+	}
+	put(len(data))
+	l := &enc21.FullZipLayout{
+		BitsDef: uint32(ctrl), NumItems: uint32(a.Len), NumVisibleItems: uint32(a.Len),
+		ValueCompression: &enc21.CompressiveEncoding{Compression: &enc21.CompressiveEncoding_Variable{
+			Variable: &enc21.Variable{Offsets: flat21(32)}}},
+		Layers:  layers,
+		Details: &enc21.FullZipLayout_BitsPerOffset{BitsPerOffset: 32},
+	}
+	return c.page(0, typeURLPageLayout, pageLayout(l), [][]byte{data, index}, a.Len, firstRow)
+}

@@ -269,6 +269,17 @@ func checkArray(a *Array, f *Field) error {
 		}
 		return checkArray(a.Items, f.Children[0])
 	}
+	if t.Kind == KindBinary {
+		if len(a.Offsets) != a.Len+1 || a.Offsets[0] != 0 || a.Offsets[a.Len] != int64(len(a.Values)) {
+			return fmt.Errorf("%w: lancefile: binary field %q: %d offsets for %d rows and %d bytes", errkind.InvalidInput, f.Name, len(a.Offsets), a.Len, len(a.Values))
+		}
+		for i := 0; i < a.Len; i++ {
+			if a.Offsets[i+1] < a.Offsets[i] {
+				return fmt.Errorf("%w: lancefile: binary field %q: offsets decrease at row %d", errkind.InvalidInput, f.Name, i)
+			}
+		}
+		return nil
+	}
 	if t.ValueBits() == 0 || t.ValueBits()%8 != 0 {
 		return fmt.Errorf("%w: lancefile: writing %s columns", errkind.Unsupported, t)
 	}

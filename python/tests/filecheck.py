@@ -126,6 +126,8 @@ def logical_type(t: pa.DataType) -> str:
         return f"fixed_size_list:{_LOGICAL[t.value_type]}:{t.list_size}"
     if pa.types.is_list(t):
         return "list"
+    if pa.types.is_binary(t):
+        return "binary"
     return _LOGICAL[t]
 
 
@@ -184,6 +186,11 @@ def go_write(
             spec["offsets_path"] = dump("offsets", (offs - offs[0]).tobytes())
             spec["values_path"] = dump("values", _fixed_values(items))
             spec["item_validity_path"] = dump("item_validity", _validity_bytes(items))
+        elif pa.types.is_binary(arr.type):
+            offs = np.frombuffer(arr.buffers()[1], np.int32)[arr.offset : arr.offset + len(arr) + 1].astype(np.int64)
+            spec["offsets_path"] = dump("offsets", (offs - offs[0]).tobytes())
+            data = arr.buffers()[2]
+            spec["values_path"] = dump("values", data.to_pybytes()[offs[0] : offs[-1]] if data is not None and len(arr) else b"")
         else:
             spec["values_path"] = dump("values", _fixed_values(arr))
         cols.append(spec)

@@ -320,3 +320,20 @@ def test_reads_pylance_bitmap_index_files(tmp_path, cardinality):
         assert got["num_rows"] == want.num_rows > 0
         for name in ("keys", "bitmaps"):
             assert_same(want[name], got["columns"][name], f"{f}: {name}")
+
+
+@pytest.mark.parametrize("version", ["2.1", "2.2"])
+def test_go_writes_binary_pylance_reads(tmp_path, version):
+    from filecheck import go_write
+
+    cols = binary_columns(5000, seed=11)
+    cols["empty_values"] = pa.array([b""] * 5000, pa.binary())
+    tbl = pa.table(cols)
+    path = str(tmp_path / f"gb{version}.lance")
+    go_write(path, tbl, version, tmp=str(tmp_path), max_page_bytes=256 << 10, batch_rows=500)
+    assert len(LanceFileReader(path).metadata().columns[0].pages) > 1, "expected several pages"
+    assert_pylance_reads(path, tbl)
+    reader = LanceFileReader(path)
+    for a, b in [(0, 1), (999, 3001), (4990, 5000)]:
+        assert reader.read_range(a, b - a).to_table().equals(tbl.slice(a, b - a))
+    check_file(path, tbl, [(0, 5000), (17, 4017)])
