@@ -34,22 +34,6 @@ func binaryArray(r *rand.Rand, n, maxLen, nullEvery int) *Array {
 	return a
 }
 
-func sameBinary(t *testing.T, label string, want, got *Array) {
-	t.Helper()
-	if got.Len != want.Len {
-		t.Fatalf("%s: %d rows, want %d", label, got.Len, want.Len)
-	}
-	for i := 0; i < want.Len; i++ {
-		if got.IsValid(i) != want.IsValid(i) {
-			t.Fatalf("%s: row %d valid %v, want %v", label, i, got.IsValid(i), want.IsValid(i))
-		}
-		w, g := want.Values[want.Offsets[i]:want.Offsets[i+1]], got.Values[got.Offsets[i]:got.Offsets[i+1]]
-		if want.IsValid(i) && !bytes.Equal(w, g) {
-			t.Fatalf("%s: row %d = %x, want %x", label, i, g, w)
-		}
-	}
-}
-
 func TestBinaryRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	for _, v := range []Version{V2_1, V2_2} {
@@ -86,7 +70,7 @@ func TestBinaryRoundTrip(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				sameBinary(t, "all", want, got)
+				equalRows(t, "all", want, got)
 				total := want.Len
 				for k := 0; k < 10 && total > 0; k++ {
 					a := r.IntN(total)
@@ -95,7 +79,7 @@ func TestBinaryRoundTrip(t *testing.T) {
 					if err != nil {
 						t.Fatalf("[%d,%d): %v", a, b, err)
 					}
-					sameBinary(t, fmt.Sprintf("[%d,%d)", a, b), want.Slice(a, b), got)
+					equalRows(t, fmt.Sprintf("[%d,%d)", a, b), want.Slice(a, b), got)
 				}
 			})
 		}

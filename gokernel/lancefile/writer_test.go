@@ -72,6 +72,12 @@ func equalRows(t *testing.T, label string, want, got *Array) {
 			}
 			continue
 		}
+		if want.Type.Kind == KindBinary {
+			if !bytes.Equal(want.Values[want.Offsets[i]:want.Offsets[i+1]], got.Values[got.Offsets[i]:got.Offsets[i+1]]) {
+				t.Fatalf("%s: row %d differs", label, i)
+			}
+			continue
+		}
 		rb := want.rowBytes()
 		if !bytes.Equal(want.Values[i*rb:(i+1)*rb], got.Values[i*rb:(i+1)*rb]) {
 			t.Fatalf("%s: row %d differs", label, i)
