@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/lance-segmerge/lance-segmerge/gokernel/bitmap"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
@@ -85,6 +86,17 @@ func otherStats(ctx context.Context, st storage.Store, im *pb.IndexMetadata, typ
 	}
 	sort.Strings(names)
 	s := &Stats{IndexType: typ, PartitionRows: []uint32{}, notVector: true}
+	if typ == "BITMAP" || typ == "LABEL_LIST" {
+		if b, err := bitmap.Describe(ctx, st, im); err == nil {
+			s.FileVersion, s.DistinctKeys, s.LargestKeyRows = b.Version.String(), &b.Keys, &b.Largest
+			if typ == "BITMAP" { // a row per indexed row; LABEL_LIST rows hold several labels
+				s.NumRows, s.rowsCounted = b.Rows, true
+			}
+			return s, nil
+		} else if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
 	if typ == "ZONEMAP" {
 		if z, err := zonemap.Read(ctx, st, im); err == nil {
 			s.FileVersion, s.NumRows, s.rowsCounted = z.Version.String(), z.Rows, true

@@ -73,6 +73,11 @@ type Stats struct {
 	HNSWLevels         int      `json:"hnsw_levels,omitempty"`
 	PartitionGraphRows []uint32 `json:"partition_graph_rows,omitempty"`
 
+	// BITMAP and LABEL_LIST: the distinct keys (the null key included) and
+	// the most rows one key holds.
+	DistinctKeys   *uint64 `json:"distinct_keys,omitempty"`
+	LargestKeyRows *uint64 `json:"largest_key_rows,omitempty"`
+
 	// notVector: a segment of another index type (otherStats), whose rows
 	// and partitions are not counted unless a file holds one row per
 	// indexed row; JSON says null for what is not counted.

@@ -23,6 +23,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/lance-segmerge/lance-segmerge/gokernel/bitmap"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
@@ -53,55 +54,7 @@ type Segment struct {
 	// Nulls are the entries of the segment's null row map (the global
 	// buffer its "null_bitmap" metadata names), one per fragment, kept as
 	// their serialized bitmaps.
-	Nulls []nullEntry
-}
-
-// nullEntry is one fragment's entry of a null row map: a u32 fragment id,
-// then its bitmap as a u32 length and that many bytes (a portable 32-bit
-// roaring bitmap of row offsets), little-endian.
-type nullEntry struct {
-	frag uint32
-	bits []byte
-}
-
-// parseNulls splits a serialized null row map (u32 entry count, then the
-// entries) without decoding the bitmaps: a merge of segments over disjoint
-// fragments concatenates them.
-func parseNulls(b []byte) ([]nullEntry, error) {
-	if len(b) < 4 {
-		return nil, fmt.Errorf("null map of %d bytes", len(b))
-	}
-	n := binary.LittleEndian.Uint32(b)
-	if uint64(n)*8 > uint64(len(b)) {
-		return nil, fmt.Errorf("null map of %d bytes claims %d entries", len(b), n)
-	}
-	out := make([]nullEntry, 0, n)
-	b = b[4:]
-	for range n {
-		if len(b) < 8 {
-			return nil, fmt.Errorf("null map ends inside an entry")
-		}
-		f, l := binary.LittleEndian.Uint32(b), binary.LittleEndian.Uint32(b[4:])
-		if uint64(l) > uint64(len(b)-8) {
-			return nil, fmt.Errorf("null map entry of fragment %d claims %d bytes, %d left", f, l, len(b)-8)
-		}
-		out = append(out, nullEntry{f, b[8 : 8+l]})
-		b = b[8+l:]
-	}
-	if len(b) != 0 {
-		return nil, fmt.Errorf("null map has %d bytes after its %d entries", len(b), n)
-	}
-	return out, nil
-}
-
-func serializeNulls(es []nullEntry) []byte {
-	out := binary.LittleEndian.AppendUint32(nil, uint32(len(es)))
-	for _, e := range es {
-		out = binary.LittleEndian.AppendUint32(out, e.frag)
-		out = binary.LittleEndian.AppendUint32(out, uint32(len(e.bits)))
-		out = append(out, e.bits...)
-	}
-	return out
+	Nulls []bitmap.RawEntry
 }
 
 // Read reads a segment: errkind.Unsupported for a key type that is not
@@ -156,8 +109,8 @@ func Read(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Segment
 		if err != nil {
 			return nil, fmt.Errorf("zonemap segment %s: %w", u, err)
 		}
-		if s.Nulls, err = parseNulls(b); err != nil {
-			return nil, fmt.Errorf("%w: zonemap segment %s: %v", errkind.Corrupt, u, err)
+		if s.Nulls, err = bitmap.SplitRowMap(b); err != nil {
+			return nil, fmt.Errorf("zonemap segment %s: null_bitmap: %w", u, err)
 		}
 	}
 	s.Zones = int(n)
@@ -271,16 +224,16 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, ind
 		w.SetMetadata(k, v)
 	}
 	if _, ok := first.Metadata["null_bitmap"]; ok {
-		var nulls []nullEntry
+		var nulls []bitmap.RawEntry
 		for _, sg := range segs {
 			for _, e := range sg.Nulls {
-				if keep == nil || keep(e.frag) {
+				if keep == nil || keep(e.Frag) {
 					nulls = append(nulls, e)
 				}
 			}
 		}
-		sort.SliceStable(nulls, func(i, j int) bool { return nulls[i].frag < nulls[j].frag })
-		g, err := w.AddGlobalBuffer(serializeNulls(nulls))
+		sort.SliceStable(nulls, func(i, j int) bool { return nulls[i].Frag < nulls[j].Frag })
+		g, err := w.AddGlobalBuffer(bitmap.AppendRowMap(nil, nulls))
 		if err != nil {
 			return nil, 0, err
 		}

@@ -267,6 +267,10 @@ class IndexSegment:
     partition_graph_rows : tuple of int
         IVF_HNSW_*: rows of each partition's graph in ``index.idx`` (one per
         node and level).
+    distinct_keys, largest_key_rows : int, optional
+        BITMAP and LABEL_LIST: the segment's distinct keys (a null key
+        counts as one) and the most rows one key holds. ``num_rows`` is
+        counted for BITMAP (a key per indexed row), not for LABEL_LIST.
     format_version : int
         Serialisation version of this class.
     stale_rows : int, optional
@@ -325,6 +329,8 @@ class IndexSegment:
     partition_graph_rows: tuple[int, ...] = spec(
         _INTS_U32, default=(), repr=False, group="stats", encode=list, decode=seq_field, kernel=_tuple
     )
+    distinct_keys: Optional[int] = spec(_OPT_U64, default=None, group="stats")
+    largest_key_rows: Optional[int] = spec(_OPT_U64, default=None, group="stats")
     format_version: int = spec(
         _format_version(SEGMENT_FORMAT_VERSION, "IndexSegment"), default=SEGMENT_FORMAT_VERSION,
         missing=SEGMENT_FORMAT_VERSION,

@@ -1,0 +1,177 @@
+// Package bitmap reads the segments of Lance BITMAP and LABEL_LIST scalar
+// indices, as pylance 14.0.2 writes them.
+//
+// A segment is one Lance file, bitmap_page_lookup.lance, with a row per
+// distinct key: "keys" (the indexed type; for LABEL_LIST the list's item
+// type; one row with a null key holds the null rows) and "bitmaps"
+// (binary): the rows that hold the key, as a row map. A row map is a u32
+// entry count, then per fragment (ascending) a u32 fragment id, a u32
+// length and that many bytes of a portable 32-bit roaring bitmap of the
+// fragment's row offsets; a length of 0 stands for the whole fragment.
+// All integers are little-endian. ZONEMAP's null_bitmap is the same
+// format.
+//
+// Merges of these segments are not built yet: the package lists them.
+package bitmap
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/RoaringBitmap/roaring/v2"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
+)
+
+// File and column names of a segment. Part of the format.
+const (
+	FileName      = "bitmap_page_lookup.lance"
+	keysColumn    = "keys"
+	bitmapsColumn = "bitmaps"
+)
+
+// windowRows is how many keys are decoded at a time: a segment's bitmaps
+// are streamed, never loaded whole.
+const windowRows = 1024
+
+// Entry is one fragment's part of a row map. Full means every row of the
+// fragment (Rows is then nil).
+type Entry struct {
+	Frag uint32
+	Full bool
+	Rows *roaring.Bitmap
+}
+
+// RawEntry is one fragment's part of a row map, its bitmap still
+// serialized (empty: the whole fragment).
+type RawEntry struct {
+	Frag uint32
+	Bits []byte
+}
+
+// SplitRowMap splits a serialized row map into its entries without
+// decoding the bitmaps (a merge of maps over disjoint fragments joins
+// them). Untrusted: every length is checked against the bytes before it
+// is used; the entries share b.
+func SplitRowMap(b []byte) ([]RawEntry, error) {
+	if len(b) < 4 {
+		return nil, fmt.Errorf("%w: row map of %d bytes", errkind.Corrupt, len(b))
+	}
+	n := binary.LittleEndian.Uint32(b)
+	if uint64(n)*8 > uint64(len(b)-4) {
+		return nil, fmt.Errorf("%w: row map of %d bytes claims %d entries", errkind.Corrupt, len(b), n)
+	}
+	out := make([]RawEntry, 0, n)
+	b = b[4:]
+	for i := uint32(0); i < n; i++ {
+		if len(b) < 8 {
+			return nil, fmt.Errorf("%w: row map ends inside entry %d", errkind.Corrupt, i)
+		}
+		f, l := binary.LittleEndian.Uint32(b), binary.LittleEndian.Uint32(b[4:])
+		if uint64(l) > uint64(len(b)-8) {
+			return nil, fmt.Errorf("%w: row map entry of fragment %d claims %d bytes, %d left", errkind.Corrupt, f, l, len(b)-8)
+		}
+		out = append(out, RawEntry{f, b[8 : 8+l]})
+		b = b[8+l:]
+	}
+	if len(b) != 0 {
+		return nil, fmt.Errorf("%w: row map has %d bytes after its %d entries", errkind.Corrupt, len(b), n)
+	}
+	return out, nil
+}
+
+// AppendRowMap appends the serialized row map of es (in the order given:
+// a row map's fragments ascend) to dst.
+func AppendRowMap(dst []byte, es []RawEntry) []byte {
+	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(es)))
+	for _, e := range es {
+		dst = binary.LittleEndian.AppendUint32(dst, e.Frag)
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(e.Bits)))
+		dst = append(dst, e.Bits...)
+	}
+	return dst
+}
+
+// DecodeRowMap decodes a serialized row map, fragments ascending.
+func DecodeRowMap(b []byte) ([]Entry, error) {
+	raw, err := SplitRowMap(b)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Entry, 0, len(raw))
+	for i, r := range raw {
+		if i > 0 && r.Frag <= raw[i-1].Frag {
+			return nil, fmt.Errorf("%w: row map fragments out of order (%d after %d)", errkind.Corrupt, r.Frag, raw[i-1].Frag)
+		}
+		e := Entry{Frag: r.Frag, Full: len(r.Bits) == 0}
+		if !e.Full {
+			e.Rows = roaring.New()
+			if err := e.Rows.UnmarshalBinary(r.Bits); err != nil {
+				return nil, fmt.Errorf("%w: row map entry of fragment %d: %v", errkind.Corrupt, r.Frag, err)
+			}
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// Stats is what a listing says of a segment.
+type Stats struct {
+	Version lancefile.Version
+	Keys    uint64 // distinct keys, the null key included
+	// Rows counts the (row, key) pairs the segment holds: for BITMAP one
+	// per indexed row, for LABEL_LIST one per distinct label of a row.
+	Rows uint64
+	// Largest is the most rows one key holds.
+	Largest uint64
+}
+
+// Describe streams a segment's bitmaps and counts them.
+func Describe(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Stats, error) {
+	name := table.IndexDir(im) + FileName
+	obj, err := st.Open(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("segment %s: %w", table.IndexUUID(im), err)
+	}
+	defer obj.Close()
+	r, err := lancefile.Open(ctx, obj, name, lancefile.Options{})
+	if err != nil {
+		return nil, err
+	}
+	f, ok := r.Field(bitmapsColumn)
+	if _, hasKeys := r.Field(keysColumn); !ok || !hasKeys || f.Type.Kind != lancefile.KindBinary {
+		return nil, fmt.Errorf("%w: %s: not a bitmap segment (columns %q and binary %q expected)", errkind.Unsupported, name, keysColumn, bitmapsColumn)
+	}
+	s := &Stats{Version: r.Version(), Keys: r.NumRows()}
+	for lo := uint64(0); lo < r.NumRows(); lo += windowRows {
+		hi := min(lo+windowRows, r.NumRows())
+		a, err := r.Read(ctx, bitmapsColumn, lo, hi)
+		if err != nil {
+			return nil, err
+		}
+		for i := 0; i < a.Len; i++ {
+			if !a.IsValid(i) {
+				return nil, fmt.Errorf("%w: %s: key %d has a null bitmap", errkind.Corrupt, name, lo+uint64(i))
+			}
+			es, err := DecodeRowMap(a.Values[a.Offsets[i]:a.Offsets[i+1]])
+			if err != nil {
+				return nil, fmt.Errorf("%s: key %d: %w", name, lo+uint64(i), err)
+			}
+			var n uint64
+			for _, e := range es {
+				if e.Full {
+					return nil, fmt.Errorf("%w: %s: key %d holds all of fragment %d (a whole-fragment entry)", errkind.Unsupported, name, lo+uint64(i), e.Frag)
+				}
+				n += e.Rows.GetCardinality()
+			}
+			s.Rows += n
+			s.Largest = max(s.Largest, n)
+		}
+	}
+	return s, nil
+}
