@@ -384,17 +384,7 @@ func (r *Reader) readFullZip(ctx context.Context, pg *pageIO, l *enc21.FullZipLa
 		return nil, fmt.Errorf("%w: full-zip values of %d bits (%v) for %s", errkind.Unsupported, vbits, l.GetValueCompression(), lt)
 	}
 	vw := vbits / 8
-	ctrlBits := int(l.GetBitsRep() + l.GetBitsDef())
-	ctrl := 0
-	switch {
-	case ctrlBits == 0:
-	case ctrlBits <= 8:
-		ctrl = 1
-	case ctrlBits <= 16:
-		ctrl = 2
-	default:
-		ctrl = 4
-	}
+	ctrl := controlWordBytes(l)
 	defMask := uint32(1)<<l.GetBitsDef() - 1
 	parse := func(data []byte) (*levelsOut, []byte, error) {
 		lv := newLevelsOut(rd)
@@ -457,6 +447,20 @@ func (r *Reader) readFullZip(ctx context.Context, pg *pageIO, l *enc21.FullZipLa
 		return nil, err
 	}
 	return assemble(t, item, lv, values, nil, a, b)
+}
+
+// controlWordBytes is the width of a full-zip item's control word, which
+// holds its repetition and definition levels: none, 1, 2 or 4 bytes.
+func controlWordBytes(l *enc21.FullZipLayout) int {
+	switch bits := l.GetBitsRep() + l.GetBitsDef(); {
+	case bits == 0:
+		return 0
+	case bits <= 8:
+		return 1
+	case bits <= 16:
+		return 2
+	}
+	return 4
 }
 
 // ---- constant / all-null ----------------------------------------------

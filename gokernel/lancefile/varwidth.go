@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/bufpool"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb/enc21"
 )
 
@@ -146,10 +147,12 @@ func (r *Reader) readVarMiniBlock(ctx context.Context, pg *pageIO, l *enc21.Mini
 		return vb.finish(), nil
 	}
 	spanLen := ct.offsets[last-1] + ct.sizes[last-1] - ct.offsets[first]
-	span, err := pg.read(ctx, 1, ct.offsets[first], spanLen)
+	// Values are copied out of the chunks: their bytes go back to the pool.
+	span, err := pg.readInto(ctx, 1, ct.offsets[first], spanLen, bufpool.Default.Get(spanLen)[:spanLen])
 	if err != nil {
 		return nil, err
 	}
+	defer bufpool.Default.Put(span)
 	for c := first; c < last; c++ {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -200,16 +203,7 @@ func (r *Reader) readVarFullZip(ctx context.Context, pg *pageIO, l *enc21.FullZi
 		return nil, fmt.Errorf("%w: %s full-zip page (lists %v, value compression %v, details %v)",
 			errkind.Unsupported, t, rd.hasList, l.GetValueCompression(), l.GetDetails())
 	}
-	ctrl := 0
-	switch bits := l.GetBitsDef(); {
-	case bits == 0:
-	case bits <= 8:
-		ctrl = 1
-	case bits <= 16:
-		ctrl = 2
-	default:
-		return nil, fmt.Errorf("%w: %d definition bits", errkind.Corrupt, bits)
-	}
+	ctrl := controlWordBytes(l) // definition levels only: bits_rep is 0
 	rows := int(pg.page.GetLength())
 	if pg.numBuffers() < 2 {
 		return nil, fmt.Errorf("%w: %s full-zip page without a repetition index", errkind.Unsupported, t)
@@ -243,15 +237,15 @@ func (r *Reader) readVarFullZip(ctx context.Context, pg *pageIO, l *enc21.FullZi
 		if pos+ctrl > len(data) {
 			return nil, fmt.Errorf("%w: full-zip item truncated", errkind.Corrupt)
 		}
-		var def uint16
-		switch ctrl {
-		case 1:
-			def = uint16(data[pos])
-		case 2:
-			def = binary.LittleEndian.Uint16(data[pos:])
+		var def uint64
+		if ctrl > 0 {
+			def = readWordN(data[pos:], 0, ctrl)
 		}
 		pos += ctrl
-		if !rd.itemValid(def) {
+		if def > 1 || (def == 1 && !rd.itemNullable) {
+			return nil, fmt.Errorf("%w: full-zip item with definition level %d in a page without lists", errkind.Corrupt, def)
+		}
+		if !rd.itemValid(uint16(def)) {
 			vb.add(nil, false)
 			continue
 		}
