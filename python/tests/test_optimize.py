@@ -18,6 +18,8 @@ import lance_segmerge as ls
 from lance_segmerge import _cli
 
 DELTAS = 64
+# Three of 300 neighbours (30 queries x 10); the epsilon keeps 3/300 itself from failing on float rounding.
+RECALL_TOL = 0.01 + 1e-9
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +58,7 @@ def _check(built, r_ref, uri, version, before_version):
     segs = pds.describe_indices()[0].segments
     assert len(segs) == 1 and sorted(segs[0].fragment_ids) == list(range(2 + DELTAS))
     r = lancegen.recall(pds, built.vectors, lancegen.vectors(30, seed=6), k=10, nprobes=4)
-    assert abs(r - r_ref) <= 0.01, (r, r_ref)
+    assert abs(r - r_ref) <= RECALL_TOL, (r, r_ref)
     assert ls.cleanup(uri, 0, dry_run=True) == []  # no intermediate outputs left
 
 
@@ -200,7 +202,8 @@ def test_optimize_to_several_segments(deltas64, tmp_path):
     frags = sorted(f for s in segs for f in s.fragment_ids)
     assert frags == list(range(2 + DELTAS))
     r = lancegen.recall(pds, built.vectors, lancegen.vectors(30, seed=6), k=10, nprobes=4)
-    assert abs(r - r_ref) <= 0.01
+    # Three segments each probe nprobes partitions, so recall may only rise above one merged index's.
+    assert r >= r_ref - RECALL_TOL, (r, r_ref)
     assert ls.cleanup(uri, 0, dry_run=True) == []
     with pytest.raises(ls.InvalidInputError, match="target_segments"):
         ls.optimize(uri, "vec_idx", target_segments=0)
