@@ -21,8 +21,10 @@ import (
 	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
 )
 
-// KernelVersion is the version of the Go kernel.
-const KernelVersion = "0.1.0"
+// KernelVersion is the version of the Go kernel: the writer version our
+// manifests record, and the Python package's version (test_version.py
+// holds the two equal).
+const KernelVersion = segment.WriterVersion
 
 func init() {
 	// The kernel allocates in large, short-lived blocks (partition

@@ -19,9 +19,10 @@ import sys
 import traceback
 from typing import Any, Callable, NoReturn, Optional, Sequence
 
-from . import errors, plot
+from . import _ffi, errors, plot
 from ._display import compact_ids, human_bytes
 from ._health import health
+from ._version import __version__
 from .api import Dataset, cleanup, plan_index_segment_merge
 from .maintain import maintain
 from .reports import MaintainReport
@@ -334,12 +335,21 @@ def cmd_repair(args: argparse.Namespace) -> int:
     return EXIT_DAMAGED if left else 0
 
 
+class _VersionAction(argparse.Action):
+    # The kernel is asked only when --version is given: building the parser
+    # (for --help, say) does not load the native library.
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option_string: Optional[str] = None) -> NoReturn:
+        print(f"lance-segmerge {__version__} (kernel {_ffi.call('Version')})")
+        parser.exit(0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="lance-segmerge", description="Plan, merge and commit Lance vector index segments.",
                 epilog="exit codes: 0 ok, 1 internal error, 2 bad command line, 3 invalid input, 4 not found, "
                        "5 corrupt data, 6 conflict (re-plan and retry), 7 unsupported, 8 storage error, "
                        "9 a worker died, 10 damage found (verify, repair), 11 retrain (health), 130 cancelled")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    p.add_argument("--version", action=_VersionAction, nargs=0, help="print the package's and the kernel's version and exit")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     store = _Parser(add_help=False)
     store.add_argument(

@@ -9,6 +9,7 @@ import venv
 
 import pytest
 from conftest import COMPAT, REPO
+from lance_segmerge._version import __version__
 
 
 @pytest.mark.slow
@@ -27,7 +28,8 @@ def test_pip_install_fresh_venv(tmp_path):
     script = (
         "import lance_segmerge, os, sys\n"
         "assert 'site-packages' in lance_segmerge.__file__, lance_segmerge.__file__\n"
-        "print(lance_segmerge.kernel_version())\n"
+        "import importlib.metadata\n"
+        "print(lance_segmerge.kernel_version(), importlib.metadata.version('lance-segmerge'))\n"
         f"segs = lance_segmerge.open({str(COMPAT / 'v0.27.1' / 'pq_in_schema')!r}).list_index_segments()\n"
         "assert segs[0].index_type == 'IVF_PQ', segs\n"
         "import importlib.resources as r\n"
@@ -36,4 +38,4 @@ def test_pip_install_fresh_venv(tmp_path):
         "assert (r.files('lance_segmerge') / 'py.typed').is_file()\n"
     )
     out = subprocess.run([py, "-c", script], check=True, env=env, cwd=tmp_path, capture_output=True, text=True)
-    assert out.stdout.strip() == "0.1.0"
+    assert out.stdout.strip() == f"{__version__} {__version__}"  # the kernel's and the installed distribution's
