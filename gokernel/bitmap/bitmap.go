@@ -1,4 +1,4 @@
-// Package bitmap reads the segments of Lance BITMAP and LABEL_LIST scalar
+// Package bitmap reads, lists and merges the segments of Lance BITMAP and LABEL_LIST scalar
 // indices, as pylance 14.0.2 writes them.
 //
 // A segment is one Lance file, bitmap_page_lookup.lance, with a row per
@@ -11,7 +11,8 @@
 // All integers are little-endian. ZONEMAP's null_bitmap is the same
 // format.
 //
-// Merges of these segments are not built yet: the package lists them.
+// Segments over disjoint rows merge by a k-way merge of their sorted keys,
+// joining each key's row maps (see Merge).
 package bitmap
 
 import (

@@ -85,3 +85,67 @@ func TestSplitRowMapRoundTrip(t *testing.T) {
 		t.Error("AppendRowMap(SplitRowMap(b)) != b")
 	}
 }
+
+func TestJoinEntries(t *testing.T) {
+	raw := func(frag uint32, rows ...uint32) RawEntry {
+		b, err := roaring.BitmapOf(rows...).ToBytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return RawEntry{frag, b}
+	}
+	dropOdd := func(id uint64) bool { return id%2 == 0 }
+	for _, tc := range []struct {
+		name    string
+		in      []RawEntry
+		keep    func(uint64) bool
+		want    map[uint32][]uint32 // fragment -> rows, in fragment order
+		order   []uint32
+		wantErr error
+	}{
+		{name: "disjoint fragments sorted", in: []RawEntry{raw(3, 1), raw(1, 4, 5)}, order: []uint32{1, 3},
+			want: map[uint32][]uint32{1: {4, 5}, 3: {1}}},
+		{name: "one fragment from two inputs unioned", in: []RawEntry{raw(0, 1, 9), raw(0, 2)}, order: []uint32{0},
+			want: map[uint32][]uint32{0: {1, 2, 9}}},
+		{name: "rows filtered, emptied fragment dropped", in: []RawEntry{raw(0, 1, 2, 3), raw(1, 5)}, keep: dropOdd, order: []uint32{0},
+			want: map[uint32][]uint32{0: {2}}},
+		{name: "whole fragment kept as is", in: []RawEntry{{Frag: 4}}, order: []uint32{4}, want: map[uint32][]uint32{4: nil}},
+		{name: "whole fragment cannot be filtered", in: []RawEntry{{Frag: 4}}, keep: dropOdd, wantErr: errkind.Unsupported},
+		{name: "bad bitmap", in: []RawEntry{{Frag: 0, Bits: []byte{1, 2, 3}}, {Frag: 0, Bits: []byte{9}}}, wantErr: errkind.Corrupt},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := joinEntries(tc.in, tc.keep)
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("err = %v, want %v", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(out) != len(tc.order) {
+				t.Fatalf("%d entries, want %d", len(out), len(tc.order))
+			}
+			for i, e := range out {
+				if e.Frag != tc.order[i] {
+					t.Fatalf("entry %d of fragment %d, want %d", i, e.Frag, tc.order[i])
+				}
+				want := tc.want[e.Frag]
+				if want == nil {
+					if len(e.Bits) != 0 {
+						t.Fatalf("fragment %d: want a whole-fragment entry", e.Frag)
+					}
+					continue
+				}
+				got := roaring.New()
+				if err := got.UnmarshalBinary(e.Bits); err != nil {
+					t.Fatal(err)
+				}
+				if !got.Equals(roaring.BitmapOf(want...)) {
+					t.Fatalf("fragment %d: rows %v, want %v", e.Frag, got.ToArray(), want)
+				}
+			}
+		})
+	}
+}

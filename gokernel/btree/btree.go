@@ -24,7 +24,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"math"
 	"strconv"
 
 	"github.com/google/uuid"
@@ -79,13 +78,6 @@ func (s *Segment) Close() {
 	s.objs = nil
 }
 
-// keyKinds are the key types a merge orders (fixed-width numbers).
-var keyKinds = map[lancefile.Kind]bool{
-	lancefile.KindInt8: true, lancefile.KindInt16: true, lancefile.KindInt32: true, lancefile.KindInt64: true,
-	lancefile.KindUint8: true, lancefile.KindUint16: true, lancefile.KindUint32: true, lancefile.KindUint64: true,
-	lancefile.KindFloat32: true, lancefile.KindFloat64: true,
-}
-
 // Open opens a segment's files and checks their shape: errkind.Unsupported
 // for a layout or key type this package does not handle, errkind.Corrupt
 // for files that contradict each other.
@@ -133,7 +125,7 @@ func Open(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Segment
 		s.Close()
 		return nil, fmt.Errorf("%w: btree segment %s: %s has no %q and uint64 %q columns", errkind.Corrupt, u, DataFile, valuesColumn, idsColumn)
 	}
-	if !keyKinds[vf.Type.Kind] {
+	if !lancefile.Orderable(vf.Type.Kind) {
 		s.Close()
 		return nil, fmt.Errorf("%w: btree segment %s: keys of type %s (merges handle integer and floating-point keys)", errkind.Unsupported, u, vf.Type)
 	}
@@ -146,41 +138,6 @@ func Open(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Segment
 	}
 	s.Version = s.data.Version()
 	return s, nil
-}
-
-// sortKey maps a fixed-width value to a uint64 whose order is the value's
-// (floats in total order: -NaN < -inf < ... < +inf < +NaN, as Lance sorts
-// them).
-func sortKey(k lancefile.Kind, b []byte) uint64 {
-	switch k {
-	case lancefile.KindInt8:
-		return uint64(int64(int8(b[0]))) ^ 1<<63
-	case lancefile.KindInt16:
-		return uint64(int64(int16(binary.LittleEndian.Uint16(b)))) ^ 1<<63
-	case lancefile.KindInt32:
-		return uint64(int64(int32(binary.LittleEndian.Uint32(b)))) ^ 1<<63
-	case lancefile.KindInt64:
-		return binary.LittleEndian.Uint64(b) ^ 1<<63
-	case lancefile.KindUint8:
-		return uint64(b[0])
-	case lancefile.KindUint16:
-		return uint64(binary.LittleEndian.Uint16(b))
-	case lancefile.KindUint32:
-		return uint64(binary.LittleEndian.Uint32(b))
-	case lancefile.KindUint64:
-		return binary.LittleEndian.Uint64(b)
-	case lancefile.KindFloat32:
-		return totalOrder(math.Float64bits(float64(math.Float32frombits(binary.LittleEndian.Uint32(b)))))
-	default: // KindFloat64
-		return totalOrder(binary.LittleEndian.Uint64(b))
-	}
-}
-
-func totalOrder(bits uint64) uint64 {
-	if bits>>63 == 1 {
-		return ^bits
-	}
-	return bits | 1<<63
 }
 
 // cursor streams one input's rows in windows.
@@ -214,41 +171,8 @@ func (c *cursor) fill(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("%w: btree segment %s: a window of %d rows read back as %d values and %d ids", errkind.Corrupt, table.IndexUUID(c.seg.Meta), end-c.next, c.vals.Len, c.ids.Len)
 	}
 	c.i, c.n, c.next = 0, c.vals.Len, end
-	c.keys = sortKeys(c.seg.KeyType.Kind, c.vals.Values, c.n, c.keys[:0])
+	c.keys = lancefile.AppendSortKeys(c.seg.KeyType.Kind, c.vals.Values, c.n, c.keys[:0])
 	return true, nil
-}
-
-// sortKeys appends the sortKey of each of n fixed-width values (one loop
-// per type, not a type switch per value).
-func sortKeys(k lancefile.Kind, b []byte, n int, out []uint64) []uint64 {
-	le := binary.LittleEndian
-	switch k {
-	case lancefile.KindInt64:
-		for i := range n {
-			out = append(out, le.Uint64(b[i*8:])^1<<63)
-		}
-	case lancefile.KindUint64:
-		for i := range n {
-			out = append(out, le.Uint64(b[i*8:]))
-		}
-	case lancefile.KindFloat64:
-		for i := range n {
-			out = append(out, totalOrder(le.Uint64(b[i*8:])))
-		}
-	case lancefile.KindInt32:
-		for i := range n {
-			out = append(out, uint64(int64(int32(le.Uint32(b[i*4:]))))^1<<63)
-		}
-	default:
-		w := 0
-		for _, kk := range []lancefile.Kind{k} {
-			w = lancefile.Primitive(kk).ValueBits() / 8
-		}
-		for i := range n {
-			out = append(out, sortKey(k, b[i*w:(i+1)*w]))
-		}
-	}
-	return out
 }
 
 func (c *cursor) null() bool    { return !c.vals.IsValid(c.i) }

@@ -34,7 +34,7 @@ func TestSortKeyOrdersLikeTheValues(t *testing.T) {
 			le32(math.Float32bits(0.5)), le32(math.Float32bits(float32(math.Inf(1))))}},
 	} {
 		for i := 1; i < len(tc.vals); i++ {
-			if a, b := sortKey(tc.kind, tc.vals[i-1]), sortKey(tc.kind, tc.vals[i]); a >= b {
+			if a, b := lancefile.SortKey(tc.kind, tc.vals[i-1]), lancefile.SortKey(tc.kind, tc.vals[i]); a >= b {
 				t.Errorf("%v: value %d (%x) does not sort before value %d (%x): keys %d, %d", tc.kind, i-1, tc.vals[i-1], i, tc.vals[i], a, b)
 			}
 		}

@@ -135,6 +135,8 @@ func Merge(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []
 			return mergeBTree(ctx, st, snap, metas, opts)
 		case "ZONEMAP":
 			return mergeZoneMap(ctx, st, snap, metas, opts)
+		case "BITMAP", "LABEL_LIST":
+			return mergeBitmap(ctx, st, snap, metas, opts)
 		}
 	}
 	for _, im := range metas {

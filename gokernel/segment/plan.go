@@ -7,17 +7,19 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"github.com/lance-segmerge/lance-segmerge/gokernel/btree"
-	"github.com/lance-segmerge/lance-segmerge/gokernel/zonemap"
 	"slices"
 	"sort"
 	"strconv"
 
+	"github.com/lance-segmerge/lance-segmerge/gokernel/bitmap"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/btree"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/policy"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/zonemap"
 )
 
 // PlanFormatVersion versions the plan's serialised form; workers and the
@@ -175,6 +177,8 @@ func PlanSegments(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 		sz, err = btreeSizes(ctx, st, metas)
 	case "ZONEMAP":
 		sz, err = zoneMapSizes(ctx, st, metas)
+	case "BITMAP", "LABEL_LIST":
+		sz, err = bitmapSizes(ctx, st, metas)
 	default:
 		sz, err = vectorSizes(ctx, st, snap, metas, opts)
 	}
@@ -327,6 +331,41 @@ func zoneMapSizes(ctx context.Context, st storage.Store, metas []*pb.IndexMetada
 		}
 	}
 	sz.stats = func(i int) (*Stats, error) { return otherStats(ctx, st, metas[i], "ZONEMAP") }
+	return sz, nil
+}
+
+// bitmapSizes are the planner's numbers of BITMAP or LABEL_LIST segments:
+// rows are the (row, key) pairs their bitmaps hold, counted by streaming
+// them (bitmap.Describe), and the inputs must agree on their key type.
+func bitmapSizes(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata) (*planSizes, error) {
+	typ := OtherType(metas[0])
+	if err := requireOneType(metas, typ); err != nil {
+		return nil, err
+	}
+	sz := &planSizes{indexType: typ, rows: make([]uint64, len(metas)), bytes: make([]uint64, len(metas)), close: func() {}}
+	var keyType lancefile.DataType
+	for i, im := range metas {
+		s, err := bitmap.Open(ctx, st, im)
+		if err != nil {
+			return nil, err
+		}
+		s.Close()
+		if i == 0 {
+			keyType = s.KeyType
+		} else if s.KeyType != keyType {
+			return nil, fmt.Errorf("%w: bitmap segments %s (%s keys) and %s (%s) cannot merge", errkind.InvalidInput,
+				table.IndexUUID(metas[0]), keyType, table.IndexUUID(im), s.KeyType)
+		}
+		d, err := bitmap.Describe(ctx, st, im)
+		if err != nil {
+			return nil, err
+		}
+		sz.rows[i] = d.Rows
+		for _, f := range im.GetFiles() {
+			sz.bytes[i] += f.GetSizeBytes()
+		}
+	}
+	sz.stats = func(i int) (*Stats, error) { return otherStats(ctx, st, metas[i], typ) }
 	return sz, nil
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 
+	"github.com/lance-segmerge/lance-segmerge/gokernel/bitmap"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/btree"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
@@ -81,8 +82,10 @@ func liveRows(ctx context.Context, st storage.Store, snap *table.Snapshot, frags
 	}, nil
 }
 
-func mergeBTree(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, opts MergeOptions) (*pb.IndexMetadata, error) {
-	if err := requireOneType(metas, "BTREE"); err != nil {
+// checkedLiveRows applies the checks every merge applies to segments of
+// index type typ, then returns liveRows of the fragments they cover.
+func checkedLiveRows(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, typ string) (func(uint64) bool, error) {
+	if err := requireOneType(metas, typ); err != nil {
 		return nil, err
 	}
 	if err := checkEntries(metas, snap); err != nil {
@@ -96,7 +99,11 @@ func mergeBTree(ctx context.Context, st storage.Store, snap *table.Snapshot, met
 		}
 		frags = append(frags, ids...)
 	}
-	keep, err := liveRows(ctx, st, snap, frags)
+	return liveRows(ctx, st, snap, frags)
+}
+
+func mergeBTree(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, opts MergeOptions) (*pb.IndexMetadata, error) {
+	keep, err := checkedLiveRows(ctx, st, snap, metas, "BTREE")
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +129,7 @@ func mergeBTree(ctx context.Context, st storage.Store, snap *table.Snapshot, met
 
 // MergeableTypes are the index types other than vector ones that merges
 // handle.
-var MergeableTypes = map[string]bool{"BTREE": true, "ZONEMAP": true}
+var MergeableTypes = map[string]bool{"BTREE": true, "ZONEMAP": true, "BITMAP": true, "LABEL_LIST": true}
 
 // requireOneType refuses a merge or plan that mixes index types.
 func requireOneType(metas []*pb.IndexMetadata, typ string) error {
@@ -163,4 +170,31 @@ func mergeZoneMap(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 	}
 	opts.Progress.SetStage("done")
 	return mergedEntry(id, metas, files)
+}
+
+// mergeBitmap merges segments of a BITMAP or LABEL_LIST index (see
+// bitmap.Merge): the checks every merge applies, then a k-way merge by key
+// that keeps the live rows of snap (as mergeBTree does) and drops keys
+// left without rows.
+func mergeBitmap(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, opts MergeOptions) (*pb.IndexMetadata, error) {
+	keep, err := checkedLiveRows(ctx, st, snap, metas, OtherType(metas[0]))
+	if err != nil {
+		return nil, err
+	}
+	id, dir, err := outputDir(ctx, st, opts.IndexUUID)
+	if err != nil {
+		return nil, err
+	}
+	opts.Progress.SetStage("merge")
+	res, err := bitmap.Merge(ctx, st, metas, bitmap.MergeOptions{IndexUUID: id, Keep: keep})
+	if err != nil {
+		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = st.Delete(cleanup, dir+bitmap.FileName)
+		return nil, err
+	}
+	opts.Progress.RowsRead.Add(int64(res.KeysRead))
+	opts.Progress.RowsWritten.Add(int64(res.KeysWritten))
+	opts.Progress.SetStage("done")
+	return mergedEntry(id, metas, res.Files)
 }

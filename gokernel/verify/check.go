@@ -250,8 +250,8 @@ func metricOf(im *pb.IndexMetadata) string {
 // verifySegment runs every check of one segment. It returns an error only
 // when a check could not run for reasons outside the segment (the data
 // files, cancellation).
-// verifyScalar checks the segments of a BTREE or ZONEMAP index
-// (verifyBTree, verifyZoneMap) into rep.
+// verifyScalar checks the segments of a BTREE, ZONEMAP, BITMAP or
+// LABEL_LIST index (verifyBTree, verifyZoneMap, verifyBitmap) into rep.
 func verifyScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, rep *Report, metas []*pb.IndexMetadata, opts Options) (*Report, error) {
 	typ := segment.OtherType(metas[0])
 	rep.IndexType, rep.Queries, rep.SampleRows = typ, 0, 0
@@ -260,8 +260,11 @@ func verifyScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, r
 			return nil, fmt.Errorf("%w: segment %s is a %s segment among %s ones", errkind.InvalidInput, table.IndexUUID(im), cmpOr(t, "vector"), typ)
 		}
 		check := verifyBTree
-		if typ == "ZONEMAP" {
+		switch typ {
+		case "ZONEMAP":
 			check = verifyZoneMap
+		case "BITMAP", "LABEL_LIST":
+			check = verifyBitmap
 		}
 		sr, err := check(ctx, st, snap, im)
 		if err != nil {

@@ -118,10 +118,15 @@ def test_listing_every_index_keeps_to_vector_ones(scalar_uri):
     assert {s.name for s in ls.open(scalar_uri).list_index_segments()} == {"vec_idx"}
 
 
+#: verbs that only vector indices have
+VECTOR_VERBS = ("health", "reindex", "read_index_model", "search_segment")
+
+
 @pytest.mark.parametrize("name", ["cat_idx", "text_idx", "id_bf", "tags_idx", "cat_ngram"])
 def test_every_verb_refuses_a_scalar_index_by_its_type(uri, name):
+    """Types we do not merge yet are refused by every verb; BITMAP and
+    LABEL_LIST (merged, test_bitmap.py) by the verbs of vector indices."""
     ours = INDICES[name][2]
-    col = INDICES[name][0]
     before = _state(uri)
     segs = ls.open(uri).list_index_segments(name)
     calls = {
@@ -136,6 +141,8 @@ def test_every_verb_refuses_a_scalar_index_by_its_type(uri, name):
         "read_index_model": lambda: ls.read_index_model(uri, name),
         "search_segment": lambda: ls.search_segment(uri, name, segs[0].uuid, np.zeros(8, np.float32)),
     }
+    if ours in ("BITMAP", "LABEL_LIST"):
+        calls = {v: c for v, c in calls.items() if v in VECTOR_VERBS}
     for verb, call in calls.items():
         with pytest.raises(ls.UnsupportedError, match=ours) as info:
             call()
@@ -174,6 +181,6 @@ def test_cli_lists_and_refuses_scalar_indices(uri):
     out = subprocess.run(run + ["ls", uri, "--index", "cat_idx"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "BITMAP" in out.stdout
-    out = subprocess.run(run + ["optimize", uri, "--index", "cat_idx"], capture_output=True, text=True, env=dict(os.environ))
+    out = subprocess.run(run + ["optimize", uri, "--index", "text_idx"], capture_output=True, text=True, env=dict(os.environ))
     assert out.returncode == 7, (out.returncode, out.stderr)  # UnsupportedError
-    assert "BITMAP" in out.stderr and "NotFound" not in out.stderr
+    assert "INVERTED" in out.stderr and "NotFound" not in out.stderr

@@ -48,7 +48,7 @@ var allowed = map[string][]string{
 	"gokernel/search":             {"gokernel/errkind", "gokernel/encode", "gokernel/ivf", "gokernel/lancefile", "gokernel/vecmath"},
 	"gokernel/verify": {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table",
 		"gokernel/ivf", "gokernel/internal/pb", "gokernel/vecmath", "gokernel/encode", "gokernel/vecdata",
-		"gokernel/modelio", "gokernel/search", "gokernel/segment", "gokernel/btree", "gokernel/zonemap"},
+		"gokernel/modelio", "gokernel/search", "gokernel/segment", "gokernel/btree", "gokernel/zonemap", "gokernel/bitmap"},
 }
 
 func repoRoot(t *testing.T) string {

@@ -1,0 +1,112 @@
+package bitmap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/RoaringBitmap/roaring/v2"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
+)
+
+// Problem is one thing Check found wrong, named by the check it failed
+// ("structure": key order and row maps; "row_ids": coverage and, for
+// BITMAP, rows under two keys).
+type Problem struct {
+	Check   string
+	Message string
+}
+
+// CheckResult is what Check read and found.
+type CheckResult struct {
+	Keys uint64
+	// Rows counts (row, key) pairs; NullKeyRows the rows of the null key.
+	Rows, NullKeyRows uint64
+	Problems          []Problem
+}
+
+// maxProblems bounds the problems one check reports (each names where).
+const maxProblems = 8
+
+// Check streams a whole segment once and checks what pylance's reader
+// relies on: keys ascending, the null key first, each once; every row map
+// well formed with its fragments ascending; when covered is set, every
+// fragment one the segment covers; when unique (BITMAP: a row has one
+// value), no row under two keys. A file that does not open is an error,
+// not a problem.
+func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered func(frag uint32) bool, unique bool) (*CheckResult, error) {
+	s, err := Open(ctx, st, im)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	res := &CheckResult{}
+	add := func(check, format string, args ...any) {
+		if len(res.Problems) < maxProblems {
+			res.Problems = append(res.Problems, Problem{check, fmt.Sprintf(format, args...)})
+		}
+	}
+	seen := map[uint32]*roaring.Bitmap{}
+	c := &cursor{seg: s}
+	if s.KeyType.Kind != lancefile.KindBinary {
+		c.width = s.KeyType.ValueBits() / 8
+	}
+	ok, err := c.fill(ctx)
+	if err == nil && ok {
+		err = c.load(nil, true)
+	}
+	for k := uint64(0); ok && err == nil; k++ {
+		var b []byte
+		if b, err = c.rowMap(); err != nil {
+			break
+		}
+		es, derr := DecodeRowMap(b)
+		if derr != nil {
+			add("structure", "key %d: %v", k, derr)
+		}
+		for _, e := range es {
+			if covered != nil && !covered(e.Frag) {
+				add("row_ids", "key %d holds rows of fragment %d, which the segment does not cover", k, e.Frag)
+			}
+			if e.Full {
+				add("structure", "key %d holds all of fragment %d (a whole-fragment entry, which this check cannot count)", k, e.Frag)
+				continue
+			}
+			n := e.Rows.GetCardinality()
+			res.Rows += n
+			if !c.cur.valid {
+				res.NullKeyRows += n
+			}
+			if unique {
+				prev := seen[e.Frag]
+				if prev == nil {
+					seen[e.Frag] = e.Rows
+				} else if prev.Intersects(e.Rows) {
+					add("row_ids", "key %d holds rows of fragment %d that another key holds too", k, e.Frag)
+				} else {
+					prev.Or(e.Rows)
+				}
+			}
+		}
+		res.Keys++
+		if k%windowRows == 0 {
+			if err = ctx.Err(); err != nil {
+				break
+			}
+		}
+		ok, err = c.advance(ctx)
+	}
+	if errors.Is(err, errkind.Corrupt) {
+		// Out-of-order keys and null bitmaps are the segment's damage.
+		add("structure", "%v", err)
+		err = nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}

@@ -1,0 +1,545 @@
+package bitmap
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+
+	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/google/uuid"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
+)
+
+// Schema metadata of a segment. Part of the format.
+const (
+	// statsKey holds {"num_bitmaps":N}, N the file's rows.
+	statsKey = "lance:index_stats"
+	// labelListNullsKey (LABEL_LIST only) names the global buffer holding
+	// the row map of the rows whose list is null.
+	labelListNullsKey = "lance:label_list_nulls"
+)
+
+// Segment is an opened BITMAP or LABEL_LIST segment.
+type Segment struct {
+	Meta     *pb.IndexMetadata
+	KeyType  lancefile.DataType
+	Keys     uint64
+	Version  lancefile.Version
+	Metadata map[string][]byte
+	// Nulls is the row map of LABEL_LIST's null lists (nil when the file
+	// has none).
+	Nulls    []RawEntry
+	hasNulls bool
+	fields   [2]*lancefile.Field // keys, bitmaps
+	r        *lancefile.Reader
+	obj      storage.Object
+}
+
+// Close releases the segment's file.
+func (s *Segment) Close() {
+	if s.obj != nil {
+		s.obj.Close()
+		s.obj = nil
+	}
+}
+
+// Open opens a segment and checks its shape: errkind.Unsupported for a key
+// type merges do not order (or a string column pylance compressed, which
+// the file reader refuses when read), errkind.Corrupt for a file that
+// contradicts itself.
+func Open(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Segment, error) {
+	u := table.IndexUUID(im)
+	name := table.IndexDir(im) + FileName
+	obj, err := st.Open(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("bitmap segment %s: %w", u, err)
+	}
+	s := &Segment{Meta: im, obj: obj}
+	if s.r, err = lancefile.Open(ctx, obj, name, lancefile.Options{}); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("bitmap segment %s: %w", u, err)
+	}
+	kf, ok1 := s.r.Field(keysColumn)
+	bf, ok2 := s.r.Field(bitmapsColumn)
+	if !ok1 || !ok2 || bf.Type.Kind != lancefile.KindBinary {
+		s.Close()
+		return nil, fmt.Errorf("%w: bitmap segment %s: columns %q and binary %q expected", errkind.Unsupported, u, keysColumn, bitmapsColumn)
+	}
+	if !lancefile.Orderable(kf.Type.Kind) && kf.Type.Kind != lancefile.KindBinary {
+		s.Close()
+		return nil, fmt.Errorf("%w: bitmap segment %s: keys of type %s (merges handle numbers, strings and binary)", errkind.Unsupported, u, kf.Type)
+	}
+	s.fields = [2]*lancefile.Field{kf, bf}
+	s.KeyType, s.Keys, s.Version, s.Metadata = kf.Type, s.r.NumRows(), s.r.Version(), s.r.Metadata()
+	if v, ok := s.r.MetadataString(labelListNullsKey); ok {
+		g, err := strconv.Atoi(v)
+		if err != nil || g < 1 || g >= s.r.NumGlobalBuffers() {
+			s.Close()
+			return nil, fmt.Errorf("%w: bitmap segment %s: %s names global buffer %q of %d", errkind.Corrupt, u, labelListNullsKey, v, s.r.NumGlobalBuffers())
+		}
+		b, err := s.r.GlobalBuffer(ctx, g)
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("bitmap segment %s: %w", u, err)
+		}
+		if s.Nulls, err = SplitRowMap(b); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("bitmap segment %s: null lists: %w", u, err)
+		}
+		s.hasNulls = true
+	}
+	return s, nil
+}
+
+// cursor streams one input's keys and row maps in windows.
+type cursor struct {
+	seg   *Segment
+	order int
+	next  uint64
+	keys  *lancefile.Array
+	maps  *lancefile.Array
+	sort  []uint64 // the window's sort keys (fixed-width keys)
+	i, n  int
+	width int // bytes of a fixed-width key, 0 for binary
+	cur   key
+}
+
+// key is one key and its order: nulls first, then by value (numbers by
+// lancefile.SortKey, binary bytewise).
+type key struct {
+	valid bool
+	k     uint64
+	b     []byte // the key's bytes (fixed-width value or binary)
+}
+
+func compareKeys(a, b *key, binary bool) int {
+	switch {
+	case a.valid != b.valid:
+		if !a.valid {
+			return -1
+		}
+		return 1
+	case !a.valid:
+		return 0
+	case binary:
+		return bytes.Compare(a.b, b.b)
+	}
+	return cmp.Compare(a.k, b.k)
+}
+
+func (c *cursor) fill(ctx context.Context) (bool, error) {
+	if c.next >= c.seg.Keys {
+		return false, nil
+	}
+	end := min(c.next+windowRows, c.seg.Keys)
+	var err error
+	if c.keys, err = c.seg.r.Read(ctx, keysColumn, c.next, end); err != nil {
+		return false, fmt.Errorf("bitmap segment %s: %w", table.IndexUUID(c.seg.Meta), err)
+	}
+	if c.maps, err = c.seg.r.Read(ctx, bitmapsColumn, c.next, end); err != nil {
+		return false, fmt.Errorf("bitmap segment %s: %w", table.IndexUUID(c.seg.Meta), err)
+	}
+	if c.keys.Len != int(end-c.next) || c.maps.Len != c.keys.Len {
+		return false, fmt.Errorf("%w: bitmap segment %s: a window of %d keys read back as %d keys and %d bitmaps", errkind.Corrupt,
+			table.IndexUUID(c.seg.Meta), end-c.next, c.keys.Len, c.maps.Len)
+	}
+	c.i, c.n, c.next = 0, c.keys.Len, end
+	if c.width > 0 {
+		c.sort = lancefile.AppendSortKeys(c.seg.KeyType.Kind, c.keys.Values, c.n, c.sort[:0])
+	}
+	return true, nil
+}
+
+// load reads the current key, which must follow the previous one.
+func (c *cursor) load(prev *key, first bool) error {
+	k := key{valid: c.keys.IsValid(c.i)}
+	if k.valid {
+		if c.width > 0 {
+			k.k, k.b = c.sort[c.i], c.keys.Values[c.i*c.width:(c.i+1)*c.width]
+		} else {
+			k.b = c.keys.Values[c.keys.Offsets[c.i]:c.keys.Offsets[c.i+1]]
+		}
+	}
+	if !first && compareKeys(prev, &k, c.width == 0) >= 0 {
+		return fmt.Errorf("%w: bitmap segment %s: key %d is not after the one before it (keys must ascend, null first, each once)",
+			errkind.Corrupt, table.IndexUUID(c.seg.Meta), c.next-uint64(c.n)+uint64(c.i))
+	}
+	c.cur = k
+	return nil
+}
+
+// rowMap is the current key's serialized row map.
+func (c *cursor) rowMap() ([]byte, error) {
+	if !c.maps.IsValid(c.i) {
+		return nil, fmt.Errorf("%w: bitmap segment %s: key %d has a null bitmap", errkind.Corrupt, table.IndexUUID(c.seg.Meta), c.next-uint64(c.n)+uint64(c.i))
+	}
+	return c.maps.Values[c.maps.Offsets[c.i]:c.maps.Offsets[c.i+1]], nil
+}
+
+// advance moves to the next key; false when the input is done.
+func (c *cursor) advance(ctx context.Context) (bool, error) {
+	prev := c.cur
+	prev.b = append([]byte(nil), prev.b...) // the window may be replaced
+	c.i++
+	if c.i == c.n {
+		ok, err := c.fill(ctx)
+		if !ok || err != nil {
+			return false, err
+		}
+	}
+	return true, c.load(&prev, false)
+}
+
+// MergeOptions tune Merge.
+type MergeOptions struct {
+	// IndexUUID names the output (required).
+	IndexUUID uuid.UUID
+	// Keep, when set, says which row ids stay (the live rows of the
+	// dataset version); rows of other ids are dropped, and keys left
+	// without rows are dropped with them.
+	Keep func(rowID uint64) bool
+}
+
+// Result is what Merge wrote.
+type Result struct {
+	Files       []*pb.IndexFile
+	KeysRead    uint64
+	KeysWritten uint64
+}
+
+// Merge merges BITMAP (or LABEL_LIST) segments of one index into one new
+// segment under _indices/<uuid>/ (written, not committed): a k-way merge
+// of the inputs' sorted keys, each key's row maps joined (fragment by
+// fragment, unioned where two inputs hold rows of one fragment, as stable
+// row ids can), the null lists of LABEL_LIST joined likewise. Memory is
+// bounded by one window of keys per input and one output window.
+func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opts MergeOptions) (*Result, error) {
+	if len(metas) == 0 {
+		return nil, fmt.Errorf("%w: at least one bitmap segment is required", errkind.InvalidInput)
+	}
+	var segs []*Segment
+	defer func() {
+		for _, s := range segs {
+			s.Close()
+		}
+	}()
+	for _, im := range metas {
+		s, err := Open(ctx, st, im)
+		if err != nil {
+			return nil, err
+		}
+		segs = append(segs, s)
+		if f := segs[0]; s.KeyType != f.KeyType || s.hasNulls != f.hasNulls {
+			return nil, fmt.Errorf("%w: bitmap segments %s (%s keys, null lists kept: %v) and %s (%s, %v) cannot merge", errkind.InvalidInput,
+				table.IndexUUID(f.Meta), f.KeyType, f.hasNulls, table.IndexUUID(im), s.KeyType, s.hasNulls)
+		}
+	}
+	first := segs[0]
+	binaryKeys := first.KeyType.Kind == lancefile.KindBinary
+	width := 0
+	if !binaryKeys {
+		width = first.KeyType.ValueBits() / 8
+	}
+	var h []*cursor
+	less := func(a, b *cursor) bool {
+		if c := compareKeys(&a.cur, &b.cur, binaryKeys); c != 0 {
+			return c < 0
+		}
+		return a.order < b.order
+	}
+	for i, s := range segs {
+		c := &cursor{seg: s, order: i, width: width}
+		ok, err := c.fill(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			if err := c.load(nil, true); err != nil {
+				return nil, err
+			}
+			h = append(h, c)
+		}
+	}
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		siftDown(h, i, less)
+	}
+	name := table.IndicesDir + opts.IndexUUID.String() + "/" + FileName
+	w, err := newKeyWriter(ctx, st, name, first)
+	if err != nil {
+		return nil, err
+	}
+	defer w.abort()
+	res := &Result{}
+	var scratch []byte
+	var spans []int
+	var group []RawEntry
+	for len(h) > 0 {
+		cur := h[0].cur
+		cur.b = append([]byte(nil), cur.b...)
+		scratch, spans = scratch[:0], spans[:0]
+		for len(h) > 0 && compareKeys(&h[0].cur, &cur, binaryKeys) == 0 {
+			c := h[0]
+			m, err := c.rowMap()
+			if err != nil {
+				return nil, err
+			}
+			scratch = append(scratch, m...)
+			spans = append(spans, len(scratch))
+			res.KeysRead++
+			ok, err := c.advance(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				h[0] = h[len(h)-1]
+				h = h[:len(h)-1]
+			}
+			siftDown(h, 0, less)
+		}
+		group = group[:0]
+		lo := 0
+		for _, hi := range spans {
+			es, err := SplitRowMap(scratch[lo:hi])
+			if err != nil {
+				return nil, fmt.Errorf("bitmap segments of %s: %w", table.IndexUUID(first.Meta), err)
+			}
+			group = append(group, es...)
+			lo = hi
+		}
+		joined, err := joinEntries(group, opts.Keep)
+		if err != nil {
+			return nil, err
+		}
+		if len(joined) > 0 {
+			if err := w.add(cur, AppendRowMap(nil, joined)); err != nil {
+				return nil, err
+			}
+		}
+		if res.KeysRead%windowRows == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if first.hasNulls {
+		var all []RawEntry
+		for _, s := range segs {
+			all = append(all, s.Nulls...)
+		}
+		joined, err := joinEntries(all, opts.Keep)
+		if err != nil {
+			return nil, err
+		}
+		g, err := w.w.AddGlobalBuffer(AppendRowMap(nil, joined))
+		if err != nil {
+			return nil, err
+		}
+		w.w.SetMetadata(labelListNullsKey, []byte(strconv.Itoa(g)))
+	}
+	files, err := w.finish()
+	if err != nil {
+		return nil, err
+	}
+	res.Files, res.KeysWritten = files, w.keys
+	return res, nil
+}
+
+func siftDown(h []*cursor, i int, less func(a, b *cursor) bool) {
+	for {
+		l := 2*i + 1
+		if l >= len(h) {
+			return
+		}
+		j := l
+		if r := l + 1; r < len(h) && less(h[r], h[l]) {
+			j = r
+		}
+		if !less(h[j], h[i]) {
+			return
+		}
+		h[i], h[j] = h[j], h[i]
+		i = j
+	}
+}
+
+// joinEntries joins the row-map entries of one key (from inputs over
+// disjoint rows) into one row map: fragments ascending, entries of one
+// fragment unioned, rows keep refuses dropped (nil: all stay), emptied
+// fragments left out. An entry is copied as it is unless it must be
+// unioned or filtered.
+func joinEntries(es []RawEntry, keep func(uint64) bool) ([]RawEntry, error) {
+	sort.SliceStable(es, func(i, j int) bool { return es[i].Frag < es[j].Frag })
+	out := es[:0:0]
+	for lo := 0; lo < len(es); {
+		hi := lo + 1
+		for hi < len(es) && es[hi].Frag == es[lo].Frag {
+			hi++
+		}
+		run := es[lo:hi]
+		lo = hi
+		if len(run) == 1 && keep == nil {
+			out = append(out, run[0])
+			continue
+		}
+		frag := run[0].Frag
+		u := roaring.New()
+		for _, e := range run {
+			if len(e.Bits) == 0 {
+				return nil, fmt.Errorf("%w: a row map entry for all of fragment %d (whole-fragment entries are not merged)", errkind.Unsupported, frag)
+			}
+			b := roaring.New()
+			if err := b.UnmarshalBinary(e.Bits); err != nil {
+				return nil, fmt.Errorf("%w: row map entry of fragment %d: %v", errkind.Corrupt, frag, err)
+			}
+			u.Or(b)
+		}
+		if keep != nil {
+			u = filterRows(u, frag, keep)
+		}
+		if u.IsEmpty() {
+			continue
+		}
+		b, err := u.ToBytes()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, RawEntry{frag, b})
+	}
+	return out, nil
+}
+
+// filterRows returns the rows of fragment frag's offsets bm that keep
+// accepts.
+func filterRows(bm *roaring.Bitmap, frag uint32, keep func(uint64) bool) *roaring.Bitmap {
+	out := roaring.New()
+	it := bm.ManyIterator()
+	buf := make([]uint32, 4096)
+	kept := make([]uint32, 0, len(buf))
+	hi := uint64(frag) << 32
+	for n := it.NextMany(buf); n > 0; n = it.NextMany(buf) {
+		kept = kept[:0]
+		for _, v := range buf[:n] {
+			if keep(hi | uint64(v)) {
+				kept = append(kept, v)
+			}
+		}
+		out.AddMany(kept)
+	}
+	return out
+}
+
+// keyWriter writes bitmap_page_lookup.lance a window of keys at a time.
+type keyWriter struct {
+	sw      storage.Writer
+	counted *storage.CountingWriter
+	w       *lancefile.Writer
+	keyType lancefile.DataType
+	mapType lancefile.DataType
+	metas   map[string][]byte
+	keys    uint64
+	// the window being filled
+	n        int
+	vals     []byte
+	offs     []int64
+	validity []byte
+	anyNull  bool
+	maps     []byte
+	mapOffs  []int64
+}
+
+func newKeyWriter(ctx context.Context, st storage.Store, name string, first *Segment) (*keyWriter, error) {
+	sw, err := st.Create(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	kw := &keyWriter{sw: sw, counted: &storage.CountingWriter{W: sw}, keyType: first.KeyType, mapType: first.fields[1].Type, metas: first.Metadata}
+	fields := []*lancefile.Field{
+		lancefile.NewField(keysColumn, first.fields[0].Type, first.fields[0].Nullable),
+		lancefile.NewField(bitmapsColumn, first.fields[1].Type, first.fields[1].Nullable),
+	}
+	if kw.w, err = lancefile.NewWriter(kw.counted, fields, lancefile.WriterOptions{Version: first.Version}); err != nil {
+		sw.Abort()
+		return nil, err
+	}
+	kw.reset()
+	return kw, nil
+}
+
+// reset starts a new window in new buffers: the file writer keeps the
+// arrays it is given until it writes their page.
+func (kw *keyWriter) reset() {
+	kw.n, kw.anyNull = 0, false
+	kw.vals, kw.maps = nil, nil
+	kw.offs, kw.mapOffs = make([]int64, 1, windowRows+1), make([]int64, 1, windowRows+1)
+	kw.validity = make([]byte, (windowRows+7)/8)
+}
+
+func (kw *keyWriter) add(k key, rowMap []byte) error {
+	if k.valid {
+		kw.validity[kw.n/8] |= 1 << (kw.n % 8)
+		kw.vals = append(kw.vals, k.b...)
+	} else {
+		kw.anyNull = true
+		if kw.keyType.Kind != lancefile.KindBinary {
+			kw.vals = append(kw.vals, make([]byte, kw.keyType.ValueBits()/8)...)
+		}
+	}
+	kw.offs = append(kw.offs, int64(len(kw.vals)))
+	kw.maps = append(kw.maps, rowMap...)
+	kw.mapOffs = append(kw.mapOffs, int64(len(kw.maps)))
+	kw.n++
+	kw.keys++
+	if kw.n == windowRows {
+		return kw.flush()
+	}
+	return nil
+}
+
+func (kw *keyWriter) flush() error {
+	if kw.n == 0 {
+		return nil
+	}
+	keys := &lancefile.Array{Type: kw.keyType, Len: kw.n, Values: kw.vals}
+	if kw.keyType.Kind == lancefile.KindBinary {
+		keys.Offsets = kw.offs
+	}
+	if kw.anyNull {
+		keys.Validity = kw.validity[:(kw.n+7)/8]
+	}
+	maps := &lancefile.Array{Type: kw.mapType, Len: kw.n, Values: kw.maps, Offsets: kw.mapOffs}
+	if err := kw.w.Write([]*lancefile.Array{keys, maps}); err != nil {
+		return err
+	}
+	kw.reset()
+	return nil
+}
+
+// finish writes the last window and the metadata and publishes the file.
+func (kw *keyWriter) finish() ([]*pb.IndexFile, error) {
+	if err := kw.flush(); err != nil {
+		return nil, err
+	}
+	for k, v := range kw.metas {
+		if k != labelListNullsKey {
+			kw.w.SetMetadata(k, v)
+		}
+	}
+	kw.w.SetMetadata(statsKey, []byte(fmt.Sprintf(`{"num_bitmaps":%d}`, kw.keys)))
+	if err := kw.w.Finish(); err != nil {
+		return nil, err
+	}
+	if err := kw.sw.Finish(); err != nil {
+		return nil, err
+	}
+	return []*pb.IndexFile{{Path: FileName, SizeBytes: uint64(kw.counted.N)}}, nil
+}
+
+func (kw *keyWriter) abort() { kw.sw.Abort() }

@@ -1,0 +1,118 @@
+package bitmap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/google/uuid"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
+)
+
+// writeSegment writes a segment of string keys (in the order given; "" is
+// the null key), each holding the rows of fragment frag that rows names.
+func writeSegment(t *testing.T, st storage.Store, keys []string, frag uint32, rows func(k int) []uint32) *pb.IndexMetadata {
+	t.Helper()
+	id := uuid.New()
+	str := lancefile.DataType{Kind: lancefile.KindBinary, Logical: "string"}
+	bin := lancefile.DataType{Kind: lancefile.KindBinary, Logical: "binary"}
+	first := &Segment{KeyType: str, Version: lancefile.V2_2, Metadata: map[string][]byte{"lance:index_stats": []byte(`{"num_bitmaps":0}`)},
+		fields: [2]*lancefile.Field{lancefile.NewField(keysColumn, str, true), lancefile.NewField(bitmapsColumn, bin, true)}}
+	w, err := newKeyWriter(context.Background(), st, table.IndicesDir+id.String()+"/"+FileName, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.abort()
+	for i, k := range keys {
+		b, err := roaring.BitmapOf(rows(i)...).ToBytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.add(key{valid: k != "", b: []byte(k)}, AppendRowMap(nil, []RawEntry{{frag, b}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files, err := w.finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: id[:]}, Files: files}
+}
+
+func TestMergeStringKeysAcrossWindows(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	st := storage.NewLocal(root, root)
+	// Three inputs whose keys interleave, each over more than one window.
+	var metas []*pb.IndexMetadata
+	for f := uint32(0); f < 3; f++ {
+		keys := []string{""}
+		for k := int(f); k < 3000; k += 2 {
+			keys = append(keys, fmt.Sprintf("k%05d", k))
+		}
+		metas = append(metas, writeSegment(t, st, keys, f, func(i int) []uint32 { return []uint32{uint32(i), uint32(i + 5000)} }))
+	}
+	out := uuid.New()
+	keep := func(id uint64) bool { return id&0xffffffff < 5000 } // drop every second row
+	res, err := Merge(ctx, st, metas, MergeOptions{IndexUUID: out, Keep: keep})
+	if err != nil {
+		t.Fatal(err)
+	}
+	merged := &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: out[:]}, Files: res.Files}
+	chk, err := Check(ctx, st, merged, func(f uint32) bool { return f < 3 }, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRows := uint64(0)
+	for _, m := range metas {
+		s, err := Open(ctx, st, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantRows += s.Keys
+		s.Close()
+	}
+	// 3000 distinct keys plus the null key; one kept row per input key.
+	if len(chk.Problems) > 0 || chk.Keys != 3001 || res.KeysWritten != 3001 || chk.Rows != wantRows || chk.NullKeyRows != 3 {
+		t.Fatalf("merged: %+v, %+v (want 3001 keys, %d rows, 3 null-key rows)", chk, res, wantRows)
+	}
+	s, err := Open(ctx, st, merged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if v, _ := s.r.MetadataString(statsKey); v != `{"num_bitmaps":3001}` {
+		t.Fatalf("%s = %q", statsKey, v)
+	}
+}
+
+func TestMergeAndCheckRefuseDisorder(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	st := storage.NewLocal(root, root)
+	rows := func(i int) []uint32 { return []uint32{uint32(i)} }
+	bad := writeSegment(t, st, []string{"a", "c", "b"}, 0, rows)
+	good := writeSegment(t, st, []string{"a", "b"}, 1, rows)
+	_, err := Merge(ctx, st, []*pb.IndexMetadata{good, bad}, MergeOptions{IndexUUID: uuid.New()})
+	if !errors.Is(err, errkind.Corrupt) {
+		t.Fatalf("merge of out-of-order keys: %v, want Corrupt", err)
+	}
+	chk, err := Check(ctx, st, bad, func(f uint32) bool { return f == 0 }, true)
+	if err != nil || len(chk.Problems) != 1 || chk.Problems[0].Check != "structure" {
+		t.Fatalf("check: %v %+v", err, chk)
+	}
+	// A row under two keys of a BITMAP segment, and a fragment the segment
+	// does not cover.
+	dup := writeSegment(t, st, []string{"a", "b"}, 2, func(int) []uint32 { return []uint32{7} })
+	chk, err = Check(ctx, st, dup, func(f uint32) bool { return f == 0 }, true)
+	if err != nil || len(chk.Problems) != 3 {
+		t.Fatalf("check: %v %+v (want two foreign fragments and a row under two keys)", err, chk)
+	}
+}

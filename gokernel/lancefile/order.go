@@ -1,0 +1,82 @@
+package lancefile
+
+import (
+	"encoding/binary"
+	"math"
+)
+
+// orderable are the kinds SortKey orders: fixed-width numbers (temporal
+// types are stored as their integers).
+var orderable = map[Kind]bool{
+	KindInt8: true, KindInt16: true, KindInt32: true, KindInt64: true,
+	KindUint8: true, KindUint16: true, KindUint32: true, KindUint64: true,
+	KindFloat32: true, KindFloat64: true,
+}
+
+// Orderable reports whether SortKey orders values of kind k.
+func Orderable(k Kind) bool { return orderable[k] }
+
+// SortKey maps a fixed-width value to a uint64 whose order is the value's
+// (floats in total order: -NaN < -inf < ... < +inf < +NaN, as Lance sorts
+// them).
+func SortKey(k Kind, b []byte) uint64 {
+	switch k {
+	case KindInt8:
+		return uint64(int64(int8(b[0]))) ^ 1<<63
+	case KindInt16:
+		return uint64(int64(int16(binary.LittleEndian.Uint16(b)))) ^ 1<<63
+	case KindInt32:
+		return uint64(int64(int32(binary.LittleEndian.Uint32(b)))) ^ 1<<63
+	case KindInt64:
+		return binary.LittleEndian.Uint64(b) ^ 1<<63
+	case KindUint8:
+		return uint64(b[0])
+	case KindUint16:
+		return uint64(binary.LittleEndian.Uint16(b))
+	case KindUint32:
+		return uint64(binary.LittleEndian.Uint32(b))
+	case KindUint64:
+		return binary.LittleEndian.Uint64(b)
+	case KindFloat32:
+		return totalOrder(math.Float64bits(float64(math.Float32frombits(binary.LittleEndian.Uint32(b)))))
+	default: // KindFloat64
+		return totalOrder(binary.LittleEndian.Uint64(b))
+	}
+}
+
+func totalOrder(bits uint64) uint64 {
+	if bits>>63 == 1 {
+		return ^bits
+	}
+	return bits | 1<<63
+}
+
+// AppendSortKeys appends the SortKey of each of n fixed-width values (one loop
+// per type, not a type switch per value).
+func AppendSortKeys(k Kind, b []byte, n int, out []uint64) []uint64 {
+	le := binary.LittleEndian
+	switch k {
+	case KindInt64:
+		for i := range n {
+			out = append(out, le.Uint64(b[i*8:])^1<<63)
+		}
+	case KindUint64:
+		for i := range n {
+			out = append(out, le.Uint64(b[i*8:]))
+		}
+	case KindFloat64:
+		for i := range n {
+			out = append(out, totalOrder(le.Uint64(b[i*8:])))
+		}
+	case KindInt32:
+		for i := range n {
+			out = append(out, uint64(int64(int32(le.Uint32(b[i*4:]))))^1<<63)
+		}
+	default:
+		w := Primitive(k).ValueBits() / 8
+		for i := range n {
+			out = append(out, SortKey(k, b[i*w:(i+1)*w]))
+		}
+	}
+	return out
+}
