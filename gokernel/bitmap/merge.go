@@ -202,10 +202,13 @@ func (c *cursor) advance(ctx context.Context) (bool, error) {
 type MergeOptions struct {
 	// IndexUUID names the output (required).
 	IndexUUID uuid.UUID
-	// Keep, when set, says which row ids stay (the live rows of the
-	// dataset version); rows of other ids are dropped, and keys left
-	// without rows are dropped with them.
-	Keep func(rowID uint64) bool
+	// Keep, when set, has one entry per input (nil: all its rows stay)
+	// saying which of its row ids stay: the rows it still owns at the
+	// dataset version. Per input, because BITMAP segments of a dataset
+	// with stable row ids hold stable ids, and an updated row keeps its id
+	// in a newer fragment that only a newer input covers. Other rows are
+	// dropped, and keys left without rows with them.
+	Keep []func(rowID uint64) bool
 }
 
 // Result is what Merge wrote.
@@ -217,9 +220,9 @@ type Result struct {
 
 // Merge merges BITMAP (or LABEL_LIST) segments of one index into one new
 // segment under _indices/<uuid>/ (written, not committed): a k-way merge
-// of the inputs' sorted keys, each key's row maps joined (fragment by
-// fragment, unioned where two inputs hold rows of one fragment, as stable
-// row ids can), the null lists of LABEL_LIST joined likewise. Memory is
+// of the inputs' sorted keys, each key's row maps joined fragment by
+// fragment (unioned should two inputs hold rows of one), the null lists of
+// LABEL_LIST joined likewise. Memory is
 // bounded by one window of keys per input and one output window.
 func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opts MergeOptions) (*Result, error) {
 	if len(metas) == 0 {
@@ -277,14 +280,23 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 		return nil, err
 	}
 	defer w.abort()
+	if opts.Keep != nil && len(opts.Keep) != len(segs) {
+		return nil, fmt.Errorf("%w: %d keep filters for %d inputs", errkind.InvalidInput, len(opts.Keep), len(segs))
+	}
+	keep := func(i int) func(uint64) bool {
+		if opts.Keep == nil {
+			return nil
+		}
+		return opts.Keep[i]
+	}
 	res := &Result{}
 	var scratch []byte
-	var spans []int
+	var spans, inputs []int
 	var group []RawEntry
 	for len(h) > 0 {
 		cur := h[0].cur
 		cur.b = append([]byte(nil), cur.b...)
-		scratch, spans = scratch[:0], spans[:0]
+		scratch, spans, inputs = scratch[:0], spans[:0], inputs[:0]
 		for len(h) > 0 && compareKeys(&h[0].cur, &cur, binaryKeys) == 0 {
 			c := h[0]
 			m, err := c.rowMap()
@@ -293,6 +305,7 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 			}
 			scratch = append(scratch, m...)
 			spans = append(spans, len(scratch))
+			inputs = append(inputs, c.order)
 			res.KeysRead++
 			ok, err := c.advance(ctx)
 			if err != nil {
@@ -304,17 +317,24 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 			}
 			siftDown(h, 0, less)
 		}
+		// Each input's rows are filtered by its own keep, then the
+		// inputs' entries joined.
 		group = group[:0]
 		lo := 0
-		for _, hi := range spans {
+		for j, hi := range spans {
 			es, err := SplitRowMap(scratch[lo:hi])
 			if err != nil {
-				return nil, fmt.Errorf("bitmap segments of %s: %w", table.IndexUUID(first.Meta), err)
+				return nil, fmt.Errorf("bitmap segment %s: %w", table.IndexUUID(segs[inputs[j]].Meta), err)
+			}
+			if k := keep(inputs[j]); k != nil {
+				if es, err = joinEntries(es, k); err != nil {
+					return nil, err
+				}
 			}
 			group = append(group, es...)
 			lo = hi
 		}
-		joined, err := joinEntries(group, opts.Keep)
+		joined, err := joinEntries(group, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -331,10 +351,17 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 	}
 	if first.hasNulls {
 		var all []RawEntry
-		for _, s := range segs {
-			all = append(all, s.Nulls...)
+		for i, s := range segs {
+			es := s.Nulls
+			if k := keep(i); k != nil {
+				var err error
+				if es, err = joinEntries(es, k); err != nil {
+					return nil, err
+				}
+			}
+			all = append(all, es...)
 		}
-		joined, err := joinEntries(all, opts.Keep)
+		joined, err := joinEntries(all, nil)
 		if err != nil {
 			return nil, err
 		}

@@ -61,7 +61,7 @@ func TestMergeStringKeysAcrossWindows(t *testing.T) {
 	}
 	out := uuid.New()
 	keep := func(id uint64) bool { return id&0xffffffff < 5000 } // drop every second row
-	res, err := Merge(ctx, st, metas, MergeOptions{IndexUUID: out, Keep: keep})
+	res, err := Merge(ctx, st, metas, MergeOptions{IndexUUID: out, Keep: []func(uint64) bool{keep, keep, keep}})
 	if err != nil {
 		t.Fatal(err)
 	}

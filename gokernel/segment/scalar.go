@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
@@ -17,17 +18,15 @@ import (
 	"github.com/lance-segmerge/lance-segmerge/gokernel/zonemap"
 )
 
-// mergeBTree merges segments of a BTREE index (see btree.Merge): the
-// checks every merge applies (one index, one field, disjoint coverage,
-// fragments the version can have), then a k-way merge that keeps the live
-// rows of snap (rows deleted since, or of fragments snap no longer has,
-// are dropped, where pylance's own merge keeps rows deleted inside a live
-// fragment). On any error the partial output is removed.
-// liveRows says which row ids of the given fragments are live at snap:
-// with stable row ids, the set of their live ids; else an address is live
-// when its fragment is still there and its offset is not deleted.
-func liveRows(ctx context.Context, st storage.Store, snap *table.Snapshot, frags []uint32) (func(uint64) bool, error) {
-	if snap.HasStableRowIDs() {
+// liveRows says which rows of the given fragments are live at snap (nil:
+// all of them). With stableIDs (the segment holds stable row ids), the set
+// of their live ids; else a row address is live when its fragment is
+// still there and its offset is not deleted. pylance 14.0.2 writes
+// addresses into BTREE segments even of datasets with stable row ids, but
+// stable ids into BITMAP and LABEL_LIST ones
+// (test_bitmap.py::test_stable_row_ids_updates_and_deletes).
+func liveRows(ctx context.Context, st storage.Store, snap *table.Snapshot, frags []uint32, stableIDs bool) (func(uint64) bool, error) {
+	if stableIDs {
 		live, err := snap.LiveRowIDs(ctx, st, frags)
 		if err != nil {
 			return nil, err
@@ -82,26 +81,43 @@ func liveRows(ctx context.Context, st storage.Store, snap *table.Snapshot, frags
 	}, nil
 }
 
-// checkedLiveRows applies the checks every merge applies to segments of
-// index type typ, then returns liveRows of the fragments they cover.
-func checkedLiveRows(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, typ string) (func(uint64) bool, error) {
+// checkedRows applies the checks every merge applies to segments of
+// index type typ and returns the fragments each covers.
+func checkedRows(snap *table.Snapshot, metas []*pb.IndexMetadata, typ string) ([][]uint32, error) {
 	if err := requireOneType(metas, typ); err != nil {
 		return nil, err
 	}
 	if err := checkEntries(metas, snap); err != nil {
 		return nil, err
 	}
-	var frags []uint32
-	for _, im := range metas {
+	out := make([][]uint32, len(metas))
+	for i, im := range metas {
 		ids, _, err := snap.DecodeCoverage(im)
 		if err != nil {
 			return nil, err
 		}
-		frags = append(frags, ids...)
+		out[i] = ids
 	}
-	return liveRows(ctx, st, snap, frags)
+	return out, nil
 }
 
+// checkedLiveRows applies the checks every merge applies to segments of
+// index type typ, then returns liveRows (by address) of the fragments
+// they cover.
+func checkedLiveRows(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, typ string) (func(uint64) bool, error) {
+	frags, err := checkedRows(snap, metas, typ)
+	if err != nil {
+		return nil, err
+	}
+	return liveRows(ctx, st, snap, slices.Concat(frags...), false)
+}
+
+// mergeBTree merges segments of a BTREE index (see btree.Merge): the
+// checks every merge applies (one index, one field, disjoint coverage,
+// fragments the version can have), then a k-way merge that keeps the live
+// rows of snap (rows deleted since, or of fragments snap no longer has,
+// are dropped, where pylance's own merge keeps rows deleted inside a live
+// fragment). On any error the partial output is removed.
 func mergeBTree(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, opts MergeOptions) (*pb.IndexMetadata, error) {
 	keep, err := checkedLiveRows(ctx, st, snap, metas, "BTREE")
 	if err != nil {
@@ -177,9 +193,27 @@ func mergeZoneMap(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 // that keeps the live rows of snap (as mergeBTree does) and drops keys
 // left without rows.
 func mergeBitmap(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, opts MergeOptions) (*pb.IndexMetadata, error) {
-	keep, err := checkedLiveRows(ctx, st, snap, metas, OtherType(metas[0]))
+	frags, err := checkedRows(snap, metas, OtherType(metas[0]))
 	if err != nil {
 		return nil, err
+	}
+	var keep []func(uint64) bool
+	if snap.HasStableRowIDs() {
+		// Each input keeps the live ids of its own fragments.
+		keep = make([]func(uint64) bool, len(metas))
+		for i := range metas {
+			if keep[i], err = liveRows(ctx, st, snap, frags[i], true); err != nil {
+				return nil, err
+			}
+		}
+	} else {
+		k, err := liveRows(ctx, st, snap, slices.Concat(frags...), false)
+		if err != nil {
+			return nil, err
+		}
+		if k != nil {
+			keep = slices.Repeat([]func(uint64) bool{k}, len(metas))
+		}
 	}
 	id, dir, err := outputDir(ctx, st, opts.IndexUUID)
 	if err != nil {

@@ -131,7 +131,7 @@ func verifyBitmap(ctx context.Context, st storage.Store, snap *table.Snapshot, i
 		return sr, nil
 	}
 	var covered func(uint32) bool
-	if !snap.HasStableRowIDs() { // else a row map's "fragments" are the high halves of row ids
+	if !snap.HasStableRowIDs() { // else row maps hold stable ids, whose high halves are not fragments
 		frags := map[uint32]bool{}
 		for _, f := range sr.FragmentIDs {
 			frags[f] = true
