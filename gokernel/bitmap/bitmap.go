@@ -132,47 +132,45 @@ type Stats struct {
 	Largest uint64
 }
 
-// Describe streams a segment's bitmaps and counts them.
+// Describe opens a segment and counts its bitmaps (see Segment.Describe).
 func Describe(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Stats, error) {
-	name := table.IndexDir(im) + FileName
-	obj, err := st.Open(ctx, name)
-	if err != nil {
-		return nil, fmt.Errorf("segment %s: %w", table.IndexUUID(im), err)
-	}
-	defer obj.Close()
-	r, err := lancefile.Open(ctx, obj, name, lancefile.Options{})
+	s, err := open(ctx, st, im)
 	if err != nil {
 		return nil, err
 	}
-	f, ok := r.Field(bitmapsColumn)
-	if _, hasKeys := r.Field(keysColumn); !ok || !hasKeys || f.Type.Kind != lancefile.KindBinary {
-		return nil, fmt.Errorf("%w: %s: not a bitmap segment (columns %q and binary %q expected)", errkind.Unsupported, name, keysColumn, bitmapsColumn)
-	}
-	s := &Stats{Version: r.Version(), Keys: r.NumRows()}
-	for lo := uint64(0); lo < r.NumRows(); lo += windowRows {
-		hi := min(lo+windowRows, r.NumRows())
-		a, err := r.Read(ctx, bitmapsColumn, lo, hi)
+	defer s.Close()
+	return s.Describe(ctx)
+}
+
+// Describe streams the segment's bitmaps, windowRows keys at a time, and
+// counts them.
+func (s *Segment) Describe(ctx context.Context) (*Stats, error) {
+	name := table.IndexUUID(s.Meta)
+	st := &Stats{Version: s.Version, Keys: s.Keys}
+	for lo := uint64(0); lo < s.Keys; lo += windowRows {
+		hi := min(lo+windowRows, s.Keys)
+		a, err := s.r.Read(ctx, bitmapsColumn, lo, hi)
 		if err != nil {
 			return nil, err
 		}
 		for i := 0; i < a.Len; i++ {
 			if !a.IsValid(i) {
-				return nil, fmt.Errorf("%w: %s: key %d has a null bitmap", errkind.Corrupt, name, lo+uint64(i))
+				return nil, fmt.Errorf("%w: bitmap segment %s: key %d has a null bitmap", errkind.Corrupt, name, lo+uint64(i))
 			}
 			es, err := DecodeRowMap(a.Values[a.Offsets[i]:a.Offsets[i+1]])
 			if err != nil {
-				return nil, fmt.Errorf("%s: key %d: %w", name, lo+uint64(i), err)
+				return nil, fmt.Errorf("bitmap segment %s: key %d: %w", name, lo+uint64(i), err)
 			}
 			var n uint64
 			for _, e := range es {
 				if e.Full {
-					return nil, fmt.Errorf("%w: %s: key %d holds all of fragment %d (a whole-fragment entry)", errkind.Unsupported, name, lo+uint64(i), e.Frag)
+					return nil, fmt.Errorf("%w: bitmap segment %s: key %d holds all of fragment %d (a whole-fragment entry)", errkind.Unsupported, name, lo+uint64(i), e.Frag)
 				}
 				n += e.Rows.GetCardinality()
 			}
-			s.Rows += n
-			s.Largest = max(s.Largest, n)
+			st.Rows += n
+			st.Largest = max(st.Largest, n)
 		}
 	}
-	return s, nil
+	return st, nil
 }

@@ -56,6 +56,20 @@ func (s *Segment) Close() {
 // the file reader refuses when read), errkind.Corrupt for a file that
 // contradicts itself.
 func Open(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Segment, error) {
+	s, err := open(ctx, st, im)
+	if err != nil {
+		return nil, err
+	}
+	if k := s.KeyType.Kind; !lancefile.Orderable(k) && k != lancefile.KindBinary {
+		s.Close()
+		return nil, fmt.Errorf("%w: bitmap segment %s: keys of type %s (merges handle numbers, strings and binary)", errkind.Unsupported, table.IndexUUID(im), s.KeyType)
+	}
+	return s, nil
+}
+
+// open opens a segment of any key type (a listing counts what merges
+// cannot order).
+func open(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Segment, error) {
 	u := table.IndexUUID(im)
 	name := table.IndexDir(im) + FileName
 	obj, err := st.Open(ctx, name)
@@ -72,10 +86,6 @@ func Open(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Segment
 	if !ok1 || !ok2 || bf.Type.Kind != lancefile.KindBinary {
 		s.Close()
 		return nil, fmt.Errorf("%w: bitmap segment %s: columns %q and binary %q expected", errkind.Unsupported, u, keysColumn, bitmapsColumn)
-	}
-	if !lancefile.Orderable(kf.Type.Kind) && kf.Type.Kind != lancefile.KindBinary {
-		s.Close()
-		return nil, fmt.Errorf("%w: bitmap segment %s: keys of type %s (merges handle numbers, strings and binary)", errkind.Unsupported, u, kf.Type)
 	}
 	s.fields = [2]*lancefile.Field{kf, bf}
 	s.KeyType, s.Keys, s.Version, s.Metadata = kf.Type, s.r.NumRows(), s.r.Version(), s.r.Metadata()
@@ -170,16 +180,19 @@ func (c *cursor) load(prev *key, first bool) error {
 	}
 	if !first && compareKeys(prev, &k, c.width == 0) >= 0 {
 		return fmt.Errorf("%w: bitmap segment %s: key %d is not after the one before it (keys must ascend, null first, each once)",
-			errkind.Corrupt, table.IndexUUID(c.seg.Meta), c.next-uint64(c.n)+uint64(c.i))
+			errkind.Corrupt, table.IndexUUID(c.seg.Meta), c.pos())
 	}
 	c.cur = k
 	return nil
 }
 
+// pos is the current key's row in the file.
+func (c *cursor) pos() uint64 { return c.next - uint64(c.n) + uint64(c.i) }
+
 // rowMap is the current key's serialized row map.
 func (c *cursor) rowMap() ([]byte, error) {
 	if !c.maps.IsValid(c.i) {
-		return nil, fmt.Errorf("%w: bitmap segment %s: key %d has a null bitmap", errkind.Corrupt, table.IndexUUID(c.seg.Meta), c.next-uint64(c.n)+uint64(c.i))
+		return nil, fmt.Errorf("%w: bitmap segment %s: key %d has a null bitmap", errkind.Corrupt, table.IndexUUID(c.seg.Meta), c.pos())
 	}
 	return c.maps.Values[c.maps.Offsets[c.i]:c.maps.Offsets[c.i+1]], nil
 }

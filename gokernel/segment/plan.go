@@ -349,14 +349,15 @@ func bitmapSizes(ctx context.Context, st storage.Store, metas []*pb.IndexMetadat
 		if err != nil {
 			return nil, err
 		}
-		s.Close()
 		if i == 0 {
 			keyType = s.KeyType
 		} else if s.KeyType != keyType {
+			s.Close()
 			return nil, fmt.Errorf("%w: bitmap segments %s (%s keys) and %s (%s) cannot merge", errkind.InvalidInput,
 				table.IndexUUID(metas[0]), keyType, table.IndexUUID(im), s.KeyType)
 		}
-		d, err := bitmap.Describe(ctx, st, im)
+		d, err := s.Describe(ctx)
+		s.Close()
 		if err != nil {
 			return nil, err
 		}

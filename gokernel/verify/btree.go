@@ -51,14 +51,7 @@ func verifyBTree(ctx context.Context, st storage.Store, snap *table.Snapshot, im
 		return sr, nil
 	}
 	sr.NumRows = res.Rows
-	var order, ids []string
-	for _, p := range res.Problems {
-		if p.Check == "row_ids" {
-			ids = append(ids, p.Message)
-		} else {
-			order = append(order, p.Message)
-		}
-	}
+	order, ids := splitProblems(res.Problems)
 	nums := map[string]float64{"rows": float64(res.Rows), "pages": float64(res.Pages), "nulls": float64(res.Nulls)}
 	if len(order) > 0 {
 		sr.add(Check{Name: "structure", Verdict: Failed, Damage: DamageOrder, Message: strings.Join(order, "; "), Numbers: nums})
@@ -75,6 +68,20 @@ func verifyBTree(ctx context.Context, st storage.Store, snap *table.Snapshot, im
 		sr.add(Check{Name: "row_ids", Verdict: OK, Message: "every row id is unique and of a fragment the segment covers"})
 	}
 	return sr, nil
+}
+
+// splitProblems splits a scalar check's problems (btree.Problem,
+// bitmap.Problem) into those of its structure and those of its row ids.
+func splitProblems[P ~struct{ Check, Message string }](ps []P) (structure, rowIDs []string) {
+	for _, p := range ps {
+		q := struct{ Check, Message string }(p)
+		if q.Check == "row_ids" {
+			rowIDs = append(rowIDs, q.Message)
+		} else {
+			structure = append(structure, q.Message)
+		}
+	}
+	return structure, rowIDs
 }
 
 // DamageZones: a ZONEMAP segment's zones are out of order, overlap, hold
@@ -152,14 +159,7 @@ func verifyBitmap(ctx context.Context, st storage.Store, snap *table.Snapshot, i
 	if typ == "BITMAP" {
 		sr.NumRows = res.Rows
 	}
-	var order, ids []string
-	for _, p := range res.Problems {
-		if p.Check == "row_ids" {
-			ids = append(ids, p.Message)
-		} else {
-			order = append(order, p.Message)
-		}
-	}
+	order, ids := splitProblems(res.Problems)
 	nums := map[string]float64{"keys": float64(res.Keys), "rows": float64(res.Rows), "null_key_rows": float64(res.NullKeyRows)}
 	if len(order) > 0 {
 		sr.add(Check{Name: "structure", Verdict: Failed, Damage: DamageBitmap, Message: strings.Join(order, "; "), Numbers: nums})
