@@ -8,6 +8,7 @@ and verify_index checks the merged segment's keys and row maps."""
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import lance
@@ -95,8 +96,12 @@ def _answers(uri: str, filters: list[str]) -> dict[str, list[int]]:
 
 
 def _keys(uri: str, seg: ls.IndexSegment) -> list:
-    t = LanceFileReader(f"{uri}/_indices/{seg.uuid}/bitmap_page_lookup.lance").read_all().to_table()
-    return t["keys"].to_pylist()
+    """The keys of a segment's file as pylance reads them, checked against
+    the count its lance:index_stats metadata gives."""
+    r = LanceFileReader(f"{uri}/_indices/{seg.uuid}/bitmap_page_lookup.lance")
+    keys = r.read_all().to_table()["keys"].to_pylist()
+    assert json.loads(r.metadata().schema.metadata[b"lance:index_stats"]) == {"num_bitmaps": len(keys)}
+    return keys
 
 
 @pytest.mark.parametrize("name", sorted(INDICES))
