@@ -24,7 +24,8 @@ import (
 //     bytes (pylance 14.0.2 wrote 2 for a 45 KiB page, 4 for 2 MiB), which
 //     lets a range of rows be read without the rest of the page.
 //
-// Compressed forms (FSST, general compression, dictionaries) and lists of
+// Either form may hold FSST codes instead of the bytes (fsst.go).
+// Other compressed forms (general compression, dictionaries) and lists of
 // binary values are refused as errkind.Unsupported.
 
 func (r *Reader) readVariable21(ctx context.Context, pg *pageIO, layout *enc21.PageLayout, t DataType, a, b int) (*Array, error) {
@@ -103,6 +104,24 @@ func (vb *varBuilder) add(v []byte, valid bool) {
 	o.Len++
 }
 
+// addCodes adds a valid row whose bytes are FSST codes, or the bytes
+// themselves when fs is nil.
+func (vb *varBuilder) addCodes(fs *fsstTable, v []byte) error {
+	if fs == nil {
+		vb.add(v, true)
+		return nil
+	}
+	o := vb.out
+	var err error
+	if o.Values, err = fs.appendDecoded(o.Values, v); err != nil {
+		return err
+	}
+	o.Validity[o.Len/8] |= 1 << (o.Len % 8)
+	o.Offsets = append(o.Offsets, int64(len(o.Values)))
+	o.Len++
+	return nil
+}
+
 func (vb *varBuilder) finish() *Array {
 	if !vb.nulls {
 		vb.out.Validity = nil
@@ -118,7 +137,11 @@ func (r *Reader) readVarMiniBlock(ctx context.Context, pg *pageIO, l *enc21.Mini
 	if err != nil {
 		return nil, err
 	}
-	width := offsetBits(l.GetValueCompression()) / 8
+	fs, vc, err := fsstValues(l.GetValueCompression())
+	if err != nil {
+		return nil, err
+	}
+	width := offsetBits(vc) / 8
 	if rd.hasList || width == 0 || l.GetDictionary() != nil || l.GetNumBuffers() != 1 {
 		return nil, fmt.Errorf("%w: %s mini-block page (lists %v, value compression %v, dictionary %v)",
 			errkind.Unsupported, t, rd.hasList, l.GetValueCompression(), l.GetDictionary() != nil)
@@ -178,7 +201,13 @@ func (r *Reader) readVarMiniBlock(ctx context.Context, pg *pageIO, l *enc21.Mini
 			}
 			row := ct.first[c] + i
 			if row >= a && row < b {
-				vb.add(buf[prev:next], def == nil || rd.itemValid(def[i]))
+				if def == nil || rd.itemValid(def[i]) {
+					if err := vb.addCodes(fs, buf[prev:next]); err != nil {
+						return nil, fmt.Errorf("chunk %d: value %d: %w", c, i, err)
+					}
+				} else {
+					vb.add(nil, false)
+				}
 			}
 			prev = next
 		}
@@ -199,7 +228,11 @@ func (r *Reader) readVarFullZip(ctx context.Context, pg *pageIO, l *enc21.FullZi
 	if ok {
 		lenBytes = int(bpo.BitsPerOffset) / 8
 	}
-	if rd.hasList || !ok || (lenBytes != 4 && lenBytes != 8) || offsetBits(l.GetValueCompression()) == 0 || l.GetBitsRep() != 0 {
+	fs, vc, err := fsstValues(l.GetValueCompression())
+	if err != nil {
+		return nil, err
+	}
+	if rd.hasList || !ok || (lenBytes != 4 && lenBytes != 8) || offsetBits(vc) == 0 || l.GetBitsRep() != 0 {
 		return nil, fmt.Errorf("%w: %s full-zip page (lists %v, value compression %v, details %v)",
 			errkind.Unsupported, t, rd.hasList, l.GetValueCompression(), l.GetDetails())
 	}
@@ -257,7 +290,9 @@ func (r *Reader) readVarFullZip(ctx context.Context, pg *pageIO, l *enc21.FullZi
 		if n > uint64(len(data)-pos) {
 			return nil, fmt.Errorf("%w: full-zip value of %d bytes with %d left", errkind.Corrupt, n, len(data)-pos)
 		}
-		vb.add(data[pos:pos+int(n)], true)
+		if err := vb.addCodes(fs, data[pos:pos+int(n)]); err != nil {
+			return nil, fmt.Errorf("row %d: %w", a+vb.out.Len, err)
+		}
 		pos += int(n)
 	}
 	return vb.finish(), nil

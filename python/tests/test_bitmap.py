@@ -180,25 +180,40 @@ def test_segments_of_different_key_types_do_not_merge(pair):
     assert lance.dataset(ours).version == v
 
 
-def test_fsst_compressed_string_keys_are_refused_as_unsupported(tmp_path):
+@pytest.mark.parametrize("shape", ["short", "long"])
+def test_fsst_compressed_string_keys_merge(tmp_path, shape):
     """pylance compresses string keys with FSST once a page holds 32 KiB of
-    them; we do not decode FSST yet, and say so: UnsupportedError, the
-    dataset untouched."""
-    uri = str(tmp_path / "t")
+    them (mini-block for short keys, full-zip from 256 bytes): our merge
+    reads them and pylance answers as after its own merge."""
     n = 6000
+    pad = "ü" * 150 if shape == "long" else ""
 
     def tab(start: int) -> pa.Table:
-        return pa.table({"id": pa.array(np.arange(start, start + n)), "s": pa.array([f"customer-{k:08d}" for k in range(start, start + n)])})
+        k = np.arange(start, start + n)
+        return pa.table({"id": pa.array(k), "s": pa.array([None if x % 1000 == 7 else f"customer-{x % 9000:08d}{pad}" for x in k])})
 
-    ds = lance.write_dataset(tab(0), uri)
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    ds = lance.write_dataset(tab(0), ours)
     ds.create_scalar_index("s", "BITMAP")
-    ds = lance.write_dataset(tab(n), uri, mode="append")
-    ds.optimize.optimize_indices(num_indices_to_merge=0)
-    v = lance.dataset(uri).version
-    with pytest.raises(ls.UnsupportedError, match="(?i)fsst"):
-        ls.optimize(uri, "s_idx", progress=False)
-    assert lance.dataset(uri).version == v
-    assert lance.dataset(uri).count_rows("s = 'customer-00000042'") == 1
+    for a in range(2):
+        ds = lance.write_dataset(tab(n * (a + 1)), ours, mode="append")
+        ds.optimize.optimize_indices(num_indices_to_merge=0)
+    lance.dataset(ours).delete("id % 11 = 0")
+    seg = ls.open(ours).list_index_segments("s_idx")[0]
+    layout = str(LanceFileReader(f"{ours}/_indices/{seg.uuid}/bitmap_page_lookup.lance").metadata().columns[0].pages[0].encoding)
+    assert "Fsst" in layout, layout[:300]  # the case under test: fail loudly if pylance stops writing it
+    shutil.copytree(ours, theirs)
+    lance.dataset(theirs).optimize.optimize_indices(num_indices_to_merge=3)
+    ls.optimize(ours, "s_idx", progress=False)
+    after = ls.open(ours).list_index_segments("s_idx")
+    assert len(after) == 1
+    values = lance.dataset(ours).to_table(columns=["s"])["s"].to_pylist()
+    assert _keys(ours, after[0]) == sorted(set(values), key=lambda k: (k is not None, k))
+    filters = [f"s = 'customer-{42:08d}{pad}'", f"s IN ('customer-{8999:08d}{pad}', 'customer-{1:08d}{pad}', 'nope')",
+               "s IS NULL", f"s > 'customer-{8990:08d}'"]
+    answers = _answers(ours, filters)
+    assert answers == _answers(theirs, filters) and all(answers.values())
+    assert [s.verdict for s in ls.verify_index(ours, "s_idx").segments] == ["clean"]
 
 
 def test_stable_row_ids_updates_and_deletes(tmp_path):

@@ -4,6 +4,7 @@ the Go reader reads with equal values (whole columns and row ranges)."""
 from __future__ import annotations
 
 import json
+from typing import Optional
 
 import numpy as np
 import pyarrow as pa
@@ -141,17 +142,55 @@ def test_read_pylance_binary(tmp_path, version):
     check_file(path, tbl, [(0, n), (1, 2), (255, 257), (1000, 4100), (n - 3, n)])
 
 
-def test_compressed_strings_are_unsupported(tmp_path):
-    # Short text of many distinct values gets FSST: a layout this reader does not decode is
+def fsst_columns(n: int, seed: int = 3) -> dict[str, pa.Array]:
+    # Text of many distinct values, at least 32 KiB a page: pylance compresses it
+    # with FSST. Short values go in mini-blocks, values of 256 bytes or more full-zip.
+    rng = np.random.default_rng(seed)
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "théta", "\x00nul"]
+
+    def short() -> list[str]:
+        return [f"{words[x % 8]}-{x}" for x in rng.integers(0, 1_000_000, n)]
+
+    def long() -> list[str]:
+        return [" ".join(words[(x + i) % 8] for i in range(60)) + str(x) for x in rng.integers(0, 1_000_000, n)]
+
+    def holes(v: list[str], every: int) -> list[Optional[str]]:
+        return [None if i % every == 0 else s for i, s in enumerate(v)]
+
+    return {
+        "short": pa.array(short()),
+        "short_nulls": pa.array(holes(short(), 5)),
+        "short_large": pa.array(short(), pa.large_string()),
+        "long": pa.array(long()),
+        "long_nulls": pa.array(holes(long(), 7)),
+    }
+
+
+@pytest.mark.parametrize("version", ["2.1", "2.2"])
+def test_read_pylance_fsst(tmp_path, version):
+    n = 5000
+    tbl = pa.table(fsst_columns(n))
+    path = str(tmp_path / f"s{version}.lance")
+    write(path, tbl, version)
+    layouts = {f.name: str(c.pages[0].encoding) for f, c in zip(tbl.schema, LanceFileReader(path).metadata().columns)}
+    # The test is about FSST in both layouts: fail loudly if pylance stops writing them.
+    for name, layout in [("short", "MiniBlockLayout"), ("short_large", "MiniBlockLayout"), ("long_nulls", "FullZipLayout")]:
+        assert "Fsst" in layouts[name] and layout in layouts[name], (name, layouts[name][:300])
+    check_file(path, tbl, [(0, n), (1, 2), (255, 257), (1000, 4100), (n - 3, n)])
+
+
+def test_compressed_binary_is_unsupported(tmp_path):
+    # A dictionary-encoded string page is a layout this reader does not decode:
     # UnsupportedError, never a claim that the file is damaged.
     n = 5000
-    rng = np.random.default_rng(3)
-    tbl = pa.table({"s": pa.array([f"v{x}" for x in rng.integers(0, 1_000_000, n)])})
-    path = str(tmp_path / "s.lance")
+    tbl = pa.table({"s": pa.array([f"value-{i % 7}" for i in range(n)])})
+    path = str(tmp_path / "d.lance")
     write(path, tbl, "2.2")
-    if "Fsst" not in str(LanceFileReader(path).metadata().columns[0].pages[0].encoding):
-        pytest.skip("pylance did not choose FSST for this column")
-    with pytest.raises(ls.UnsupportedError, match="(?i)compression|fsst"):
+    if "Dictionary" not in str(LanceFileReader(path).metadata().columns[0].pages[0].encoding) and "dictionary: Some" not in str(
+        LanceFileReader(path).metadata().columns[0].pages[0].encoding
+    ):
+        pytest.skip("pylance did not choose a dictionary for this column")
+    with pytest.raises(ls.UnsupportedError, match="(?i)dictionary|compression"):
         go_inspect(path)
 
 
