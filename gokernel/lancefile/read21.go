@@ -182,13 +182,8 @@ func (r *Reader) readMiniBlock(ctx context.Context, pg *pageIO, l *enc21.MiniBlo
 		if mb.dict, err = decodeBlock(l.GetDictionary(), raw, nd, mb.valueBits); err != nil {
 			return nil, fmt.Errorf("dictionary: %w", err)
 		}
-		switch c := l.GetValueCompression().GetCompression().(type) {
-		case *enc21.CompressiveEncoding_InlineBitpacking:
-			mb.dictBits = int(c.InlineBitpacking.GetUncompressedBitsPerValue())
-		case *enc21.CompressiveEncoding_Flat:
-			mb.dictBits = int(c.Flat.GetBitsPerValue())
-		default:
-			return nil, fmt.Errorf("%w: dictionary indices encoded as %T", errkind.Unsupported, c)
+		if mb.dictBits, err = dictIndexBits(l.GetValueCompression()); err != nil {
+			return nil, err
 		}
 	}
 	ct, err := r.chunkTableOf(ctx, pg, l)
@@ -343,6 +338,13 @@ func (mb *miniBlock) decodeChunk(chunk []byte, nValues int, dst []byte) (rep, de
 		}
 	}
 	if mb.variable {
+		if mb.dictBits > 0 {
+			idx, err := decodeMiniBlockValues(mb.l.GetValueCompression(), bufs, nValues, mb.dictBits, nil)
+			if err != nil {
+				return nil, nil, cv, fmt.Errorf("dictionary indices: %w", err)
+			}
+			return rep, def, idx, nil
+		}
 		return rep, def, chunkValues{values: bufs[0]}, nil
 	}
 	if mb.dict != nil {
@@ -363,6 +365,26 @@ func (mb *miniBlock) decodeChunk(chunk []byte, nValues int, dst []byte) (rep, de
 	}
 	cv, err = decodeMiniBlockValues(mb.l.GetValueCompression(), bufs, nValues, mb.valueBits, dst)
 	return rep, def, cv, err
+}
+
+// dictIndexBits is the width of the dictionary indices a value
+// compression holds.
+func dictIndexBits(e *enc21.CompressiveEncoding) (int, error) {
+	var bits int
+	switch c := e.GetCompression().(type) {
+	case *enc21.CompressiveEncoding_InlineBitpacking:
+		bits = int(c.InlineBitpacking.GetUncompressedBitsPerValue())
+	case *enc21.CompressiveEncoding_Flat:
+		bits = int(c.Flat.GetBitsPerValue())
+	case *enc21.CompressiveEncoding_Rle:
+		bits = int(c.Rle.GetValues().GetFlat().GetBitsPerValue())
+	default:
+		return 0, fmt.Errorf("%w: dictionary indices encoded as %T", errkind.Unsupported, c)
+	}
+	if bits != 8 && bits != 16 && bits != 32 && bits != 64 {
+		return 0, fmt.Errorf("%w: dictionary indices of %d bits", errkind.Unsupported, bits)
+	}
+	return bits, nil
 }
 
 // ---- full-zip ---------------------------------------------------------

@@ -24,9 +24,13 @@ import (
 //     bytes (pylance 14.0.2 wrote 2 for a 45 KiB page, 4 for 2 MiB), which
 //     lets a range of rows be read without the rest of the page.
 //
-// Either form may hold FSST codes instead of the bytes (fsst.go).
-// Other compressed forms (general compression, dictionaries) and lists of
-// binary values are refused as errkind.Unsupported.
+// Either form may hold FSST codes instead of the bytes (fsst.go). A
+// mini-block page of few distinct values may instead hold dictionary
+// indices (flat, bitpacked or run-length encoded) into a dictionary in
+// page buffer 2, LZ4-compressed by pylance 14.0.2: the offsets' width in
+// bits and the position of the bytes (u32 each, or u64 each for 64-bit
+// offsets), n+1 offsets from that position, then the bytes. Other compressed
+// forms and lists of binary values are refused as errkind.Unsupported.
 
 func (r *Reader) readVariable21(ctx context.Context, pg *pageIO, layout *enc21.PageLayout, t DataType, a, b int) (*Array, error) {
 	switch l := layout.GetLayout().(type) {
@@ -137,17 +141,33 @@ func (r *Reader) readVarMiniBlock(ctx context.Context, pg *pageIO, l *enc21.Mini
 	if err != nil {
 		return nil, err
 	}
-	fs, vc, err := fsstValues(l.GetValueCompression())
-	if err != nil {
-		return nil, err
-	}
-	width := offsetBits(vc) / 8
-	if rd.hasList || width == 0 || l.GetDictionary() != nil || l.GetNumBuffers() != 1 {
-		return nil, fmt.Errorf("%w: %s mini-block page (lists %v, value compression %v, dictionary %v)",
-			errkind.Unsupported, t, rd.hasList, l.GetValueCompression(), l.GetDictionary() != nil)
+	if rd.hasList {
+		return nil, fmt.Errorf("%w: lists of %s", errkind.Unsupported, t)
 	}
 	mb := miniBlock{l: l, large: l.GetHasLargeChunk(), hasRep: l.GetRepCompression() != nil,
-		hasDef: l.GetDefCompression() != nil, nbuf: 1, variable: true}
+		hasDef: l.GetDefCompression() != nil, nbuf: int(l.GetNumBuffers()), variable: true}
+	var fs *fsstTable
+	var dict *Array
+	width := 0
+	if l.GetDictionary() != nil {
+		if dict, err = r.varDictionary(ctx, pg, l, t); err != nil {
+			return nil, err
+		}
+		if mb.dictBits, err = dictIndexBits(l.GetValueCompression()); err != nil {
+			return nil, err
+		}
+	} else {
+		var vc *enc21.CompressiveEncoding
+		if fs, vc, err = fsstValues(l.GetValueCompression()); err != nil {
+			return nil, err
+		}
+		if width = offsetBits(vc) / 8; width == 0 || mb.nbuf != 1 {
+			return nil, fmt.Errorf("%w: %s mini-block page of value compression %v", errkind.Unsupported, t, l.GetValueCompression())
+		}
+	}
+	if mb.nbuf <= 0 || mb.nbuf > 16 {
+		return nil, fmt.Errorf("%w: %d value buffers per chunk", errkind.Corrupt, mb.nbuf)
+	}
 	if mb.hasRep {
 		return nil, fmt.Errorf("%w: repetition levels in a %s page without lists", errkind.Corrupt, t)
 	}
@@ -189,6 +209,27 @@ func (r *Reader) readVarMiniBlock(ctx context.Context, pg *pageIO, l *enc21.Mini
 		if def != nil && len(def) != n {
 			return nil, fmt.Errorf("%w: chunk %d: %d definition levels for %d values", errkind.Corrupt, c, len(def), n)
 		}
+		if dict != nil {
+			if len(cv.values) < n*mb.dictBits/8 {
+				return nil, fmt.Errorf("%w: chunk %d: %d bytes of dictionary indices for %d values", errkind.Corrupt, c, len(cv.values), n)
+			}
+			for i := 0; i < n; i++ {
+				row := ct.first[c] + i
+				if row < a || row >= b {
+					continue
+				}
+				if def != nil && !rd.itemValid(def[i]) {
+					vb.add(nil, false)
+					continue
+				}
+				k := readWord(cv.values, i, mb.dictBits/8)
+				if k >= uint64(dict.Len) {
+					return nil, fmt.Errorf("%w: chunk %d: dictionary index %d of %d", errkind.Corrupt, c, k, dict.Len)
+				}
+				vb.add(dict.Values[dict.Offsets[k]:dict.Offsets[k+1]], true)
+			}
+			continue
+		}
 		buf := cv.values
 		if (n+1)*width > len(buf) {
 			return nil, fmt.Errorf("%w: chunk %d: %d offsets in a %d-byte buffer", errkind.Corrupt, c, n+1, len(buf))
@@ -214,6 +255,67 @@ func (r *Reader) readVarMiniBlock(ctx context.Context, pg *pageIO, l *enc21.Mini
 	}
 	if vb.out.Len != b-a {
 		return nil, fmt.Errorf("%w: chunks gave %d of rows [%d,%d)", errkind.Corrupt, vb.out.Len, a, b)
+	}
+	return vb.finish(), nil
+}
+
+// varDictionary decodes the dictionary of a variable-width mini-block
+// page (page buffer 2).
+func (r *Reader) varDictionary(ctx context.Context, pg *pageIO, l *enc21.MiniBlockLayout, t DataType) (*Array, error) {
+	if pg.numBuffers() < 3 {
+		return nil, fmt.Errorf("%w: dictionary page with %d buffers", errkind.Corrupt, pg.numBuffers())
+	}
+	nd := int(l.GetNumDictionaryItems())
+	if nd < 0 || nd > pg.bufferSize(2) {
+		return nil, fmt.Errorf("%w: %d dictionary items in %d bytes", errkind.Corrupt, nd, pg.bufferSize(2))
+	}
+	raw, err := pg.whole(ctx, 2)
+	if err != nil {
+		return nil, err
+	}
+	e := l.GetDictionary()
+	if g, ok := e.GetCompression().(*enc21.CompressiveEncoding_General); ok {
+		if raw, err = decompress(g.General.GetCompression().GetScheme(), raw); err != nil {
+			return nil, fmt.Errorf("dictionary: %w", err)
+		}
+		e = g.General.GetValues()
+	}
+	if offsetBits(e) == 0 {
+		return nil, fmt.Errorf("%w: %s dictionary encoded as %v", errkind.Unsupported, t, l.GetDictionary())
+	}
+	// The block: the offsets' width in bits and the position of the bytes
+	// (u32 each for 32-bit offsets, u64 each for 64-bit ones), the n+1
+	// offsets (from the bytes' start), the bytes.
+	if len(raw) < 8 {
+		return nil, fmt.Errorf("%w: dictionary block of %d bytes", errkind.Corrupt, len(raw))
+	}
+	var bits, start, head uint64
+	switch binary.LittleEndian.Uint32(raw) {
+	case 32:
+		bits, start, head = 32, uint64(binary.LittleEndian.Uint32(raw[4:])), 8
+	case 64:
+		if len(raw) < 16 {
+			return nil, fmt.Errorf("%w: dictionary block of %d bytes", errkind.Corrupt, len(raw))
+		}
+		bits, start, head = 64, binary.LittleEndian.Uint64(raw[8:]), 16
+	default:
+		// Lance's writers before 2.1 was stable stored a u8 width then the count.
+		return nil, fmt.Errorf("%w: dictionary block header %x", errkind.Unsupported, raw[:8])
+	}
+	width := int(bits / 8)
+	if start < head || start > uint64(len(raw)) || uint64(nd+1)*uint64(width) > start-head {
+		return nil, fmt.Errorf("%w: %d dictionary offsets before byte %d of a %d-byte block", errkind.Corrupt, nd+1, start, len(raw))
+	}
+	offs, data := raw[head:start], raw[start:]
+	vb := newVarBuilder(t, nd)
+	prev := readWordN(offs, 0, width)
+	for i := 0; i < nd; i++ {
+		next := readWordN(offs, i+1, width)
+		if next < prev || next > uint64(len(data)) {
+			return nil, fmt.Errorf("%w: dictionary value %d at [%d,%d) of %d bytes", errkind.Corrupt, i, prev, next, len(data))
+		}
+		vb.add(data[prev:next], true)
+		prev = next
 	}
 	return vb.finish(), nil
 }
