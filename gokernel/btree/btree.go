@@ -5,7 +5,7 @@
 //
 //   - page_data.lance: columns "values" (the key type, nullable) and "ids"
 //     (uint64 row ids), every row of the segment sorted by value, nulls
-//     first (floats in total order); page i is rows [i*B, (i+1)*B), B the
+//     first (floats in total order, strings and binary by their bytes); page i is rows [i*B, (i+1)*B), B the
 //     batch size, only the last page shorter;
 //   - page_lookup.lance: one row per page: "min" and "max" (the page's first
 //     and last values, so null when the page starts with nulls), "null_count"
@@ -21,6 +21,7 @@
 package btree
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -56,6 +57,9 @@ const (
 	maxWindowRows = 1 << 15
 	minWindowRows = 1 << 10
 	windowBudget  = 64 << 20
+	// binaryRowBytes is what a row of binary keys is budgeted at: an
+	// offset, a row id, a sort key and 40 bytes of value.
+	binaryRowBytes = 8 + 8 + 8 + 40
 )
 
 // Segment is an opened BTREE segment.
@@ -125,9 +129,9 @@ func Open(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Segment
 		s.Close()
 		return nil, fmt.Errorf("%w: btree segment %s: %s has no %q and uint64 %q columns", errkind.Corrupt, u, DataFile, valuesColumn, idsColumn)
 	}
-	if !lancefile.Orderable(vf.Type.Kind) {
+	if !lancefile.Orderable(vf.Type.Kind) && vf.Type.Kind != lancefile.KindBinary {
 		s.Close()
-		return nil, fmt.Errorf("%w: btree segment %s: keys of type %s (merges handle integer and floating-point keys)", errkind.Unsupported, u, vf.Type)
+		return nil, fmt.Errorf("%w: btree segment %s: keys of type %s (merges handle integer, floating-point, string and binary keys)", errkind.Unsupported, u, vf.Type)
 	}
 	s.KeyType = vf.Type
 	s.Rows = s.data.NumRows()
@@ -148,11 +152,18 @@ type cursor struct {
 	vals   *lancefile.Array
 	ids    *lancefile.Array
 	i, n   int
-	width  int
-	window int      // rows read at once
-	valid  bool     // the current row's value is not null
-	k      uint64   // its sortKey
-	keys   []uint64 // the window's sortKeys
+	width  int  // of a fixed-width value
+	binary bool // variable-width values, ordered by their bytes
+	window int  // rows read at once
+	valid  bool // the current row's value is not null
+	// k is the current row's sort key: the value's order for fixed-width
+	// values, the first 8 bytes' for binary ones (ties compare the bytes).
+	k    uint64
+	keys []uint64 // the window's sort keys
+}
+
+func newCursor(s *Segment, window int) *cursor {
+	return &cursor{seg: s, width: s.KeyType.ValueBits() / 8, binary: s.KeyType.Kind == lancefile.KindBinary, window: window}
 }
 
 func (c *cursor) fill(ctx context.Context) (bool, error) {
@@ -171,12 +182,21 @@ func (c *cursor) fill(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("%w: btree segment %s: a window of %d rows read back as %d values and %d ids", errkind.Corrupt, table.IndexUUID(c.seg.Meta), end-c.next, c.vals.Len, c.ids.Len)
 	}
 	c.i, c.n, c.next = 0, c.vals.Len, end
-	c.keys = lancefile.AppendSortKeys(c.seg.KeyType.Kind, c.vals.Values, c.n, c.keys[:0])
+	if c.binary {
+		c.keys = lancefile.AppendPrefixKeys(c.vals, c.keys[:0])
+	} else {
+		c.keys = lancefile.AppendSortKeys(c.seg.KeyType.Kind, c.vals.Values, c.n, c.keys[:0])
+	}
 	return true, nil
 }
 
-func (c *cursor) null() bool    { return !c.vals.IsValid(c.i) }
-func (c *cursor) value() []byte { return c.vals.Values[c.i*c.width : (c.i+1)*c.width] }
+func (c *cursor) null() bool { return !c.vals.IsValid(c.i) }
+func (c *cursor) value() []byte {
+	if c.binary {
+		return c.vals.Values[c.vals.Offsets[c.i]:c.vals.Offsets[c.i+1]]
+	}
+	return c.vals.Values[c.i*c.width : (c.i+1)*c.width]
+}
 func (c *cursor) rowID() uint64 { return binary.LittleEndian.Uint64(c.ids.Values[c.i*8:]) }
 func (c *cursor) key() (bool, uint64) {
 	if c.null() {
@@ -197,6 +217,11 @@ func before(a, b *cursor) bool {
 	}
 	if a.k != b.k {
 		return a.k < b.k
+	}
+	if a.binary && a.valid {
+		if c := bytes.Compare(a.value(), b.value()); c != 0 {
+			return c < 0
+		}
 	}
 	return a.order < b.order
 }
@@ -280,9 +305,13 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 	res := &Result{}
 	var h []*cursor
 	rowBytes := segs[0].KeyType.ValueBits()/8 + 8 + 8 // value, row id, sort key
+	if segs[0].KeyType.Kind == lancefile.KindBinary {
+		rowBytes = binaryRowBytes
+	}
 	window := min(maxWindowRows, max(minWindowRows, windowBudget/rowBytes/len(segs)))
 	for i, s := range segs {
-		c := &cursor{seg: s, order: i, width: s.KeyType.ValueBits() / 8, window: window}
+		c := newCursor(s, window)
+		c.order = i
 		ok, err := c.fill(ctx)
 		if err != nil {
 			return nil, err

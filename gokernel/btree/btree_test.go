@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strconv"
 	"testing"
 
 	"github.com/google/uuid"
@@ -164,5 +165,105 @@ func TestCheckFindsDisorderAndDuplicates(t *testing.T) {
 	}
 	if len(res.Problems) != 3 {
 		t.Fatalf("problems %q, want the disorder, the duplicate and the foreign row id", kinds)
+	}
+}
+
+type strRow struct {
+	v    string
+	null bool
+	id   uint64
+}
+
+// writeStrings writes a BTREE segment of string keys, sorted first unless
+// keepOrder (to build a disordered one).
+func writeStrings(t *testing.T, st storage.Store, rows []strRow, batch int, keepOrder bool) *pb.IndexMetadata {
+	t.Helper()
+	ctx := context.Background()
+	if !keepOrder {
+		sort.SliceStable(rows, func(i, j int) bool {
+			if rows[i].null != rows[j].null {
+				return rows[i].null
+			}
+			return rows[i].v < rows[j].v
+		})
+	}
+	id := uuid.New()
+	w, err := newPageWriter(ctx, st, table.IndicesDir+id.String()+"/", lancefile.DataType{Kind: lancefile.KindBinary, Logical: "string"}, batch, lancefile.V2_2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		if err := w.add(ctx, r.null, []byte(r.v), r.id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files, err := w.finish(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: id[:]}, Name: "s_idx", Files: files}
+}
+
+func TestMergeOrdersStringsByTheirBytes(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	st := storage.NewLocal(root, root)
+	rng := rand.New(rand.NewPCG(3, 4))
+	// Keys that share 8-byte prefixes, are prefixes of each other, hold
+	// zero bytes, are empty or are not ASCII: the cases where a prefix
+	// key ties and the bytes decide.
+	pool := []string{"", "a", "a\x00", "a\x00b", "customer-00000001", "customer-00000002", "customer-0000000", "customers", "ü", "z", "zzzzzzzzzzzzzzzzzzzzzz"}
+	var metas []*pb.IndexMetadata
+	var want []strRow
+	for f := uint64(0); f < 3; f++ {
+		var rows []strRow
+		for i := 0; i < 700; i++ {
+			v := pool[rng.IntN(len(pool))]
+			if rng.IntN(3) == 0 {
+				v += strconv.Itoa(rng.IntN(1000))
+			}
+			rows = append(rows, strRow{v: v, null: rng.IntN(15) == 0, id: f<<32 | uint64(i)})
+		}
+		want = append(want, rows...)
+		metas = append(metas, writeStrings(t, st, rows, 128, false))
+	}
+	out := uuid.New()
+	res, err := Merge(ctx, st, metas, MergeOptions{IndexUUID: out.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	merged := &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: out[:]}, Files: res.Files}
+	if chk, err := Check(ctx, st, merged, nil); err != nil || len(chk.Problems) > 0 || chk.Rows != uint64(len(want)) {
+		t.Fatalf("merged: %v %+v", err, chk)
+	}
+	s, err := Open(ctx, st, merged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	vals, err := s.data.Read(ctx, valuesColumn, 0, s.Rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got, keys []string
+	for i := 0; i < vals.Len; i++ {
+		if vals.IsValid(i) {
+			got = append(got, string(vals.Values[vals.Offsets[i]:vals.Offsets[i+1]]))
+		}
+	}
+	for _, r := range want {
+		if !r.null {
+			keys = append(keys, r.v)
+		}
+	}
+	sort.Strings(keys)
+	if !slices.Equal(got, keys) {
+		t.Fatalf("merged keys are not the inputs' keys in byte order")
+	}
+	// Check sees strings out of order, including a tie of the first 8 bytes.
+	bad := writeStrings(t, st, []strRow{{v: "customer-2", id: 1}, {v: "customer-1", id: 2}, {v: "b", id: 3}}, 2, true)
+	chk, err := Check(ctx, st, bad, nil)
+	if err != nil || len(chk.Problems) != 2 {
+		t.Fatalf("disordered strings: %v %+v", err, chk)
 	}
 }

@@ -86,7 +86,7 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered 
 		return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
 	}
 	ids := roaring64.New()
-	c := &cursor{seg: s, width: width, window: maxWindowRows}
+	c := newCursor(s, maxWindowRows)
 	var prevNull = true
 	var prevKey uint64
 	var row uint64
@@ -101,7 +101,7 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered 
 			if !a.IsValid(page) {
 				return null
 			}
-			return !null && bytes.Equal(a.Values[page*width:(page+1)*width], v)
+			return !null && bytes.Equal(valueAt(a, page, width), v)
 		}
 		if !same(mins, firstNull, first) || !same(maxs, lastNull, last) || u32(nullCounts, page) != pageNulls || u32(pageIdx, page) != uint32(page) {
 			problem("structure", "page %d (rows %d to %d): its %s row does not match the page (min, max, null_count %d, page_idx %d)",
@@ -121,7 +121,8 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered 
 			if !valid {
 				res.Nulls++
 			}
-			if row > 0 && (valid && !prevNull && key < prevKey || !valid && !prevNull) {
+			// last is still the previous row's value.
+			if row > 0 && (valid && !prevNull && (key < prevKey || key == prevKey && c.binary && bytes.Compare(c.value(), last) < 0) || !valid && !prevNull) {
 				problem("structure", "row %d is out of order (rows must be sorted by value, nulls first)", row)
 			}
 			prevNull, prevKey = !valid, key
@@ -154,4 +155,13 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered 
 		problem("structure", "%s read back %d rows, its metadata says %d", DataFile, row, s.Rows)
 	}
 	return res, nil
+}
+
+// valueAt is row i's value of a fixed-width (of width bytes) or binary
+// array.
+func valueAt(a *lancefile.Array, i, width int) []byte {
+	if a.Type.Kind == lancefile.KindBinary {
+		return a.Values[a.Offsets[i]:a.Offsets[i+1]]
+	}
+	return a.Values[i*width : (i+1)*width]
 }

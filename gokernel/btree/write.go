@@ -29,8 +29,10 @@ type pageWriter struct {
 	sw        storage.Writer
 	counted   *storage.CountingWriter
 	w         *lancefile.Writer
+	binary    bool
 	// the page being filled
 	vals     []byte
+	offs     []int64 // binary keys: the n+1 offsets of vals
 	validity []byte
 	ids      []byte
 	n        int
@@ -45,7 +47,7 @@ func dataFields(t lancefile.DataType) []*lancefile.Field {
 }
 
 func newPageWriter(ctx context.Context, st storage.Store, dir string, t lancefile.DataType, batchSize int, v lancefile.Version) (*pageWriter, error) {
-	pw := &pageWriter{st: st, dir: dir, keyType: t, width: t.ValueBits() / 8, batchSize: batchSize, version: v}
+	pw := &pageWriter{st: st, dir: dir, keyType: t, width: t.ValueBits() / 8, binary: t.Kind == lancefile.KindBinary, batchSize: batchSize, version: v}
 	sw, err := st.Create(ctx, dir+DataFile)
 	if err != nil {
 		return nil, err
@@ -59,8 +61,13 @@ func newPageWriter(ctx context.Context, st storage.Store, dir string, t lancefil
 	return pw, nil
 }
 
+// reset starts a page in fresh buffers: the file writer keeps the arrays
+// it is given until their page is written.
 func (pw *pageWriter) reset() {
 	pw.vals = make([]byte, 0, pw.batchSize*pw.width)
+	if pw.binary {
+		pw.offs = make([]int64, 1, pw.batchSize+1)
+	}
 	pw.validity = make([]byte, (pw.batchSize+7)/8)
 	pw.ids = make([]byte, 0, pw.batchSize*8)
 	pw.n, pw.nulls = 0, 0
@@ -75,6 +82,9 @@ func (pw *pageWriter) add(ctx context.Context, null bool, value []byte, rowID ui
 		pw.vals = append(pw.vals, value...)
 		pw.validity[pw.n/8] |= 1 << (pw.n % 8)
 	}
+	if pw.binary {
+		pw.offs = append(pw.offs, int64(len(pw.vals)))
+	}
 	pw.ids = binary.LittleEndian.AppendUint64(pw.ids, rowID)
 	pw.n++
 	if pw.n == pw.batchSize {
@@ -88,11 +98,14 @@ func (pw *pageWriter) flush() error {
 		return nil
 	}
 	valid := func(i int) bool { return pw.validity[i/8]&(1<<(i%8)) != 0 }
+	vals := &lancefile.Array{Type: pw.keyType, Len: pw.n, Values: pw.vals}
+	if pw.binary {
+		vals.Offsets = pw.offs
+	}
 	row := lookupRow{
 		minNull: !valid(0), maxNull: !valid(pw.n - 1), nulls: pw.nulls,
-		min: append([]byte(nil), pw.vals[:pw.width]...), max: append([]byte(nil), pw.vals[(pw.n-1)*pw.width:pw.n*pw.width]...),
+		min: append([]byte(nil), valueAt(vals, 0, pw.width)...), max: append([]byte(nil), valueAt(vals, pw.n-1, pw.width)...),
 	}
-	vals := &lancefile.Array{Type: pw.keyType, Len: pw.n, Values: pw.vals}
 	if pw.nulls > 0 {
 		vals.Validity = pw.validity[:(pw.n+7)/8]
 	}
@@ -143,9 +156,16 @@ func (pw *pageWriter) finish(ctx context.Context) ([]*pb.IndexFile, error) {
 		idx := &lancefile.Array{Type: lancefile.Primitive(lancefile.KindUint32), Len: n}
 		minValid, maxValid := make([]byte, (n+7)/8), make([]byte, (n+7)/8)
 		anyMinNull, anyMaxNull := false, false
+		if pw.binary {
+			mins.Offsets, maxs.Offsets = make([]int64, 1, n+1), make([]int64, 1, n+1)
+		}
 		for i, r := range pw.lookup {
 			mins.Values = append(mins.Values, r.min...)
 			maxs.Values = append(maxs.Values, r.max...)
+			if pw.binary {
+				mins.Offsets = append(mins.Offsets, int64(len(mins.Values)))
+				maxs.Offsets = append(maxs.Offsets, int64(len(maxs.Values)))
+			}
 			if r.minNull {
 				anyMinNull = true
 			} else {

@@ -80,3 +80,17 @@ func AppendSortKeys(k Kind, b []byte, n int, out []uint64) []uint64 {
 	}
 	return out
 }
+
+// AppendPrefixKeys appends, for each row of a binary array, its first 8
+// bytes read big-endian (zero-padded): keys in the order of the values'
+// bytes, equal keys being a tie only the bytes after them break. Null
+// rows get a key of 0.
+func AppendPrefixKeys(a *Array, out []uint64) []uint64 {
+	for i := 0; i < a.Len; i++ {
+		v := a.Values[a.Offsets[i]:a.Offsets[i+1]]
+		var w [8]byte
+		copy(w[:], v)
+		out = append(out, binary.BigEndian.Uint64(w[:]))
+	}
+	return out
+}

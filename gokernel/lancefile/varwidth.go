@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"strings"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/bufpool"
@@ -403,8 +404,9 @@ func (r *Reader) readVarFullZip(ctx context.Context, pg *pageIO, l *enc21.FullZi
 // binaryPage21 writes a binary column's rows as one full-zip page (the
 // form pylance 14.0.2 writes for values that do not compress): items back
 // to back, each a definition byte when the page has nulls, then for a
-// valid row a u32 length and the bytes; then the repetition index, n+1
-// item positions in words as wide as the page needs.
+// valid row a length (u32, or u64 for the large types, which pylance
+// reads only with 64-bit offsets) and the bytes; then the repetition
+// index, n+1 item positions in words as wide as the page needs.
 func (c *colWriter) binaryPage21(a *Array, firstRow uint64) error {
 	nulls := a.Validity != nil && a.NullCount() > 0
 	layers := []enc21.RepDefLayer{enc21.RepDefLayer_REPDEF_ALL_VALID_ITEM}
@@ -412,7 +414,11 @@ func (c *colWriter) binaryPage21(a *Array, firstRow uint64) error {
 	if nulls {
 		layers[0], ctrl = enc21.RepDefLayer_REPDEF_NULLABLE_ITEM, 1
 	}
-	size := int64(len(a.Values)) + int64(a.Len)*int64(4+ctrl)
+	lenBytes := 4
+	if strings.HasPrefix(a.Type.Logical, "large_") {
+		lenBytes = 8
+	}
+	size := int64(len(a.Values)) + int64(a.Len)*int64(lenBytes+ctrl)
 	if size >= 1<<32 || a.Len >= 1<<31 {
 		return fmt.Errorf("%w: lancefile: a binary page of %d bytes", errkind.Unsupported, size)
 	}
@@ -441,7 +447,11 @@ func (c *colWriter) binaryPage21(a *Array, firstRow uint64) error {
 		}
 		if valid {
 			v := a.Values[a.Offsets[i]:a.Offsets[i+1]]
-			data = binary.LittleEndian.AppendUint32(data, uint32(len(v)))
+			if lenBytes == 8 {
+				data = binary.LittleEndian.AppendUint64(data, uint64(len(v)))
+			} else {
+				data = binary.LittleEndian.AppendUint32(data, uint32(len(v)))
+			}
 			data = append(data, v...)
 		}
 	}
@@ -449,9 +459,9 @@ func (c *colWriter) binaryPage21(a *Array, firstRow uint64) error {
 	l := &enc21.FullZipLayout{
 		BitsDef: uint32(ctrl), NumItems: uint32(a.Len), NumVisibleItems: uint32(a.Len),
 		ValueCompression: &enc21.CompressiveEncoding{Compression: &enc21.CompressiveEncoding_Variable{
-			Variable: &enc21.Variable{Offsets: flat21(32)}}},
+			Variable: &enc21.Variable{Offsets: flat21(8 * lenBytes)}}},
 		Layers:  layers,
-		Details: &enc21.FullZipLayout_BitsPerOffset{BitsPerOffset: 32},
+		Details: &enc21.FullZipLayout_BitsPerOffset{BitsPerOffset: uint32(8 * lenBytes)},
 	}
 	return c.page(0, typeURLPageLayout, pageLayout(l), [][]byte{data, index}, a.Len, firstRow)
 }

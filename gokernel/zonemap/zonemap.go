@@ -57,8 +57,8 @@ type Segment struct {
 	Nulls []bitmap.RawEntry
 }
 
-// Read reads a segment: errkind.Unsupported for a key type that is not
-// fixed-width, errkind.Corrupt for a file that contradicts itself.
+// Read reads a segment: errkind.Unsupported for a key type that is
+// neither fixed-width nor binary, errkind.Corrupt for a file that contradicts itself.
 func Read(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Segment, error) {
 	u := table.IndexUUID(im)
 	name := table.IndexDir(im) + FileName
@@ -86,8 +86,9 @@ func Read(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Segment
 			return nil, fmt.Errorf("%w: zonemap segment %s: no %q column", errkind.Corrupt, u, c)
 		}
 		if i < 2 {
-			if f.Type.ValueBits() <= 0 || f.Type.Kind == lancefile.KindList || f.Type.ValueBits()%8 != 0 {
-				return nil, fmt.Errorf("%w: zonemap segment %s: zone bounds of type %s (merges handle fixed-width keys)", errkind.Unsupported, u, f.Type)
+			fixed := f.Type.ValueBits() > 0 && f.Type.Kind != lancefile.KindList && f.Type.ValueBits()%8 == 0
+			if !fixed && f.Type.Kind != lancefile.KindBinary {
+				return nil, fmt.Errorf("%w: zonemap segment %s: zone bounds of type %s (merges handle fixed-width, string and binary keys)", errkind.Unsupported, u, f.Type)
 			}
 			s.KeyType = f.Type
 		}
@@ -184,6 +185,9 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, ind
 		t := first.cols[i].Type
 		fields = append(fields, lancefile.NewField(c, t, i < 2))
 		out[i] = &lancefile.Array{Type: t, Len: len(zones)}
+		if t.Kind == lancefile.KindBinary {
+			out[i].Offsets = make([]int64, 1, len(zones)+1)
+		}
 	}
 	var validity [2][]byte
 	nulls := [2]bool{}
@@ -193,8 +197,13 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, ind
 	for k, zn := range zones {
 		for i := range columns {
 			a := zn.seg.cols[i]
-			w := a.Type.ValueBits() / 8
-			out[i].Values = append(out[i].Values, a.Values[zn.z*w:(zn.z+1)*w]...)
+			if a.Type.Kind == lancefile.KindBinary {
+				out[i].Values = append(out[i].Values, a.Values[a.Offsets[zn.z]:a.Offsets[zn.z+1]]...)
+				out[i].Offsets = append(out[i].Offsets, int64(len(out[i].Values)))
+			} else {
+				w := a.Type.ValueBits() / 8
+				out[i].Values = append(out[i].Values, a.Values[zn.z*w:(zn.z+1)*w]...)
+			}
 			if i < 2 {
 				if a.IsValid(zn.z) {
 					validity[i][k/8] |= 1 << (k % 8)

@@ -126,9 +126,15 @@ def logical_type(t: pa.DataType) -> str:
         return f"fixed_size_list:{_LOGICAL[t.value_type]}:{t.list_size}"
     if pa.types.is_list(t):
         return "list"
-    if pa.types.is_binary(t):
-        return "binary"
+    for name, test in [("binary", pa.types.is_binary), ("string", pa.types.is_string),
+                       ("large_binary", pa.types.is_large_binary), ("large_string", pa.types.is_large_string)]:
+        if test(t):
+            return name
     return _LOGICAL[t]
+
+
+def _is_var(t: pa.DataType) -> bool:
+    return pa.types.is_binary(t) or pa.types.is_string(t) or pa.types.is_large_binary(t) or pa.types.is_large_string(t)
 
 
 def _validity_bytes(arr: pa.Array) -> Optional[bytes]:
@@ -186,8 +192,9 @@ def go_write(
             spec["offsets_path"] = dump("offsets", (offs - offs[0]).tobytes())
             spec["values_path"] = dump("values", _fixed_values(items))
             spec["item_validity_path"] = dump("item_validity", _validity_bytes(items))
-        elif pa.types.is_binary(arr.type):
-            offs = np.frombuffer(arr.buffers()[1], np.int32)[arr.offset : arr.offset + len(arr) + 1].astype(np.int64)
+        elif _is_var(arr.type):
+            wide = pa.types.is_large_binary(arr.type) or pa.types.is_large_string(arr.type)
+            offs = np.frombuffer(arr.buffers()[1], np.int64 if wide else np.int32)[arr.offset : arr.offset + len(arr) + 1].astype(np.int64)
             spec["offsets_path"] = dump("offsets", (offs - offs[0]).tobytes())
             data = arr.buffers()[2]
             spec["values_path"] = dump("values", data.to_pybytes()[offs[0] : offs[-1]] if data is not None and len(arr) else b"")

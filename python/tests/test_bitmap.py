@@ -26,6 +26,7 @@ INDICES = {
     "i64_idx": ("i64", "BITMAP"), "i32_idx": ("i32", "BITMAP"), "u8_idx": ("u8", "BITMAP"),
     "f64_idx": ("f64", "BITMAP"), "s_idx": ("s", "BITMAP"), "d_idx": ("d", "BITMAP"),
     "w_idx": ("w", "BITMAP"),  # thousands of keys: several windows of the merge
+    "ls_idx": ("ls", "BITMAP"),  # large_string: written with 64-bit lengths
     "tags_idx": ("tags", "LABEL_LIST"), "stags_idx": ("stags", "LABEL_LIST"),
 }
 FILTERS = {
@@ -34,6 +35,7 @@ FILTERS = {
     "u8_idx": ["u8 = 200", "u8 IN (3, 4, 250)"],
     "f64_idx": ["f64 = 0.5", "f64 IN (1.5, -2.0)", "f64 IS NULL"],
     "s_idx": ["s = 'key-17'", "s IN ('key-1', 'key-99', 'nope')", "s IS NULL"],
+    "ls_idx": ["ls = 'ü-3'", "ls IN ('ü-1', 'ü-12')", "ls IS NULL"],
     "w_idx": ["w = 17", "w IN (1, 2000, 2999)", "w > 2990"],
     "d_idx": ["d = DATE '2026-01-05'", "d IN (DATE '2026-01-01', DATE '2026-01-20')"],
     "tags_idx": ["array_has_any(tags, [1, 2])", "array_has_all(tags, [0, 3])", "array_contains(tags, 5)"],
@@ -54,6 +56,7 @@ def _table(start: int, seed: int) -> pa.Table:
         "u8": pa.array(rng.integers(0, 256, ROWS).astype(np.uint8)),
         "f64": pa.array(rng.integers(-8, 8, ROWS) / 2.0, mask=rng.random(ROWS) < 0.03),
         "s": pa.array([None if k % 31 == 0 else f"key-{k % 113}" for k in i]),
+        "ls": pa.array([None if k % 37 == 0 else f"ü-{k % 13}" for k in i], pa.large_string()),
         "d": pa.array((20454 + rng.integers(0, 40, ROWS)).astype(np.int32), type=pa.date32()),
         "tags": pa.array([None if k % 23 == 0 else [int(k % 3), int(k % 7), int(k % 5)] for k in i], type=pa.list_(pa.int64())),
         "stags": pa.array([None if k % 29 == 0 else [letters[k % 7], letters[(k // 7) % 7]] for k in i]),

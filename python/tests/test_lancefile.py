@@ -381,6 +381,10 @@ def test_go_writes_binary_pylance_reads(tmp_path, version):
 
     cols = binary_columns(5000, seed=11)
     cols["empty_values"] = pa.array([b""] * 5000, pa.binary())
+    # The large types: pylance reads them only with 64-bit lengths.
+    cols["large_binary"] = cols["small_nulls"].cast(pa.large_binary())
+    cols["large_string"] = pa.array([None if i % 9 == 0 else f"v-ü-{i}" for i in range(5000)], pa.large_string())
+    cols["string"] = cols["large_string"].cast(pa.string())
     tbl = pa.table(cols)
     path = str(tmp_path / f"gb{version}.lance")
     go_write(path, tbl, version, tmp=str(tmp_path), max_page_bytes=256 << 10, batch_rows=500)

@@ -22,6 +22,8 @@ APPENDS = 4
 FILTERS = {
     "ts": ["ts = 300", "ts > 100000", "ts BETWEEN 1000 AND 1100", "ts IS NULL", "ts IS NOT NULL AND ts < 40"],
     "x": ["x > 3.2", "x < -3.3", "x BETWEEN 0.5 AND 0.5001", "x IS NULL"],
+    # String bounds (FSST-compressed by pylance once a page holds 32 KiB).
+    "s": ["s = 'name-00000300'", "s > 'name-00059000'", "s BETWEEN 'name-00001000' AND 'name-00001010'", "s IS NULL"],
 }
 
 
@@ -29,7 +31,8 @@ def _table(start: int, seed: int) -> pa.Table:
     rng = np.random.default_rng(seed)
     i = np.arange(start, start + ROWS)
     return pa.table({"id": pa.array(i), "ts": pa.array(i * 3, mask=rng.random(ROWS) < 0.01),
-                     "x": pa.array(rng.normal(size=ROWS), mask=rng.random(ROWS) < 0.02)})
+                     "x": pa.array(rng.normal(size=ROWS), mask=rng.random(ROWS) < 0.02),
+                     "s": pa.array([None if k % 89 == 0 else f"name-{k:08d}" for k in i])})
 
 
 @pytest.fixture(scope="module")
