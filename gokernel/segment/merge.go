@@ -137,6 +137,8 @@ func Merge(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []
 			return mergeZoneMap(ctx, st, snap, metas, opts)
 		case "BITMAP", "LABEL_LIST":
 			return mergeBitmap(ctx, st, snap, metas, opts)
+		case "NGRAM":
+			return mergeNgram(ctx, st, snap, metas, opts)
 		}
 	}
 	for _, im := range metas {

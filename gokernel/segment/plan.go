@@ -16,6 +16,7 @@ import (
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/ngram"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/policy"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
@@ -179,6 +180,8 @@ func PlanSegments(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 		sz, err = zoneMapSizes(ctx, st, metas)
 	case "BITMAP", "LABEL_LIST":
 		sz, err = bitmapSizes(ctx, st, metas)
+	case "NGRAM":
+		sz, err = ngramSizes(ctx, st, metas)
 	default:
 		sz, err = vectorSizes(ctx, st, snap, metas, opts)
 	}
@@ -367,6 +370,29 @@ func bitmapSizes(ctx context.Context, st storage.Store, metas []*pb.IndexMetadat
 		}
 	}
 	sz.stats = func(i int) (*Stats, error) { return otherStats(ctx, st, metas[i], typ) }
+	return sz, nil
+}
+
+// ngramSizes are the planner's numbers of NGRAM segments: rows are their
+// tokens (the file's rows; counting (token, row) pairs would read every
+// posting list).
+func ngramSizes(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata) (*planSizes, error) {
+	if err := requireOneType(metas, "NGRAM"); err != nil {
+		return nil, err
+	}
+	sz := &planSizes{indexType: "NGRAM", rows: make([]uint64, len(metas)), bytes: make([]uint64, len(metas)), close: func() {}}
+	for i, im := range metas {
+		s, err := ngram.Open(ctx, st, im)
+		if err != nil {
+			return nil, err
+		}
+		sz.rows[i] = s.Tokens
+		s.Close()
+		for _, f := range im.GetFiles() {
+			sz.bytes[i] += f.GetSizeBytes()
+		}
+	}
+	sz.stats = func(i int) (*Stats, error) { return otherStats(ctx, st, metas[i], "NGRAM") }
 	return sz, nil
 }
 

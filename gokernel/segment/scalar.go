@@ -13,6 +13,7 @@ import (
 	"github.com/lance-segmerge/lance-segmerge/gokernel/btree"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/ngram"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/zonemap"
@@ -145,7 +146,7 @@ func mergeBTree(ctx context.Context, st storage.Store, snap *table.Snapshot, met
 
 // MergeableTypes are the index types other than vector ones that merges
 // handle.
-var MergeableTypes = map[string]bool{"BTREE": true, "ZONEMAP": true, "BITMAP": true, "LABEL_LIST": true}
+var MergeableTypes = map[string]bool{"BTREE": true, "ZONEMAP": true, "BITMAP": true, "LABEL_LIST": true, "NGRAM": true}
 
 // requireOneType refuses a merge or plan that mixes index types.
 func requireOneType(metas []*pb.IndexMetadata, typ string) error {
@@ -229,6 +230,37 @@ func mergeBitmap(ctx context.Context, st storage.Store, snap *table.Snapshot, me
 	}
 	opts.Progress.RowsRead.Add(int64(res.KeysRead))
 	opts.Progress.RowsWritten.Add(int64(res.KeysWritten))
+	opts.Progress.SetStage("done")
+	return mergedEntry(id, metas, res.Files)
+}
+
+// mergeNgram merges segments of an NGRAM index (see ngram.Merge): the
+// checks every merge applies, then a k-way merge by token that keeps the
+// live rows of snap and drops tokens left without rows. Datasets with
+// stable row ids are refused: which ids pylance writes into NGRAM
+// postings there is not proven.
+func mergeNgram(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, opts MergeOptions) (*pb.IndexMetadata, error) {
+	if snap.HasStableRowIDs() {
+		return nil, fmt.Errorf("%w: NGRAM segments of a dataset with stable row ids (pylance's optimize_indices merges them)", errkind.Unsupported)
+	}
+	keep, err := checkedLiveRows(ctx, st, snap, metas, "NGRAM")
+	if err != nil {
+		return nil, err
+	}
+	id, dir, err := outputDir(ctx, st, opts.IndexUUID)
+	if err != nil {
+		return nil, err
+	}
+	opts.Progress.SetStage("merge")
+	res, err := ngram.Merge(ctx, st, metas, ngram.MergeOptions{IndexUUID: id, Keep: keep})
+	if err != nil {
+		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = st.Delete(cleanup, dir+ngram.FileName)
+		return nil, err
+	}
+	opts.Progress.RowsRead.Add(int64(res.TokensRead))
+	opts.Progress.RowsWritten.Add(int64(res.TokensWritten))
 	opts.Progress.SetStage("done")
 	return mergedEntry(id, metas, res.Files)
 }

@@ -250,8 +250,9 @@ func metricOf(im *pb.IndexMetadata) string {
 // verifySegment runs every check of one segment. It returns an error only
 // when a check could not run for reasons outside the segment (the data
 // files, cancellation).
-// verifyScalar checks the segments of a BTREE, ZONEMAP, BITMAP or
-// LABEL_LIST index (verifyBTree, verifyZoneMap, verifyBitmap) into rep.
+// verifyScalar checks the segments of a BTREE, ZONEMAP, BITMAP,
+// LABEL_LIST or NGRAM index (verifyBTree, verifyZoneMap, verifyBitmap,
+// verifyNgram) into rep.
 func verifyScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, rep *Report, metas []*pb.IndexMetadata, opts Options) (*Report, error) {
 	typ := segment.OtherType(metas[0])
 	rep.IndexType, rep.Queries, rep.SampleRows = typ, 0, 0
@@ -265,6 +266,8 @@ func verifyScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, r
 			check = verifyZoneMap
 		case "BITMAP", "LABEL_LIST":
 			check = verifyBitmap
+		case "NGRAM":
+			check = verifyNgram
 		}
 		sr, err := check(ctx, st, snap, im)
 		if err != nil {

@@ -125,7 +125,8 @@ VECTOR_VERBS = ("health", "reindex", "read_index_model", "search_segment")
 @pytest.mark.parametrize("name", ["cat_idx", "text_idx", "id_bf", "tags_idx", "cat_ngram"])
 def test_every_verb_refuses_a_scalar_index_by_its_type(uri, name):
     """Types we do not merge yet are refused by every verb; BITMAP and
-    LABEL_LIST (merged, test_bitmap.py) by the verbs of vector indices."""
+    LABEL_LIST (merged, test_bitmap.py) and NGRAM (test_ngram.py) by the
+    verbs of vector indices."""
     ours = INDICES[name][2]
     before = _state(uri)
     segs = ls.open(uri).list_index_segments(name)
@@ -141,7 +142,7 @@ def test_every_verb_refuses_a_scalar_index_by_its_type(uri, name):
         "read_index_model": lambda: ls.read_index_model(uri, name),
         "search_segment": lambda: ls.search_segment(uri, name, segs[0].uuid, np.zeros(8, np.float32)),
     }
-    if ours in ("BITMAP", "LABEL_LIST"):
+    if ours in ("BITMAP", "LABEL_LIST", "NGRAM"):
         calls = {v: c for v, c in calls.items() if v in VECTOR_VERBS}
     for verb, call in calls.items():
         with pytest.raises(ls.UnsupportedError, match=ours) as info:

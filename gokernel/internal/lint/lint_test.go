@@ -32,9 +32,10 @@ var allowed = map[string][]string{
 	"gokernel/btree":     {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table", "gokernel/internal/pb"},
 	"gokernel/bitmap":    {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table", "gokernel/internal/pb"},
 	"gokernel/zonemap":   {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table", "gokernel/internal/pb", "gokernel/bitmap"},
+	"gokernel/ngram":     {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table", "gokernel/internal/pb"},
 	"gokernel/segment": {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table",
 		"gokernel/ivf", "gokernel/internal/pb", "gokernel/internal/bufpool", "gokernel/vecmath",
-		"gokernel/encode", "gokernel/vecdata", "gokernel/hnsw", "gokernel/policy", "gokernel/journal", "gokernel/btree", "gokernel/zonemap", "gokernel/bitmap"},
+		"gokernel/encode", "gokernel/vecdata", "gokernel/hnsw", "gokernel/policy", "gokernel/journal", "gokernel/btree", "gokernel/zonemap", "gokernel/bitmap", "gokernel/ngram"},
 	"gokernel/train":  {"gokernel/errkind", "gokernel/encode", "gokernel/ivf", "gokernel/vecdata", "gokernel/vecmath"},
 	"gokernel/encode": {"gokernel/errkind", "gokernel/ivf", "gokernel/lancefile", "gokernel/vecmath"},
 	"gokernel/modelio": {"gokernel/errkind", "gokernel/encode", "gokernel/ivf", "gokernel/lancefile",
@@ -48,7 +49,7 @@ var allowed = map[string][]string{
 	"gokernel/search":             {"gokernel/errkind", "gokernel/encode", "gokernel/ivf", "gokernel/lancefile", "gokernel/vecmath"},
 	"gokernel/verify": {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table",
 		"gokernel/ivf", "gokernel/internal/pb", "gokernel/vecmath", "gokernel/encode", "gokernel/vecdata",
-		"gokernel/modelio", "gokernel/search", "gokernel/segment", "gokernel/btree", "gokernel/zonemap", "gokernel/bitmap"},
+		"gokernel/modelio", "gokernel/search", "gokernel/segment", "gokernel/btree", "gokernel/zonemap", "gokernel/bitmap", "gokernel/ngram"},
 }
 
 func repoRoot(t *testing.T) string {
