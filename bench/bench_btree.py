@@ -1,7 +1,8 @@
-"""BTREE merge against pylance 14.0.2 (issue 26), on the same data, in
-one run.
+"""Scalar index merges against pylance 14.0.2 (issue 26), on the same
+data, in one run.
 
-pylance writes a table with an int64 BTREE index and ``--deltas`` appends,
+pylance writes a table with a scalar index (``--kind``: an int64 or a
+string BTREE, a string BITMAP, an NGRAM over text) and ``--deltas`` appends,
 each indexed by ``optimize_indices(num_indices_to_merge=0)`` (one delta
 segment per append). Then, each on a fresh copy, in fresh processes:
 
@@ -36,10 +37,22 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
+#: kind -> (index type, what the keys are, filters both merged tables answer)
+KINDS = {
+    "btree": ("BTREE", "int64 keys (1% null)", ["k = 12345", "k > 999000000", "k BETWEEN -1000000 AND 1000000", "k IS NULL"]),
+    "btree-string": ("BTREE", "string keys of many values (FSST in pylance's pages, 1% null)",
+                     ["k = 'customer-000012345'", "k > 'customer-99'", "k BETWEEN 'customer-1000' AND 'customer-1001'", "k IS NULL"]),
+    "bitmap": ("BITMAP", "string keys of 2,000 values (1% null)", ["k = 'key-17'", "k IN ('key-1', 'key-1999')", "k IS NULL"]),
+    "ngram": ("NGRAM", "short text", ["contains(k, 'lph')", "contains(k, 'a 12')"]),
+}
+WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "theta", "kappa"]
+
 PRESETS = {
     "smoke": {"rows": 200_000, "deltas": 20, "repeats": 1},
     "default": {"rows": 10_000_000, "deltas": 200, "repeats": 2},
     "large": {"rows": 50_000_000, "deltas": 1000, "repeats": 1},
+    # string keys and text cost pylance far more to write: a middle size
+    "medium": {"rows": 2_000_000, "deltas": 100, "repeats": 2},
 }
 
 CHILD = r"""
@@ -84,7 +97,22 @@ def _child(job: dict[str, Any]) -> dict[str, Any]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _build(uri: str, rows: int, deltas: int) -> None:
+def _keys(kind: str, rng: Any, start: int, n: int) -> Any:
+    import numpy as np
+    import pyarrow as pa
+
+    null = rng.random(n) < 0.01
+    if kind == "btree":
+        return pa.array(rng.integers(-(10**9), 10**9, n), mask=null)
+    if kind == "btree-string":
+        return pa.array([f"customer-{x:09d}" for x in rng.integers(0, 10**9, n)], mask=null)
+    if kind == "bitmap":
+        return pa.array([f"key-{x}" for x in rng.integers(0, 2000, n)], mask=null)
+    w = rng.integers(0, len(WORDS), n)
+    return pa.array([f"{WORDS[a]} {x % 1000} {WORDS[(a + 3) % len(WORDS)]}" for a, x in zip(w, np.arange(start, start + n))])
+
+
+def _build(uri: str, rows: int, deltas: int, kind: str = "btree") -> None:
     import lance
     import numpy as np
     import pyarrow as pa
@@ -93,11 +121,10 @@ def _build(uri: str, rows: int, deltas: int) -> None:
     per = rows // (deltas + 1)
 
     def table(start: int) -> pa.Table:
-        keys = rng.integers(-(10**9), 10**9, per)
-        return pa.table({"id": np.arange(start, start + per), "k": pa.array(keys, mask=rng.random(per) < 0.01)})
+        return pa.table({"id": np.arange(start, start + per), "k": _keys(kind, rng, start, per)})
 
     ds = lance.write_dataset(table(0), uri)
-    ds.create_scalar_index("k", "BTREE")
+    ds.create_scalar_index("k", KINDS[kind][0])
     for i in range(deltas):
         ds = lance.write_dataset(table(per * (i + 1)), uri, mode="append")
         ds.optimize.optimize_indices(index_names=["k_idx"], num_indices_to_merge=0)
@@ -117,14 +144,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="default", choices=sorted(PRESETS))
     ap.add_argument("--out", default=str(HERE / "results"))
+    ap.add_argument("--kind", default="btree", choices=sorted(KINDS))
     args = ap.parse_args()
     p = PRESETS[args.preset]
+    index_type, what, filters = KINDS[args.kind]
     import lance
 
     with tempfile.TemporaryDirectory(prefix="btree-") as tmp:
         src = os.path.join(tmp, "src")
         t0 = time.perf_counter()
-        _build(src, p["rows"], p["deltas"])
+        _build(src, p["rows"], p["deltas"], args.kind)
         build_s = time.perf_counter() - t0
         files = _index_files(src)
         in_bytes = sum(os.path.getsize(f) for f in files)
@@ -139,16 +168,15 @@ def main() -> int:
                        "files": [f.replace(src, dst) for f in files], "out": os.path.join(tmp, f"floor{r}.bin")}
                 runs[kind].append(_child(job))
         a, b = lance.dataset(os.path.join(tmp, "ours0")), lance.dataset(os.path.join(tmp, "pylance0"))
-        filters = ["k = 12345", "k > 999000000", "k BETWEEN -1000000 AND 1000000", "k IS NULL"]
         same = all(sorted(a.to_table(filter=f, columns=["id"])["id"].to_pylist()) == sorted(b.to_table(filter=f, columns=["id"])["id"].to_pylist())
                    for f in filters)
         segs = {n: len([s for d in lance.dataset(os.path.join(tmp, f"{n}0")).describe_indices() if d.name == "k_idx" for s in d.segments])
                 for n in ("ours", "pylance")}
     best = {k: min(v, key=lambda x: x["seconds"]) for k, v in runs.items()}
     lines = [
-        f"# BTREE merge, preset `{args.preset}`",
+        f"# {index_type} merge ({args.kind}), preset `{args.preset}`",
         "",
-        f"{platform.machine()}, {os.cpu_count()} cores, pylance {lance.__version__}; {p['rows']:,} int64 keys (1% null) in a base "
+        f"{platform.machine()}, {os.cpu_count()} cores, pylance {lance.__version__}; {p['rows']:,} rows of {what} in a base "
         f"and {p['deltas']} optimize deltas, {in_bytes / 2**20:.1f} MiB of index files; built in {build_s:.0f}s; best of {p['repeats']}.",
         "",
         "| run | seconds | ratio to pylance | ratio to floor | peak RSS (MiB) | segments after |",
@@ -162,9 +190,10 @@ def main() -> int:
     text = "\n".join(lines) + "\n"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"btree-{args.preset}-{time.strftime('%Y%m%d-%H%M%S')}"
+    prefix = "btree" if args.kind == "btree" else args.kind
+    stem = out / f"{prefix}-{args.preset}-{time.strftime('%Y%m%d-%H%M%S')}"
     stem.with_suffix(".md").write_text(text)
-    stem.with_suffix(".json").write_text(json.dumps({"preset": p, "runs": runs, "same": same, "input_bytes": in_bytes}, indent=1))
+    stem.with_suffix(".json").write_text(json.dumps({"preset": p, "kind": args.kind, "runs": runs, "same": same, "input_bytes": in_bytes}, indent=1))
     print(text)
     return 0 if same else 1
 

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/kway"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
@@ -284,9 +285,7 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 			h = append(h, c)
 		}
 	}
-	for i := len(h)/2 - 1; i >= 0; i-- {
-		siftDown(h, i, less)
-	}
+	kway.Heapify(h, less)
 	name := table.IndicesDir + opts.IndexUUID.String() + "/" + FileName
 	w, err := newKeyWriter(ctx, st, name, first)
 	if err != nil {
@@ -328,7 +327,7 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 				h[0] = h[len(h)-1]
 				h = h[:len(h)-1]
 			}
-			siftDown(h, 0, less)
+			kway.SiftDown(h, 0, less)
 		}
 		// Each input's rows are filtered by its own keep, then the
 		// inputs' entries joined.
@@ -390,24 +389,6 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 	}
 	res.Files, res.KeysWritten = files, w.keys
 	return res, nil
-}
-
-func siftDown(h []*cursor, i int, less func(a, b *cursor) bool) {
-	for {
-		l := 2*i + 1
-		if l >= len(h) {
-			return
-		}
-		j := l
-		if r := l + 1; r < len(h) && less(h[r], h[l]) {
-			j = r
-		}
-		if !less(h[j], h[i]) {
-			return
-		}
-		h[i], h[j] = h[j], h[i]
-		i = j
-	}
 }
 
 // joinEntries joins the row-map entries of one key (from inputs over

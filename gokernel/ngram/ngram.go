@@ -23,6 +23,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/kway"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
@@ -118,24 +119,6 @@ func before(a, b *cursor) bool {
 		return ta < tb
 	}
 	return a.order < b.order
-}
-
-func siftDown(h []*cursor, i int) {
-	for {
-		l := 2*i + 1
-		if l >= len(h) {
-			return
-		}
-		j := l
-		if r := l + 1; r < len(h) && before(h[r], h[l]) {
-			j = r
-		}
-		if !before(h[j], h[i]) {
-			return
-		}
-		h[i], h[j] = h[j], h[i]
-		i = j
-	}
 }
 
 // DecodePosting parses a posting list (errkind.Corrupt when it is not a
@@ -262,9 +245,7 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 			h = append(h, c)
 		}
 	}
-	for i := len(h)/2 - 1; i >= 0; i-- {
-		siftDown(h, i)
-	}
+	kway.Heapify(h, before)
 	// advance moves h[0] to its next row and restores the heap.
 	advance := func() error {
 		c := h[0]
@@ -279,7 +260,7 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 			}
 		}
 		if len(h) > 0 {
-			siftDown(h, 0)
+			kway.SiftDown(h, 0, before)
 		}
 		return nil
 	}

@@ -133,11 +133,7 @@ func Build(ctx context.Context, st storage.Store, snap *table.Snapshot, model *e
 	out, err := b.run(ctx)
 	b.cleanupSpill()
 	if err != nil {
-		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		for _, name := range []string{ivf.AuxiliaryFileName, ivf.IndexFileName} {
-			_ = st.Delete(cleanup, dir+name)
-		}
+		removeOutput(ctx, st, dir, ivf.AuxiliaryFileName, ivf.IndexFileName)
 		return nil, err
 	}
 	return buildIndexMetadata(id, snap, opts, model, col, out)

@@ -194,12 +194,7 @@ func Merge(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []
 	}
 	out, err := (&merger{st: st, snap: snap, srcs: srcs, m: m, opts: opts, dir: dir}).run(ctx)
 	if err != nil {
-		// Remove the partial output, even when ctx is cancelled.
-		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		for _, name := range []string{ivf.AuxiliaryFileName, ivf.IndexFileName} {
-			_ = st.Delete(cleanup, dir+name)
-		}
+		removeOutput(ctx, st, dir, ivf.AuxiliaryFileName, ivf.IndexFileName)
 		return nil, err
 	}
 	return buildMetadata(id, metas, out)

@@ -131,17 +131,23 @@ func mergeBTree(ctx context.Context, st storage.Store, snap *table.Snapshot, met
 	opts.Progress.SetStage("merge")
 	res, err := btree.Merge(ctx, st, metas, btree.MergeOptions{IndexUUID: id.String(), Keep: keep})
 	if err != nil {
-		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		for _, name := range []string{btree.DataFile, btree.LookupFile} {
-			_ = st.Delete(cleanup, dir+name)
-		}
+		removeOutput(ctx, st, dir, btree.DataFile, btree.LookupFile)
 		return nil, err
 	}
 	opts.Progress.RowsRead.Add(int64(res.RowsRead))
 	opts.Progress.RowsWritten.Add(int64(res.RowsWritten))
 	opts.Progress.SetStage("done")
 	return mergedEntry(id, metas, res.Files)
+}
+
+// removeOutput removes the named files of a failed merge's or build's
+// output under dir, even when ctx is cancelled.
+func removeOutput(ctx context.Context, st storage.Store, dir string, names ...string) {
+	cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	for _, name := range names {
+		_ = st.Delete(cleanup, dir+name)
+	}
 }
 
 // MergeableTypes are the index types other than vector ones that merges
@@ -180,9 +186,7 @@ func mergeZoneMap(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 	opts.Progress.SetStage("merge")
 	files, _, err := zonemap.Merge(ctx, st, metas, id, func(f uint32) bool { return current[f] })
 	if err != nil {
-		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		_ = st.Delete(cleanup, dir+zonemap.FileName)
+		removeOutput(ctx, st, dir, zonemap.FileName)
 		return nil, err
 	}
 	opts.Progress.SetStage("done")
@@ -223,9 +227,7 @@ func mergeBitmap(ctx context.Context, st storage.Store, snap *table.Snapshot, me
 	opts.Progress.SetStage("merge")
 	res, err := bitmap.Merge(ctx, st, metas, bitmap.MergeOptions{IndexUUID: id, Keep: keep})
 	if err != nil {
-		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		_ = st.Delete(cleanup, dir+bitmap.FileName)
+		removeOutput(ctx, st, dir, bitmap.FileName)
 		return nil, err
 	}
 	opts.Progress.RowsRead.Add(int64(res.KeysRead))
@@ -254,9 +256,7 @@ func mergeNgram(ctx context.Context, st storage.Store, snap *table.Snapshot, met
 	opts.Progress.SetStage("merge")
 	res, err := ngram.Merge(ctx, st, metas, ngram.MergeOptions{IndexUUID: id, Keep: keep})
 	if err != nil {
-		cleanup, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		_ = st.Delete(cleanup, dir+ngram.FileName)
+		removeOutput(ctx, st, dir, ngram.FileName)
 		return nil, err
 	}
 	opts.Progress.RowsRead.Add(int64(res.TokensRead))

@@ -34,22 +34,10 @@ func verifyBTree(ctx context.Context, st storage.Store, snap *table.Snapshot, im
 	if !checkFiles(ctx, ist, im, sr) {
 		return sr, nil
 	}
-	covered := map[uint32]bool{}
-	for _, f := range sr.FragmentIDs {
-		covered[f] = true
-	}
-	res, err := btree.Check(ctx, ist, im, func(id uint64) bool { return covered[uint32(id>>32)] })
-	if err != nil {
-		if ctx.Err() != nil || errkind.Tag(err) == "io" {
-			return nil, err
-		}
-		damage := DamageUnreadable
-		if errors.Is(err, errkind.Unsupported) {
-			sr.add(Check{Name: "structure", Verdict: Skipped, Message: err.Error()})
-			return sr, nil
-		}
-		sr.add(Check{Name: "structure", Verdict: Failed, Damage: damage, Message: err.Error()})
-		return sr, nil
+	covered := coverage(sr)
+	res, err := btree.Check(ctx, ist, im, func(id uint64) bool { return covered(uint32(id >> 32)) })
+	if done, err := checkError(ctx, sr, err); done {
+		return sr, err
 	}
 	sr.NumRows = res.Rows
 	order, ids := splitProblems(res.Problems)
@@ -69,6 +57,33 @@ func verifyBTree(ctx context.Context, st storage.Store, snap *table.Snapshot, im
 		sr.add(Check{Name: "row_ids", Verdict: OK, Message: "every row id is unique and of a fragment the segment covers"})
 	}
 	return sr, nil
+}
+
+// coverage says whether a fragment is one the segment covers.
+func coverage(sr *SegmentReport) func(uint32) bool {
+	frags := make(map[uint32]bool, len(sr.FragmentIDs))
+	for _, f := range sr.FragmentIDs {
+		frags[f] = true
+	}
+	return func(f uint32) bool { return frags[f] }
+}
+
+// checkError files the error of a scalar check into sr: a layout we do
+// not know skips the structure check, a file that does not read fails it.
+// done says whether the check stops there; the error returned is one
+// outside the segment (I/O, cancellation), for the caller to return.
+func checkError(ctx context.Context, sr *SegmentReport, err error) (done bool, outside error) {
+	switch {
+	case err == nil:
+		return false, nil
+	case ctx.Err() != nil || errkind.Tag(err) == "io":
+		return true, err
+	case errors.Is(err, errkind.Unsupported):
+		sr.add(Check{Name: "structure", Verdict: Skipped, Message: err.Error()})
+	default:
+		sr.add(Check{Name: "structure", Verdict: Failed, Damage: DamageUnreadable, Message: err.Error()})
+	}
+	return true, nil
 }
 
 // splitProblems splits a scalar check's problems (btree.Problem,
@@ -100,23 +115,14 @@ func verifyZoneMap(ctx context.Context, st storage.Store, snap *table.Snapshot, 
 	if !checkFiles(ctx, ist, im, sr) {
 		return sr, nil
 	}
-	covered := map[uint32]bool{}
-	for _, f := range sr.FragmentIDs {
-		covered[f] = true
+	z, problems, err := zonemap.Check(ctx, ist, im, coverage(sr))
+	if done, err := checkError(ctx, sr, err); done {
+		return sr, err
 	}
-	z, problems, err := zonemap.Check(ctx, ist, im, func(f uint32) bool { return covered[f] })
-	switch {
-	case err != nil && (ctx.Err() != nil || errkind.Tag(err) == "io"):
-		return nil, err
-	case errors.Is(err, errkind.Unsupported):
-		sr.add(Check{Name: "structure", Verdict: Skipped, Message: err.Error()})
-	case err != nil:
-		sr.add(Check{Name: "structure", Verdict: Failed, Damage: DamageUnreadable, Message: err.Error()})
-	case len(problems) > 0:
-		sr.NumRows = z.Rows
+	sr.NumRows = z.Rows
+	if len(problems) > 0 {
 		sr.add(Check{Name: "structure", Verdict: Failed, Damage: DamageZones, Message: strings.Join(problems, "; ")})
-	default:
-		sr.NumRows = z.Rows
+	} else {
 		sr.add(Check{Name: "structure", Verdict: OK, Numbers: map[string]float64{"zones": float64(z.Zones), "rows": float64(z.Rows)},
 			Message: fmt.Sprintf("%d zones over %d rows, in fragment order, none over %d rows", z.Zones, z.Rows, z.RowsPerZone)})
 	}
@@ -140,22 +146,11 @@ func verifyBitmap(ctx context.Context, st storage.Store, snap *table.Snapshot, i
 	}
 	var covered func(uint32) bool
 	if !snap.HasStableRowIDs() { // else row maps hold stable ids, whose high halves are not fragments
-		frags := map[uint32]bool{}
-		for _, f := range sr.FragmentIDs {
-			frags[f] = true
-		}
-		covered = func(f uint32) bool { return frags[f] }
+		covered = coverage(sr)
 	}
 	res, err := bitmap.Check(ctx, ist, im, covered, typ == "BITMAP")
-	switch {
-	case err != nil && (ctx.Err() != nil || errkind.Tag(err) == "io"):
-		return nil, err
-	case errors.Is(err, errkind.Unsupported):
-		sr.add(Check{Name: "structure", Verdict: Skipped, Message: err.Error()})
-		return sr, nil
-	case err != nil:
-		sr.add(Check{Name: "structure", Verdict: Failed, Damage: DamageUnreadable, Message: err.Error()})
-		return sr, nil
+	if done, err := checkError(ctx, sr, err); done {
+		return sr, err
 	}
 	if typ == "BITMAP" {
 		sr.NumRows = res.Rows
@@ -201,22 +196,11 @@ func verifyNgram(ctx context.Context, st storage.Store, snap *table.Snapshot, im
 	}
 	var covered func(uint32) bool
 	if !snap.HasStableRowIDs() {
-		frags := map[uint32]bool{}
-		for _, f := range sr.FragmentIDs {
-			frags[f] = true
-		}
-		covered = func(f uint32) bool { return frags[f] }
+		covered = coverage(sr)
 	}
 	res, err := ngram.Check(ctx, ist, im, covered)
-	switch {
-	case err != nil && (ctx.Err() != nil || errkind.Tag(err) == "io"):
-		return nil, err
-	case errors.Is(err, errkind.Unsupported):
-		sr.add(Check{Name: "structure", Verdict: Skipped, Message: err.Error()})
-		return sr, nil
-	case err != nil:
-		sr.add(Check{Name: "structure", Verdict: Failed, Damage: DamageUnreadable, Message: err.Error()})
-		return sr, nil
+	if done, err := checkError(ctx, sr, err); done {
+		return sr, err
 	}
 	order, ids := splitProblems(res.Problems)
 	nums := map[string]float64{"tokens": float64(res.Tokens), "rows": float64(res.Rows)}
