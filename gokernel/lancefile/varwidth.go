@@ -47,6 +47,9 @@ func (r *Reader) readVariable21(ctx context.Context, pg *pageIO, layout *enc21.P
 		if rd.hasList || l.AllNullLayout.InlineValue != nil || l.AllNullLayout.GetDefCompression() != nil {
 			return nil, fmt.Errorf("%w: constant %s page other than all-null", errkind.Unsupported, t)
 		}
+		if !rd.itemNullable {
+			return r.readVarConstant(ctx, pg, t, b-a)
+		}
 		n := b - a
 		return &Array{Type: t, Len: n, Offsets: make([]int64, n+1), Values: []byte{}, Validity: make([]byte, (n+7)/8)}, nil
 	case nil:
@@ -55,6 +58,46 @@ func (r *Reader) readVariable21(ctx context.Context, pg *pageIO, layout *enc21.P
 		return nil, fmt.Errorf("%w: page layout %T for %s", errkind.Unsupported, l, t)
 	}
 }
+
+// readVarConstant reads n rows of a page whose every row holds one value
+// (pylance 14.0.2 writes such a page, without levels or an inline value,
+// when all its values are equal): page buffer 0 is a u32 count of buffers
+// (2), their u32 sizes, then the two buffers: the value's two offsets
+// (u32, or u64 for the large types) and its bytes.
+func (r *Reader) readVarConstant(ctx context.Context, pg *pageIO, t DataType, n int) (*Array, error) {
+	if pg.numBuffers() < 1 {
+		return nil, fmt.Errorf("%w: constant %s page without a value buffer", errkind.Corrupt, t)
+	}
+	raw, err := pg.whole(ctx, 0)
+	if err != nil {
+		return nil, err
+	}
+	if len(raw) < 12 || binary.LittleEndian.Uint32(raw) != 2 {
+		return nil, fmt.Errorf("%w: constant %s value buffer of %d bytes (not two buffers)", errkind.Unsupported, t, len(raw))
+	}
+	offSize, valSize := uint64(binary.LittleEndian.Uint32(raw[4:])), uint64(binary.LittleEndian.Uint32(raw[8:]))
+	if 12+offSize+valSize != uint64(len(raw)) || (offSize != 8 && offSize != 16) {
+		return nil, fmt.Errorf("%w: constant %s value: buffers of %d and %d bytes in %d", errkind.Corrupt, t, offSize, valSize, len(raw))
+	}
+	w := int(offSize / 2)
+	offs, val := raw[12:12+offSize], raw[12+offSize:]
+	lo, hi := readWordN(offs, 0, w), readWordN(offs, 1, w)
+	if lo > hi || hi > uint64(len(val)) {
+		return nil, fmt.Errorf("%w: constant %s value at [%d,%d) of %d bytes", errkind.Corrupt, t, lo, hi, len(val))
+	}
+	v := val[lo:hi]
+	if uint64(n)*uint64(len(v)) > maxConstantBytes {
+		return nil, fmt.Errorf("%w: %d rows of a %d-byte constant", errkind.Unsupported, n, len(v))
+	}
+	vb := newVarBuilder(t, n)
+	for range n {
+		vb.add(v, true)
+	}
+	return vb.finish(), nil
+}
+
+// maxConstantBytes bounds what a constant page expands to in memory.
+const maxConstantBytes = 1 << 30
 
 // offsetBits is the width of the offsets of an uncompressed Variable
 // encoding, or 0 when e is some other encoding.

@@ -144,8 +144,11 @@ func DecodePosting(b []byte) (bm *roaring64.Bitmap, err error) {
 type MergeOptions struct {
 	// IndexUUID names the output.
 	IndexUUID uuid.UUID
-	// Keep, when set, says which row addresses stay.
-	Keep func(rowID uint64) bool
+	// Keep, when set, says for each input which of its rows stay (row
+	// addresses, or stable row ids on datasets that have them: then each
+	// input keeps the live ids of its own fragments, since an updated row
+	// keeps its id in a newer fragment). Nil entries keep every row.
+	Keep []func(rowID uint64) bool
 }
 
 // Result is what Merge wrote.
@@ -264,7 +267,10 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 		}
 		return nil
 	}
-	var parts [][]byte
+	if opts.Keep != nil && len(opts.Keep) != len(segs) {
+		return nil, fmt.Errorf("%w: %d keep functions for %d ngram segments", errkind.InvalidInput, len(opts.Keep), len(segs))
+	}
+	var parts []part
 	for len(h) > 0 {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -273,13 +279,17 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 		parts = parts[:0]
 		for len(h) > 0 && h[0].token() == tok {
 			// Copied: the cursor's window is replaced when it refills.
-			parts = append(parts, append([]byte(nil), h[0].posting()...))
+			p := part{b: append([]byte(nil), h[0].posting()...)}
+			if opts.Keep != nil {
+				p.keep = opts.Keep[h[0].order]
+			}
+			parts = append(parts, p)
 			res.TokensRead++
 			if err := advance(); err != nil {
 				return nil, err
 			}
 		}
-		out, rows, err := joinPostings(parts, opts.Keep)
+		out, rows, err := joinPostings(parts)
 		if err != nil {
 			return nil, fmt.Errorf("token %d: %w", tok, err)
 		}
@@ -305,29 +315,36 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 	return res, nil
 }
 
-// joinPostings joins one token's posting lists and drops the rows keep
-// refuses. A single list with nothing to drop is copied as it is.
-func joinPostings(parts [][]byte, keep func(uint64) bool) ([]byte, uint64, error) {
+// part is one input's posting list of a token, and which of its rows
+// stay (nil: all).
+type part struct {
+	b    []byte
+	keep func(uint64) bool
+}
+
+// joinPostings joins one token's posting lists, each without the rows its
+// keep refuses. A single list with nothing to drop is copied as it is.
+func joinPostings(parts []part) ([]byte, uint64, error) {
 	acc := roaring64.New()
 	for _, p := range parts {
-		bm, err := DecodePosting(p)
+		bm, err := DecodePosting(p.b)
 		if err != nil {
 			return nil, 0, err
 		}
-		if len(parts) == 1 && keep == nil {
-			return p, bm.GetCardinality(), nil
+		if len(parts) == 1 && p.keep == nil {
+			return p.b, bm.GetCardinality(), nil
+		}
+		if p.keep != nil {
+			drop := roaring64.New()
+			it := bm.Iterator()
+			for it.HasNext() {
+				if id := it.Next(); !p.keep(id) {
+					drop.Add(id)
+				}
+			}
+			bm.AndNot(drop)
 		}
 		acc.Or(bm)
-	}
-	if keep != nil {
-		drop := roaring64.New()
-		it := acc.Iterator()
-		for it.HasNext() {
-			if id := it.Next(); !keep(id) {
-				drop.Add(id)
-			}
-		}
-		acc.AndNot(drop)
 	}
 	b, err := acc.ToBytes()
 	if err != nil {

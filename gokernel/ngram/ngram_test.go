@@ -3,6 +3,7 @@ package ngram
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/RoaringBitmap/roaring/v2/roaring64"
@@ -104,7 +105,7 @@ func TestMergeJoinsTokensAndDropsRows(t *testing.T) {
 	a, b := writeSegment(t, st, ta, ra, nil), writeSegment(t, st, tb, rb, nil)
 	out := uuid.New()
 	// Drop row 0 of fragment 0: tokens holding only it go.
-	res, err := Merge(ctx, st, []*pb.IndexMetadata{a, b}, MergeOptions{IndexUUID: out, Keep: func(id uint64) bool { return id != 0 }})
+	res, err := Merge(ctx, st, []*pb.IndexMetadata{a, b}, MergeOptions{IndexUUID: out, Keep: slices.Repeat([]func(uint64) bool{func(id uint64) bool { return id != 0 }}, 2)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -193,6 +193,29 @@ func mergeZoneMap(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 	return mergedEntry(id, metas, files)
 }
 
+// keepPerInput says, for each input covering frags[i], which of its rows
+// stay (nil: all of every input). Segments that hold row ids rather than
+// addresses (BITMAP, LABEL_LIST and NGRAM on datasets with stable row
+// ids) keep the live ids of their own fragments: an updated row keeps its
+// id in a newer fragment, where a newer segment holds its new value.
+func keepPerInput(ctx context.Context, st storage.Store, snap *table.Snapshot, frags [][]uint32) ([]func(uint64) bool, error) {
+	if snap.HasStableRowIDs() {
+		keep := make([]func(uint64) bool, len(frags))
+		for i := range frags {
+			var err error
+			if keep[i], err = liveRows(ctx, st, snap, frags[i], true); err != nil {
+				return nil, err
+			}
+		}
+		return keep, nil
+	}
+	k, err := liveRows(ctx, st, snap, slices.Concat(frags...), false)
+	if err != nil || k == nil {
+		return nil, err
+	}
+	return slices.Repeat([]func(uint64) bool{k}, len(frags)), nil
+}
+
 // mergeBitmap merges segments of a BITMAP or LABEL_LIST index (see
 // bitmap.Merge): the checks every merge applies, then a k-way merge by key
 // that keeps the live rows of snap (as mergeBTree does) and drops keys
@@ -202,23 +225,9 @@ func mergeBitmap(ctx context.Context, st storage.Store, snap *table.Snapshot, me
 	if err != nil {
 		return nil, err
 	}
-	var keep []func(uint64) bool
-	if snap.HasStableRowIDs() {
-		// Each input keeps the live ids of its own fragments.
-		keep = make([]func(uint64) bool, len(metas))
-		for i := range metas {
-			if keep[i], err = liveRows(ctx, st, snap, frags[i], true); err != nil {
-				return nil, err
-			}
-		}
-	} else {
-		k, err := liveRows(ctx, st, snap, slices.Concat(frags...), false)
-		if err != nil {
-			return nil, err
-		}
-		if k != nil {
-			keep = slices.Repeat([]func(uint64) bool{k}, len(metas))
-		}
+	keep, err := keepPerInput(ctx, st, snap, frags)
+	if err != nil {
+		return nil, err
 	}
 	id, dir, err := outputDir(ctx, st, opts.IndexUUID)
 	if err != nil {
@@ -238,14 +247,14 @@ func mergeBitmap(ctx context.Context, st storage.Store, snap *table.Snapshot, me
 
 // mergeNgram merges segments of an NGRAM index (see ngram.Merge): the
 // checks every merge applies, then a k-way merge by token that keeps the
-// live rows of snap and drops tokens left without rows. Datasets with
-// stable row ids are refused: which ids pylance writes into NGRAM
-// postings there is not proven.
+// live rows of snap (as mergeBitmap does: NGRAM postings hold stable row
+// ids on datasets that have them) and drops tokens left without rows.
 func mergeNgram(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, opts MergeOptions) (*pb.IndexMetadata, error) {
-	if snap.HasStableRowIDs() {
-		return nil, fmt.Errorf("%w: NGRAM segments of a dataset with stable row ids (pylance's optimize_indices merges them)", errkind.Unsupported)
+	frags, err := checkedRows(snap, metas, "NGRAM")
+	if err != nil {
+		return nil, err
 	}
-	keep, err := checkedLiveRows(ctx, st, snap, metas, "NGRAM")
+	keep, err := keepPerInput(ctx, st, snap, frags)
 	if err != nil {
 		return nil, err
 	}

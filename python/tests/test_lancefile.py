@@ -198,6 +198,25 @@ def test_read_pylance_string_dictionaries(tmp_path, version):
     check_file(path, tbl, [(0, n), (1, 2), (4095, 4097), (1000, 14100), (n - 3, n)])
 
 
+@pytest.mark.parametrize("version", ["2.1", "2.2"])
+def test_read_pylance_constant_strings(tmp_path, version):
+    # One value in every row: pylance 14.0.2 writes 2.2 files a constant page
+    # whose buffer holds the value as two buffers (its offsets, its bytes);
+    # 2.1 files store such a column as usual.
+    n = 3000
+    tbl = pa.table({
+        "s": pa.array(["the same value ü"] * n),
+        "ls": pa.array(["x" * 300] * n, pa.large_string()),
+        "b": pa.array([b"\x00\x01"] * n, pa.binary()),
+    })
+    path = str(tmp_path / f"c{version}.lance")
+    write(path, tbl, version)
+    layouts = [str(c.pages[0].encoding) for c in LanceFileReader(path).metadata().columns]
+    if version == "2.2":
+        assert all("ConstantLayout" in x and "inline_value: None" in x for x in layouts), layouts[0][:300]
+    check_file(path, tbl, [(0, n), (5, 6), (100, 2900)])
+
+
 def test_lists_of_strings_are_unsupported(tmp_path):
     # A layout this reader does not decode is UnsupportedError, never a claim
     # that the file is damaged.

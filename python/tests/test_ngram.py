@@ -103,12 +103,37 @@ def test_plan_merge_commit_by_hand_then_delta_then_maintain(pair):
     lance.dataset(ours).validate()
 
 
-def test_stable_row_ids_are_refused_untouched(tmp_path):
-    uri = str(tmp_path / "t")
-    ds = lance.write_dataset(_table(0, 0), uri, enable_stable_row_ids=True)
+def test_stable_row_ids_updates_and_deletes(tmp_path):
+    """On a dataset with stable row ids pylance 14.0.2 writes stable ids
+    into NGRAM postings (a delta over fragment 2 holds ids of "fragment"
+    0). An update moves a row to a new fragment with the same id: only the
+    input covering the new fragment still owns it, so the old text's
+    tokens drop it; deleted rows are dropped too. pylance then answers as
+    after its own merge."""
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+
+    def tab(start: int, n: int, word: str = "") -> pa.Table:
+        k = np.arange(start, start + n)
+        return pa.table({"id": pa.array(k), "s": pa.array([f"{word or WORDS[x % 10]} {x % 97}" for x in k])})
+
+    ds = lance.write_dataset(tab(0, 1500), ours, enable_stable_row_ids=True)
     ds.create_scalar_index("s", "NGRAM")
-    lance.write_dataset(_table(ROWS, 1), uri, mode="append").optimize.optimize_indices(num_indices_to_merge=0)
-    v = lance.dataset(uri).version
-    with pytest.raises(ls.UnsupportedError, match="stable row ids"):
-        ls.optimize(uri, "s_idx", progress=False)
-    assert lance.dataset(uri).version == v
+    for a in range(2):
+        lance.write_dataset(tab(1500 + 500 * a, 500), ours, mode="append")
+        lance.dataset(ours).optimize.optimize_indices(num_indices_to_merge=0)
+    delta = ls.open(ours).list_index_segments("s_idx")[-1]
+    postings = LanceFileReader(f"{ours}/_indices/{delta.uuid}/ngram_postings.lance").read_all().to_table()["posting_list"].to_pylist()
+    assert list(delta.fragment_ids) == [2] and {int.from_bytes(p[8:12], "little") for p in postings} == {0}
+    lance.dataset(ours).merge_insert("id").when_matched_update_all().execute(tab(100, 200, word="quokka"))
+    lance.dataset(ours).optimize.optimize_indices(num_indices_to_merge=0)
+    lance.dataset(ours).delete("id % 11 = 0")
+    shutil.copytree(ours, theirs)
+    lance.dataset(theirs).optimize.optimize_indices(num_indices_to_merge=10)
+    ls.optimize(ours, "s_idx", fan_in=2, progress=False)
+    assert len(ls.open(ours).list_index_segments("s_idx")) == 1
+    filters = ["contains(s, 'quok')", "contains(s, 'alpha')", "contains(s, 'mma 1')", "contains(s, 'lambda 9')"]
+    got = {f: sorted(lance.dataset(ours).to_table(filter=f, columns=["id"])["id"].to_pylist()) for f in filters}
+    assert got == {f: sorted(lance.dataset(theirs).to_table(filter=f, columns=["id"])["id"].to_pylist()) for f in filters}
+    assert got["contains(s, 'quok')"] == [i for i in range(100, 300) if i % 11]
+    checks = {c.name: c.verdict for c in ls.verify_index(ours, "s_idx").segments[0].checks}
+    assert checks["structure"] == "ok" and checks["row_ids"] == "skipped"
