@@ -53,8 +53,8 @@ func (s *Segment) Close() {
 }
 
 // Open opens a segment and checks its shape: errkind.Unsupported for a key
-// type merges do not order (or a string column pylance compressed, which
-// the file reader refuses when read), errkind.Corrupt for a file that
+// type merges do not order (or a page layout the file reader refuses when
+// read), errkind.Corrupt for a file that
 // contradicts itself.
 func Open(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Segment, error) {
 	s, err := open(ctx, st, im)

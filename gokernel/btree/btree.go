@@ -5,8 +5,9 @@
 //
 //   - page_data.lance: columns "values" (the key type, nullable) and "ids"
 //     (uint64 row ids), every row of the segment sorted by value, nulls
-//     first (floats in total order, strings and binary by their bytes); page i is rows [i*B, (i+1)*B), B the
-//     batch size, only the last page shorter;
+//     first (floats in total order, strings and binary by their bytes);
+//     page i is rows [i*B, (i+1)*B), B the batch size, only the last page
+//     shorter;
 //   - page_lookup.lance: one row per page: "min" and "max" (the page's first
 //     and last values, so null when the page starts with nulls), "null_count"
 //     (uint32) and "page_idx" (uint32); schema metadata "batch_size" (B,
