@@ -40,7 +40,7 @@ func newColWriter(w *Writer, f *Field) (*colWriter, error) {
 		if len(f.Children) != 1 || f.Children[0].Type.ValueBits() == 0 || f.Children[0].Type.ValueBits()%8 != 0 {
 			return nil, fmt.Errorf("%w: lancefile: writing list field %q of %v", errkind.Unsupported, f.Name, f.Children)
 		}
-	case f.Type.Kind == KindBinary:
+	case f.Type.Kind == KindBinary || f.Type.Kind == KindBool:
 		if w.opts.Version == V2_0 {
 			return nil, fmt.Errorf("%w: lancefile: writing %s field %q in a 2.0 file", errkind.Unsupported, f.Type, f.Name)
 		}
@@ -228,7 +228,7 @@ func (c *colWriter) pageRefs(i int, url string, enc proto.Message, refs []bufRef
 // the output chunk by chunk, so a page costs about one copy of its bytes.
 
 func (c *colWriter) streamable() bool {
-	if isList(c.f.Type) || c.f.Type.Kind == KindBinary {
+	if isList(c.f.Type) || c.f.Type.Kind == KindBinary || c.f.Type.Kind == KindBool {
 		return false
 	}
 	for _, a := range c.pending {
@@ -522,6 +522,9 @@ func (c *colWriter) flush21(a *Array, firstRow uint64) error {
 	if t.Kind == KindBinary {
 		return c.binaryPage21(a, firstRow)
 	}
+	if t.Kind == KindBool {
+		return c.boolPage21(a, firstRow)
+	}
 	nulls := a.Validity != nil && a.NullCount() > 0
 	layers := []enc21.RepDefLayer{enc21.RepDefLayer_REPDEF_ALL_VALID_ITEM}
 	if nulls {
@@ -568,6 +571,37 @@ func (c *colWriter) flush21(a *Array, firstRow uint64) error {
 		chunks = append(chunks, ch)
 	}
 	l := &enc21.MiniBlockLayout{ValueCompression: valueCompression(t), Layers: layers, NumBuffers: 1, NumItems: uint64(a.Len)}
+	if def != nil {
+		l.DefCompression = flat21(16)
+	}
+	return c.miniBlockPage(l, chunks, nil, a.Len, firstRow)
+}
+
+// boolPage21 writes bools as pylance 14.0.2 does: a mini-block page of
+// 1-bit Flat values, chunks of up to 4,096 values (512 bytes), with u16
+// definition levels when the page has nulls.
+func (c *colWriter) boolPage21(a *Array, firstRow uint64) error {
+	layers := []enc21.RepDefLayer{enc21.RepDefLayer_REPDEF_ALL_VALID_ITEM}
+	var def []uint16
+	if a.Validity != nil && a.NullCount() > 0 {
+		layers[0] = enc21.RepDefLayer_REPDEF_NULLABLE_ITEM
+		def = make([]uint16, a.Len)
+		for i := range def {
+			if !a.IsValid(i) {
+				def[i] = 1
+			}
+		}
+	}
+	var chunks []miniChunk
+	for lo := 0; lo < a.Len; lo += maxChunkValues {
+		hi := min(lo+maxChunkValues, a.Len)
+		ch := miniChunk{values: hi - lo, data: packBools(a.Values[lo:hi])}
+		if def != nil {
+			ch.def, ch.levels = def[lo:hi], hi-lo
+		}
+		chunks = append(chunks, ch)
+	}
+	l := &enc21.MiniBlockLayout{ValueCompression: flat21(1), Layers: layers, NumBuffers: 1, NumItems: uint64(a.Len)}
 	if def != nil {
 		l.DefCompression = flat21(16)
 	}

@@ -144,6 +144,9 @@ func maybeDecompress(bc *enc21.BufferCompression, b []byte) ([]byte, error) {
 }
 
 func flatValues(b []byte, bits, valueBits, n int) (chunkValues, error) {
+	if bits == 1 && valueBits == 8 {
+		return unpackBools(b, n)
+	}
 	if bits != valueBits || bits%8 != 0 {
 		return chunkValues{}, fmt.Errorf("%w: flat %d-bit values for a %d-bit column", errkind.Unsupported, bits, valueBits)
 	}
@@ -248,4 +251,28 @@ func fixedWidthBits(e *enc21.CompressiveEncoding) int {
 		return int(c.FixedSizeList.GetItemsPerValue()) * fixedWidthBits(c.FixedSizeList.GetValues())
 	}
 	return 0
+}
+
+// unpackBools expands n bits (least significant first, Arrow's order) to a
+// byte each: bools, the only 8-bit kind stored as 1-bit Flat values.
+func unpackBools(b []byte, n int) (chunkValues, error) {
+	if n < 0 || len(b) < (n+7)/8 {
+		return chunkValues{}, fmt.Errorf("%w: %d bytes of bits for %d values", errkind.Corrupt, len(b), n)
+	}
+	out := make([]byte, n)
+	for i := range out {
+		out[i] = b[i/8] >> (i % 8) & 1
+	}
+	return chunkValues{values: out}, nil
+}
+
+// packBools packs bytes (0 or not) to bits, least significant first.
+func packBools(v []byte) []byte {
+	out := make([]byte, (len(v)+7)/8)
+	for i, x := range v {
+		if x != 0 {
+			out[i/8] |= 1 << (i % 8)
+		}
+	}
+	return out
 }

@@ -48,6 +48,9 @@ var primitiveNames = map[Kind]string{
 // primitiveBits is indexed by Kind (an array, not a map: ValueBits is on
 // the per-piece path of every merge).
 var primitiveBits = [KindBinary + 1]int{
+	// A bool is held as one byte (0 or 1) in an Array, and stored as one
+	// bit (Flat of 1 bit, least significant first).
+	KindBool: 8,
 	KindInt8: 8, KindInt16: 16, KindInt32: 32, KindInt64: 64,
 	KindUint8: 8, KindUint16: 16, KindUint32: 32, KindUint64: 64,
 	KindFloat16: 16, KindFloat32: 32, KindFloat64: 64,

@@ -55,14 +55,14 @@ def rows_of_arrow(arr: pa.Array) -> list[Any]:
                 iv = tuple(item_valid[i * d : (i + 1) * d])
                 out.append((v, iv) if not all(iv) else v)
         return out
-    vals = np.asarray(arr.fill_null(0).to_numpy(zero_copy_only=False), dtype=_np_dtype(t))
+    vals = np.asarray(arr.fill_null(_zero(t)).to_numpy(zero_copy_only=False), dtype=_np_dtype(t))
     valid = np.ones(len(arr), bool) if arr.null_count == 0 else ~np.asarray(arr.is_null())
     return [vals[i : i + 1].tobytes() if valid[i] else None for i in range(len(arr))]
 
 
 def _width(type_str: str) -> int:
     prim = {"uint8": 1, "int8": 1, "uint16": 2, "int16": 2, "halffloat": 2, "uint32": 4, "int32": 4,
-            "float": 4, "uint64": 8, "int64": 8, "double": 8}
+            "float": 4, "uint64": 8, "int64": 8, "double": 8, "bool": 1}
     if type_str.startswith("fixed_size_list:"):
         _, elem, n = type_str.rsplit(":", 2)[0].split(":", 1)[0], type_str.split(":")[1], type_str.split(":")[-1]
         return prim[elem] * int(n)
@@ -117,7 +117,7 @@ def assert_same(arrow: pa.Array, go_col: dict[str, Any], label: str = "") -> Non
 _LOGICAL = {
     pa.uint8(): "uint8", pa.int8(): "int8", pa.uint16(): "uint16", pa.int16(): "int16",
     pa.uint32(): "uint32", pa.int32(): "int32", pa.uint64(): "uint64", pa.int64(): "int64",
-    pa.float16(): "halffloat", pa.float32(): "float", pa.float64(): "double",
+    pa.float16(): "halffloat", pa.float32(): "float", pa.float64(): "double", pa.bool_(): "bool",
 }
 
 
@@ -137,6 +137,10 @@ def _is_var(t: pa.DataType) -> bool:
     return pa.types.is_binary(t) or pa.types.is_string(t) or pa.types.is_large_binary(t) or pa.types.is_large_string(t)
 
 
+def _zero(t: pa.DataType) -> Any:
+    return False if pa.types.is_boolean(t) else 0
+
+
 def _validity_bytes(arr: pa.Array) -> Optional[bytes]:
     if arr.null_count == 0:
         return None
@@ -152,7 +156,7 @@ def _fixed_values(arr: pa.Array) -> bytes:
         vals = np.asarray(arr.values.fill_null(0).to_numpy(zero_copy_only=False), dtype=_np_dtype(t.value_type))
         del flat
         return vals[arr.offset * t.list_size : (arr.offset + len(arr)) * t.list_size].tobytes()
-    return np.asarray(arr.fill_null(0).to_numpy(zero_copy_only=False), dtype=_np_dtype(t)).tobytes()
+    return np.asarray(arr.fill_null(_zero(t)).to_numpy(zero_copy_only=False), dtype=_np_dtype(t)).tobytes()
 
 
 def go_write(

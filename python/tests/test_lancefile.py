@@ -217,6 +217,39 @@ def test_read_pylance_constant_strings(tmp_path, version):
     check_file(path, tbl, [(0, n), (5, 6), (100, 2900)])
 
 
+def bool_columns(n: int, seed: int = 9) -> dict[str, pa.Array]:
+    rng = np.random.default_rng(seed)
+    return {
+        "mixed": pa.array(rng.random(n) < 0.5),
+        "nulls": pa.array([None if i % 3 == 0 else bool(i % 2) for i in range(n)], pa.bool_()),
+        "const": pa.array([True] * n),
+    }
+
+
+@pytest.mark.parametrize("version", ["2.1", "2.2"])
+@pytest.mark.parametrize("n", [2, 5, 3000, 9000])
+def test_read_pylance_bools(tmp_path, version, n):
+    # 1-bit Flat mini-block pages (least significant bit first), constant pages
+    # of one inline byte, definition levels for nulls.
+    tbl = pa.table(bool_columns(n))
+    path = str(tmp_path / f"b{version}-{n}.lance")
+    write(path, tbl, version)
+    assert "bits_per_value: 1," in str(LanceFileReader(path).metadata().columns[0].pages[0].encoding)
+    check_file(path, tbl, [(0, n), (1, 2), (0, n // 2 + 1)])
+
+
+@pytest.mark.parametrize("version", ["2.1", "2.2"])
+def test_go_writes_bools_pylance_reads(tmp_path, version):
+    from filecheck import go_write
+
+    tbl = pa.table(bool_columns(9000, seed=4))
+    path = str(tmp_path / f"gb{version}.lance")
+    go_write(path, tbl, version, tmp=str(tmp_path))
+    assert_pylance_reads(path, tbl)
+    assert LanceFileReader(path).read_range(4090, 20).to_table().equals(tbl.slice(4090, 20))
+    check_file(path, tbl, [(0, 9000), (4095, 4097)])
+
+
 def test_lists_of_strings_are_unsupported(tmp_path):
     # A layout this reader does not decode is UnsupportedError, never a claim
     # that the file is damaged.
