@@ -97,8 +97,8 @@ func otherStats(ctx context.Context, st storage.Store, im *pb.IndexMetadata, typ
 			return nil, ctx.Err()
 		}
 	}
-	if typ == "ZONEMAP" {
-		if z, err := zonemap.Read(ctx, st, im); err == nil {
+	if typ == "ZONEMAP" || typ == "BLOOMFILTER" {
+		if z, err := zonemap.ReadKind(ctx, st, im, zoneKind(typ)); err == nil {
 			s.FileVersion, s.NumRows, s.rowsCounted = z.Version.String(), z.Rows, true
 			return s, nil
 		} else if ctx.Err() != nil {

@@ -133,7 +133,7 @@ func Merge(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []
 		switch OtherType(metas[0]) {
 		case "BTREE":
 			return mergeBTree(ctx, st, snap, metas, opts)
-		case "ZONEMAP":
+		case "ZONEMAP", "BLOOMFILTER":
 			return mergeZoneMap(ctx, st, snap, metas, opts)
 		case "BITMAP", "LABEL_LIST":
 			return mergeBitmap(ctx, st, snap, metas, opts)

@@ -176,7 +176,7 @@ func PlanSegments(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 	switch OtherType(metas[0]) {
 	case "BTREE":
 		sz, err = btreeSizes(ctx, st, metas)
-	case "ZONEMAP":
+	case "ZONEMAP", "BLOOMFILTER":
 		sz, err = zoneMapSizes(ctx, st, metas)
 	case "BITMAP", "LABEL_LIST":
 		sz, err = bitmapSizes(ctx, st, metas)
@@ -309,31 +309,31 @@ func btreeSizes(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata
 	return sz, nil
 }
 
-// zoneMapSizes reads ZONEMAP segments once (their zones are few),
+// zoneMapSizes reads ZONEMAP or BLOOMFILTER segments once (their zones are few),
 // checking that they share their key type and zone size.
 func zoneMapSizes(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata) (*planSizes, error) {
-	if err := requireOneType(metas, "ZONEMAP"); err != nil {
+	kind := zoneKind(OtherType(metas[0]))
+	if err := requireOneType(metas, kind.Name); err != nil {
 		return nil, err
 	}
-	sz := &planSizes{indexType: "ZONEMAP", rows: make([]uint64, len(metas)), bytes: make([]uint64, len(metas)), close: func() {}}
+	sz := &planSizes{indexType: kind.Name, rows: make([]uint64, len(metas)), bytes: make([]uint64, len(metas)), close: func() {}}
 	var first *zonemap.Segment
 	for i, im := range metas {
-		s, err := zonemap.Read(ctx, st, im)
+		s, err := zonemap.ReadKind(ctx, st, im, kind)
 		if err != nil {
 			return nil, err
 		}
 		if first == nil {
 			first = s
-		} else if s.KeyType != first.KeyType || s.RowsPerZone != first.RowsPerZone {
-			return nil, fmt.Errorf("%w: zonemap segments %s (%s, %d rows per zone) and %s (%s, %d) cannot merge", errkind.InvalidInput,
-				table.IndexUUID(metas[0]), first.KeyType, first.RowsPerZone, table.IndexUUID(im), s.KeyType, s.RowsPerZone)
+		} else if err := first.SameAs(s); err != nil {
+			return nil, err
 		}
 		sz.rows[i] = s.Rows
 		for _, f := range im.GetFiles() {
 			sz.bytes[i] += f.GetSizeBytes()
 		}
 	}
-	sz.stats = func(i int) (*Stats, error) { return otherStats(ctx, st, metas[i], "ZONEMAP") }
+	sz.stats = func(i int) (*Stats, error) { return otherStats(ctx, st, metas[i], kind.Name) }
 	return sz, nil
 }
 

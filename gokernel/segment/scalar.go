@@ -152,7 +152,15 @@ func removeOutput(ctx context.Context, st storage.Store, dir string, names ...st
 
 // MergeableTypes are the index types other than vector ones that merges
 // handle.
-var MergeableTypes = map[string]bool{"BTREE": true, "ZONEMAP": true, "BITMAP": true, "LABEL_LIST": true, "NGRAM": true}
+var MergeableTypes = map[string]bool{"BTREE": true, "ZONEMAP": true, "BLOOMFILTER": true, "BITMAP": true, "LABEL_LIST": true, "NGRAM": true}
+
+// zoneKind is the zone layout of a ZONEMAP or BLOOMFILTER index type.
+func zoneKind(typ string) *zonemap.Kind {
+	if typ == "BLOOMFILTER" {
+		return zonemap.BloomFilter
+	}
+	return zonemap.ZoneMap
+}
 
 // requireOneType refuses a merge or plan that mixes index types.
 func requireOneType(metas []*pb.IndexMetadata, typ string) error {
@@ -165,11 +173,12 @@ func requireOneType(metas []*pb.IndexMetadata, typ string) error {
 	return nil
 }
 
-// mergeZoneMap merges segments of a ZONEMAP index (see zonemap.Merge):
-// the checks every merge applies, then the zones of every input whose
-// fragment snap still has, in fragment order.
+// mergeZoneMap merges segments of a ZONEMAP or BLOOMFILTER index (see
+// zonemap.MergeKind): the checks every merge applies, then the zones of
+// every input whose fragment snap still has, in fragment order.
 func mergeZoneMap(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, opts MergeOptions) (*pb.IndexMetadata, error) {
-	if err := requireOneType(metas, "ZONEMAP"); err != nil {
+	kind := zoneKind(OtherType(metas[0]))
+	if err := requireOneType(metas, kind.Name); err != nil {
 		return nil, err
 	}
 	if err := checkEntries(metas, snap); err != nil {
@@ -184,9 +193,9 @@ func mergeZoneMap(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 		return nil, err
 	}
 	opts.Progress.SetStage("merge")
-	files, _, err := zonemap.Merge(ctx, st, metas, id, func(f uint32) bool { return current[f] })
+	files, _, err := zonemap.MergeKind(ctx, st, metas, kind, id, func(f uint32) bool { return current[f] })
 	if err != nil {
-		removeOutput(ctx, st, dir, zonemap.FileName)
+		removeOutput(ctx, st, dir, kind.File)
 		return nil, err
 	}
 	opts.Progress.SetStage("done")

@@ -105,17 +105,22 @@ func splitProblems[P ~struct{ Check, Message string }](ps []P) (structure, rowID
 // cover.
 const DamageZones = "zonemap_zones"
 
-// verifyZoneMap checks one ZONEMAP segment (see zonemap.Check).
+// verifyZoneMap checks one ZONEMAP or BLOOMFILTER segment (see
+// zonemap.Check).
 func verifyZoneMap(ctx context.Context, st storage.Store, snap *table.Snapshot, im *pb.IndexMetadata) (*SegmentReport, error) {
 	sr, ist, err := startSegment(ctx, st, snap, im)
 	if err != nil {
 		return nil, err
 	}
-	sr.IndexType = "ZONEMAP"
+	kind := zonemap.ZoneMap
+	if segment.OtherType(im) == "BLOOMFILTER" {
+		kind = zonemap.BloomFilter
+	}
+	sr.IndexType = kind.Name
 	if !checkFiles(ctx, ist, im, sr) {
 		return sr, nil
 	}
-	z, problems, err := zonemap.Check(ctx, ist, im, coverage(sr))
+	z, problems, err := zonemap.Check(ctx, ist, im, kind, coverage(sr))
 	if done, err := checkError(ctx, sr, err); done {
 		return sr, err
 	}

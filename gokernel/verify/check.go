@@ -262,7 +262,7 @@ func verifyScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, r
 		}
 		check := verifyBTree
 		switch typ {
-		case "ZONEMAP":
+		case "ZONEMAP", "BLOOMFILTER":
 			check = verifyZoneMap
 		case "BITMAP", "LABEL_LIST":
 			check = verifyBitmap

@@ -26,7 +26,11 @@
 // (segment.Merge with MergeOptions.Layouts) and verifies the rewrite.
 package verify
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/segment"
+)
 
 // Verdicts of a check and of a segment.
 const (
@@ -169,7 +173,7 @@ func (s *SegmentReport) finish(indexName, column string) {
 		s.Advice = fmt.Sprintf("rescuable: repair_index rewrites it with the layout applied once (lance-segmerge repair URI --index %s --apply)", indexName)
 		return
 	}
-	if s.IndexType == "BTREE" || s.IndexType == "ZONEMAP" {
+	if segment.MergeableTypes[s.IndexType] { // scalar: pylance rebuilds it
 		s.Advice = fmt.Sprintf("rebuild the index: pylance's create_scalar_index(%q, %q, name=%q, replace=True)", column, s.IndexType, indexName)
 		return
 	}

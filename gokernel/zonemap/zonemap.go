@@ -1,5 +1,6 @@
 // Package zonemap reads, merges and checks the segments of Lance ZONEMAP
-// scalar indices, as pylance 14.0.2 writes them.
+// and BLOOMFILTER scalar indices, as pylance 14.0.2 writes them: both are
+// a file of zones with a map of null rows, merged alike.
 //
 // A segment is one Lance file, zonemap.lance, with one row per zone (a
 // run of at most rows_per_zone rows of one fragment): "min" and "max"
@@ -9,6 +10,12 @@
 // and "null_bitmap". Zones never span fragments, so segments over
 // disjoint fragments merge by concatenating their zones, in fragment and
 // offset order, dropping the zones of fragments the dataset no longer has.
+//
+// A BLOOMFILTER segment is bloomfilter.lance, one row per zone of at most
+// bloomfilter_item rows: "fragment_id", "zone_start", "zone_length"
+// (uint64), "has_null" (bool) and "bloom_filter_data" (binary); schema
+// metadata "bloomfilter_item", "bloomfilter_probability" and
+// "null_bitmap", as ZONEMAP's.
 // A zone keeps its bounds when rows inside it are deleted: bounds that
 // cover more than the live rows only make a filter read a zone it could
 // have skipped, never miss a row.
@@ -34,6 +41,26 @@ import (
 // FileName is a ZONEMAP segment's file. Part of the format.
 const FileName = "zonemap.lance"
 
+// Kind is the layout of one of the zone index types.
+type Kind struct {
+	Name, File string
+	columns    []string
+	bounds     int // the leading columns that hold the key type, nullable
+	// frag, start and length are the uint64 columns that place a zone.
+	frag, start, length int
+	sizeKey             string   // the metadata that bounds a zone's rows
+	sameKeys            []string // metadata the inputs of a merge must share
+}
+
+// The zone index types. Part of the format.
+var (
+	ZoneMap = &Kind{Name: "ZONEMAP", File: FileName, columns: columns, bounds: 2,
+		frag: 4, start: 5, length: 6, sizeKey: "rows_per_zone"}
+	BloomFilter = &Kind{Name: "BLOOMFILTER", File: "bloomfilter.lance",
+		columns: []string{"fragment_id", "zone_start", "zone_length", "has_null", "bloom_filter_data"},
+		frag:    0, start: 1, length: 2, sizeKey: "bloomfilter_item", sameKeys: []string{"bloomfilter_probability"}}
+)
+
 // maxZones bounds the zones one segment may hold (untrusted metadata):
 // a merge holds every zone in memory, 60 bytes each.
 const maxZones = 1 << 24
@@ -43,9 +70,10 @@ var columns = []string{"min", "max", "null_count", "nan_count", "fragment_id", "
 // Segment is a ZONEMAP segment read whole (zones are few: one per
 // rows_per_zone rows).
 type Segment struct {
+	Kind        *Kind
 	Meta        *pb.IndexMetadata
-	KeyType     lancefile.DataType
-	RowsPerZone int
+	KeyType     lancefile.DataType // ZONEMAP's bounds
+	RowsPerZone int                // BLOOMFILTER's bloomfilter_item
 	Metadata    map[string][]byte
 	Version     lancefile.Version
 	cols        []*lancefile.Array // in columns order
@@ -60,8 +88,13 @@ type Segment struct {
 // Read reads a segment: errkind.Unsupported for a key type that is
 // neither fixed-width nor binary, errkind.Corrupt for a file that contradicts itself.
 func Read(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Segment, error) {
+	return ReadKind(ctx, st, im, ZoneMap)
+}
+
+// ReadKind reads a segment of the given zone index type.
+func ReadKind(ctx context.Context, st storage.Store, im *pb.IndexMetadata, k *Kind) (*Segment, error) {
 	u := table.IndexUUID(im)
-	name := table.IndexDir(im) + FileName
+	name := table.IndexDir(im) + k.File
 	obj, err := st.Open(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("zonemap segment %s: %w", u, err)
@@ -71,21 +104,24 @@ func Read(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Segment
 	if err != nil {
 		return nil, fmt.Errorf("zonemap segment %s: %w", u, err)
 	}
-	s := &Segment{Meta: im, Metadata: r.Metadata(), Version: r.Version()}
+	s := &Segment{Kind: k, Meta: im, Metadata: r.Metadata(), Version: r.Version()}
 	n := r.NumRows()
 	if n > maxZones {
 		return nil, fmt.Errorf("%w: zonemap segment %s has %d zones (at most %d)", errkind.Corrupt, u, n, maxZones)
 	}
-	v, ok := r.MetadataString("rows_per_zone")
+	v, ok := r.MetadataString(k.sizeKey)
 	if s.RowsPerZone, err = strconv.Atoi(v); !ok || err != nil || s.RowsPerZone < 1 {
-		return nil, fmt.Errorf("%w: zonemap segment %s: rows_per_zone %q", errkind.Corrupt, u, v)
+		return nil, fmt.Errorf("%w: %s segment %s: %s %q", errkind.Corrupt, k.Name, u, k.sizeKey, v)
 	}
-	for i, c := range columns {
+	for i, c := range k.columns {
 		f, ok := r.Field(c)
 		if !ok {
-			return nil, fmt.Errorf("%w: zonemap segment %s: no %q column", errkind.Corrupt, u, c)
+			return nil, fmt.Errorf("%w: %s segment %s: no %q column", errkind.Corrupt, k.Name, u, c)
 		}
-		if i < 2 {
+		if (i == k.frag || i == k.start || i == k.length) && f.Type.Kind != lancefile.KindUint64 {
+			return nil, fmt.Errorf("%w: %s segment %s: column %q of type %s, not uint64", errkind.Corrupt, k.Name, u, c, f.Type)
+		}
+		if i < k.bounds {
 			fixed := f.Type.ValueBits() > 0 && f.Type.Kind != lancefile.KindList && f.Type.ValueBits()%8 == 0
 			if !fixed && f.Type.Kind != lancefile.KindBinary {
 				return nil, fmt.Errorf("%w: zonemap segment %s: zone bounds of type %s (merges handle fixed-width, string and binary keys)", errkind.Unsupported, u, f.Type)
@@ -116,12 +152,17 @@ func Read(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Segment
 	}
 	s.Zones = int(n)
 	for z := 0; z < s.Zones; z++ {
-		s.Rows += s.u64(6, z)
+		s.Rows += s.u64(k.length, z)
 	}
 	return s, nil
 }
 
 func (s *Segment) u64(col, z int) uint64 { return binary.LittleEndian.Uint64(s.cols[col].Values[z*8:]) }
+
+// place is where zone z lies: its fragment, first row and rows.
+func (s *Segment) place(z int) (frag, start, rows uint64) {
+	return s.u64(s.Kind.frag, z), s.u64(s.Kind.start, z), s.u64(s.Kind.length, z)
+}
 
 // segs0Metadata is the first segment's metadata (s's own for the first).
 func segs0Metadata(segs []*Segment, s *Segment) map[string][]byte {
@@ -142,10 +183,15 @@ type zone struct {
 // in fragment and offset order, under _indices/<indexUUID>/. It returns
 // the files written and the zones kept.
 func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, indexUUID uuid.UUID, keep func(frag uint32) bool) ([]*pb.IndexFile, int, error) {
+	return MergeKind(ctx, st, metas, ZoneMap, indexUUID, keep)
+}
+
+// MergeKind is Merge for segments of the given zone index type.
+func MergeKind(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, k *Kind, indexUUID uuid.UUID, keep func(frag uint32) bool) ([]*pb.IndexFile, int, error) {
 	var segs []*Segment
 	var zones []zone
 	for _, im := range metas {
-		s, err := Read(ctx, st, im)
+		s, err := ReadKind(ctx, st, im, k)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -157,20 +203,21 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, ind
 			return nil, 0, fmt.Errorf("%w: zonemap segments %s and %s: one has a map of null rows, the other none (an older writer)",
 				errkind.Unsupported, table.IndexUUID(metas[0]), table.IndexUUID(im))
 		}
-		if len(segs) > 0 && (s.KeyType != segs[0].KeyType || s.RowsPerZone != segs[0].RowsPerZone) {
-			return nil, 0, fmt.Errorf("%w: zonemap segments %s (%s, %d rows per zone) and %s (%s, %d) cannot merge", errkind.InvalidInput,
-				table.IndexUUID(segs[0].Meta), segs[0].KeyType, segs[0].RowsPerZone, table.IndexUUID(im), s.KeyType, s.RowsPerZone)
+		if len(segs) > 0 {
+			if err := segs[0].SameAs(s); err != nil {
+				return nil, 0, err
+			}
 		}
 		segs = append(segs, s)
 		for z := 0; z < s.Zones; z++ {
-			f := s.u64(4, z)
+			f, off, _ := s.place(z)
 			if keep == nil || (f <= 1<<32-1 && keep(uint32(f))) {
-				zones = append(zones, zone{s, z, f, s.u64(5, z)})
+				zones = append(zones, zone{s, z, f, off})
 			}
 		}
 	}
 	if len(segs) == 0 {
-		return nil, 0, fmt.Errorf("%w: at least one zonemap segment is required", errkind.InvalidInput)
+		return nil, 0, fmt.Errorf("%w: at least one %s segment is required", errkind.InvalidInput, k.Name)
 	}
 	sort.Slice(zones, func(i, j int) bool {
 		if zones[i].frag != zones[j].frag {
@@ -180,10 +227,10 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, ind
 	})
 	first := segs[0]
 	var fields []*lancefile.Field
-	out := make([]*lancefile.Array, len(columns))
-	for i, c := range columns {
+	out := make([]*lancefile.Array, len(k.columns))
+	for i, c := range k.columns {
 		t := first.cols[i].Type
-		fields = append(fields, lancefile.NewField(c, t, i < 2))
+		fields = append(fields, lancefile.NewField(c, t, i < k.bounds))
 		out[i] = &lancefile.Array{Type: t, Len: len(zones)}
 		if t.Kind == lancefile.KindBinary {
 			out[i].Offsets = make([]int64, 1, len(zones)+1)
@@ -194,8 +241,8 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, ind
 	for i := range validity {
 		validity[i] = make([]byte, (len(zones)+7)/8)
 	}
-	for k, zn := range zones {
-		for i := range columns {
+	for zi, zn := range zones {
+		for i := range k.columns {
 			a := zn.seg.cols[i]
 			if a.Type.Kind == lancefile.KindBinary {
 				out[i].Values = append(out[i].Values, a.Values[a.Offsets[zn.z]:a.Offsets[zn.z+1]]...)
@@ -204,9 +251,9 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, ind
 				w := a.Type.ValueBits() / 8
 				out[i].Values = append(out[i].Values, a.Values[zn.z*w:(zn.z+1)*w]...)
 			}
-			if i < 2 {
+			if i < k.bounds {
 				if a.IsValid(zn.z) {
-					validity[i][k/8] |= 1 << (k % 8)
+					validity[i][zi/8] |= 1 << (zi % 8)
 				} else {
 					nulls[i] = true
 				}
@@ -218,7 +265,7 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, ind
 			out[i].Validity = validity[i]
 		}
 	}
-	name := table.IndicesDir + indexUUID.String() + "/" + FileName
+	name := table.IndicesDir + indexUUID.String() + "/" + k.File
 	sw, err := st.Create(ctx, name)
 	if err != nil {
 		return nil, 0, err
@@ -229,8 +276,8 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, ind
 	if err != nil {
 		return nil, 0, err
 	}
-	for k, v := range first.Metadata {
-		w.SetMetadata(k, v)
+	for key, v := range first.Metadata {
+		w.SetMetadata(key, v)
 	}
 	if _, ok := first.Metadata["null_bitmap"]; ok {
 		var nulls []bitmap.RawEntry
@@ -259,14 +306,28 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, ind
 	if err := sw.Finish(); err != nil {
 		return nil, 0, err
 	}
-	return []*pb.IndexFile{{Path: FileName, SizeBytes: uint64(cw.N)}}, len(zones), nil
+	return []*pb.IndexFile{{Path: k.File, SizeBytes: uint64(cw.N)}}, len(zones), nil
+}
+
+// SameAs refuses to merge s with t (its first input) unless they share
+// their key type, zone size and the parameters of their kind.
+func (s *Segment) SameAs(t *Segment) error {
+	bad := s.KeyType != t.KeyType || s.RowsPerZone != t.RowsPerZone
+	for _, key := range s.Kind.sameKeys {
+		bad = bad || string(s.Metadata[key]) != string(t.Metadata[key])
+	}
+	if bad {
+		return fmt.Errorf("%w: %s segments %s (%s, %s %d) and %s (%s, %d) cannot merge: their key types or parameters differ", errkind.InvalidInput,
+			s.Kind.Name, table.IndexUUID(s.Meta), s.KeyType, s.Kind.sizeKey, s.RowsPerZone, table.IndexUUID(t.Meta), t.KeyType, t.RowsPerZone)
+	}
+	return nil
 }
 
 // Check reads a segment and reports what pylance's reader relies on that
 // does not hold: zones of covered fragments, within rows_per_zone, in
 // fragment and offset order without overlaps.
-func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered func(frag uint32) bool) (*Segment, []string, error) {
-	s, err := Read(ctx, st, im)
+func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, k *Kind, covered func(frag uint32) bool) (*Segment, []string, error) {
+	s, err := ReadKind(ctx, st, im, k)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -277,15 +338,15 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered 
 		}
 	}
 	for z := 0; z < s.Zones; z++ {
-		f, off, n := s.u64(4, z), s.u64(5, z), s.u64(6, z)
+		f, off, n := s.place(z)
 		if n == 0 || n > uint64(s.RowsPerZone) {
-			add("zone %d has %d rows (1 to rows_per_zone %d)", z, n, s.RowsPerZone)
+			add("zone %d has %d rows (1 to %s %d)", z, n, k.sizeKey, s.RowsPerZone)
 		}
 		if covered != nil && (f > 1<<32-1 || !covered(uint32(f))) {
 			add("zone %d is of fragment %d, which the segment does not cover", z, f)
 		}
 		if z > 0 {
-			pf, poff, pn := s.u64(4, z-1), s.u64(5, z-1), s.u64(6, z-1)
+			pf, poff, pn := s.place(z - 1)
 			if f < pf || f == pf && off < poff+pn {
 				add("zone %d (fragment %d, rows %d+%d) is out of order or overlaps zone %d", z, f, off, n, z-1)
 			}

@@ -93,8 +93,8 @@ def test_scalar_segments_are_listed_with_their_type_and_files(scalar_uri, name):
         assert {f.path for f in s.files} == on_disk
         assert files <= on_disk
         assert s.file_version == "2.2"  # what pylance 14.0.2 writes for scalar and full-text files
-        if ours in ("BTREE", "ZONEMAP"):
-            assert s.num_rows == ROWS  # BTREE: a row per indexed row; ZONEMAP: the zones' lengths
+        if ours in ("BTREE", "ZONEMAP", "BLOOMFILTER"):
+            assert s.num_rows == ROWS  # BTREE: a row per indexed row; ZONEMAP, BLOOMFILTER: the zones' lengths
         elif ours in ("BITMAP", "LABEL_LIST"):
             # Counted from the row maps the segment stores, checked against
             # the column's values in the fragments it covers.
@@ -125,8 +125,8 @@ VECTOR_VERBS = ("health", "reindex", "read_index_model", "search_segment")
 @pytest.mark.parametrize("name", ["cat_idx", "text_idx", "id_bf", "tags_idx", "cat_ngram"])
 def test_every_verb_refuses_a_scalar_index_by_its_type(uri, name):
     """Types we do not merge yet are refused by every verb; BITMAP and
-    LABEL_LIST (merged, test_bitmap.py) and NGRAM (test_ngram.py) by the
-    verbs of vector indices."""
+    LABEL_LIST (merged, test_bitmap.py), NGRAM (test_ngram.py) and
+    BLOOMFILTER (test_zonemap.py) by the verbs of vector indices."""
     ours = INDICES[name][2]
     before = _state(uri)
     segs = ls.open(uri).list_index_segments(name)
@@ -142,7 +142,7 @@ def test_every_verb_refuses_a_scalar_index_by_its_type(uri, name):
         "read_index_model": lambda: ls.read_index_model(uri, name),
         "search_segment": lambda: ls.search_segment(uri, name, segs[0].uuid, np.zeros(8, np.float32)),
     }
-    if ours in ("BITMAP", "LABEL_LIST", "NGRAM"):
+    if ours in ("BITMAP", "LABEL_LIST", "NGRAM", "BLOOMFILTER"):
         calls = {v: c for v, c in calls.items() if v in VECTOR_VERBS}
     for verb, call in calls.items():
         with pytest.raises(ls.UnsupportedError, match=ours) as info:

@@ -80,3 +80,51 @@ def test_maintain_and_plan_take_zonemap(deltas, tmp_path):
     assert rep.committed and rep.segments_after == 1
     with pytest.raises(ls.UnsupportedError, match="ZONEMAP"):
         ls.health(uri, "ts_idx")
+
+
+BLOOM_FILTERS = {
+    "ts": ["ts = 300", "ts IN (3, 36000, 123456)", "ts = 7"],
+    "s": ["s = 'name-00000300'", "s IN ('name-00012000', 'name-00059999', 'nope')"],
+}
+
+
+@pytest.fixture(scope="module")
+def bloom_deltas(tmp_path_factory):
+    uri = str(tmp_path_factory.mktemp("bloom") / "t")
+    ds = lance.write_dataset(_table(0, 0), uri, max_rows_per_file=ROWS // 2)
+    for col in BLOOM_FILTERS:
+        ds.create_scalar_index(col, "BLOOMFILTER")
+    for a in range(APPENDS):
+        ds = lance.write_dataset(_table(ROWS * (a + 1), a + 1), uri, mode="append")
+        ds.optimize.optimize_indices(num_indices_to_merge=0)
+    lance.dataset(uri).delete("id % 101 = 0")
+    return uri
+
+
+@pytest.mark.parametrize("col", sorted(BLOOM_FILTERS))
+def test_optimize_merges_bloomfilter_segments_and_pylance_answers_as_after_its_own(bloom_deltas, tmp_path, col):
+    """BLOOMFILTER segments are zones too (bloomfilter.lance: fragment_id,
+    zone_start, zone_length, has_null (bool), bloom_filter_data): merged by
+    concatenating the zones, pylance answers as after its own merge."""
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    shutil.copytree(bloom_deltas, ours)
+    shutil.copytree(bloom_deltas, theirs)
+    lance.dataset(theirs).optimize.optimize_indices(num_indices_to_merge=APPENDS + 1)
+    name = f"{col}_idx"
+    before = ls.open(ours).list_index_segments(name)
+    assert len(before) == 1 + APPENDS and {s.index_type for s in before} == {"BLOOMFILTER"}
+    assert sum(s.num_rows for s in before) == ROWS * (1 + APPENDS)
+    plan = ls.plan_index_segment_merge(ours, name, segments_per_task=2)
+    assert plan.index_type == "BLOOMFILTER" and plan.num_segments == 1 + APPENDS
+    ls.optimize(ours, name, fan_in=2, progress=False)
+    (merged,) = ls.open(ours).list_index_segments(name)
+    assert merged.index_type == "BLOOMFILTER" and merged.num_rows == ROWS * (1 + APPENDS)
+    a, b = lance.dataset(ours), lance.dataset(theirs)
+    for f in BLOOM_FILTERS[col]:
+        got = sorted(a.to_table(filter=f, columns=["id"])["id"].to_pylist())
+        assert got == sorted(b.to_table(filter=f, columns=["id"])["id"].to_pylist()), f
+        assert "ScalarIndexQuery" in a.scanner(filter=f).explain_plan(), f
+    assert a.count_rows(BLOOM_FILTERS[col][0]) == 1
+    a.validate()
+    rep = ls.verify_index(ours, name)
+    assert rep.index_type == "BLOOMFILTER" and [s.verdict for s in rep.segments] == ["clean"]
