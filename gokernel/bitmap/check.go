@@ -1,6 +1,7 @@
 package bitmap
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -109,4 +110,57 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered 
 		return nil, err
 	}
 	return res, nil
+}
+
+// KeyRow is one row a segment lists under a key (Null: the null key).
+type KeyRow struct {
+	Null  bool
+	Key   []byte
+	RowID uint64
+}
+
+// Sample streams a segment and returns up to perKey rows of about n/perKey
+// of its keys, evenly spread, to check against the column's data.
+func Sample(ctx context.Context, st storage.Store, im *pb.IndexMetadata, n, perKey int) ([]KeyRow, error) {
+	s, err := Open(ctx, st, im)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	step := max(uint64(1), s.Keys*uint64(perKey)/uint64(max(n, 1)))
+	var out []KeyRow
+	c := &cursor{seg: s, width: s.KeyType.ValueBits() / 8}
+	for k := uint64(0); ; k++ {
+		if c.i++; c.i >= c.n {
+			ok, err := c.fill(ctx)
+			if err != nil || !ok {
+				return out, err
+			}
+		}
+		if k%step != 0 {
+			continue
+		}
+		if err := c.load(nil, true); err != nil {
+			return nil, err
+		}
+		b, err := c.rowMap()
+		if err != nil {
+			return nil, err
+		}
+		es, err := DecodeRowMap(b)
+		if err != nil {
+			return nil, err
+		}
+		taken := 0
+		for _, e := range es {
+			if e.Full {
+				continue
+			}
+			it := e.Rows.Iterator()
+			for it.HasNext() && taken < perKey {
+				out = append(out, KeyRow{Null: !c.cur.valid, Key: bytes.Clone(c.cur.b), RowID: uint64(e.Frag)<<32 | uint64(it.Next())})
+				taken++
+			}
+		}
+	}
 }

@@ -34,6 +34,10 @@ type Column struct {
 	// Elem is the element kind: lancefile.KindFloat32 or KindFloat16.
 	Elem     lancefile.Kind
 	Nullable bool
+	// Type is the column's type; scalar is set for a column opened by
+	// NewValueReader (any type the file reader decodes).
+	Type   lancefile.DataType
+	scalar bool
 }
 
 // ResolveColumn finds a top-level FixedSizeList<float32|float16> column.
@@ -181,7 +185,11 @@ func (r *Reader) open(ctx context.Context, id uint64) (*fragmentFile, error) {
 	if field == nil {
 		return nil, fmt.Errorf("%w: vecdata: %s has no field %d (%q)", errkind.Corrupt, name, r.col.FieldID, r.col.Name)
 	}
-	if field.Type.Kind != lancefile.KindFixedSizeList || field.Type.Elem != r.col.Elem || field.Type.Dim != r.col.Dim {
+	if r.col.scalar {
+		if field.Type.Kind != r.col.Type.Kind {
+			return nil, fmt.Errorf("%w: vecdata: %s stores column %q as %s, the manifest says %s", errkind.Corrupt, name, r.col.Name, field.Type, r.col.Type)
+		}
+	} else if field.Type.Kind != lancefile.KindFixedSizeList || field.Type.Elem != r.col.Elem || field.Type.Dim != r.col.Dim {
 		return nil, fmt.Errorf("%w: vecdata: %s stores column %q as %s, the manifest says fixed_size_list of %d", errkind.Corrupt, name, r.col.Name, field.Type, r.col.Dim)
 	}
 	ff.name = field.Name

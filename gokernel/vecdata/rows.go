@@ -6,7 +6,10 @@ import (
 	"slices"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
 )
 
 // ReadRows returns the vectors of the given row addresses (fragment id <<
@@ -75,6 +78,104 @@ func (r *Reader) ReadRows(ctx context.Context, addrs []uint64) (*Batch, error) {
 					out.RowIDs = append(out.RowIDs, id)
 					out.Vectors = append(out.Vectors, run.Vectors[x*r.col.Dim:(x+1)*r.col.Dim]...)
 				}
+			}
+			a = b
+		}
+		ff.close()
+	}
+	return out, nil
+}
+
+// NewValueReader opens a column of any type the file reader decodes (the
+// column of a scalar index) for ReadValues, which takes row addresses
+// (whether or not the dataset also has stable row ids).
+func NewValueReader(st storage.Store, snap *table.Snapshot, name string) (*Reader, error) {
+	f, ok := snap.FieldByName(name)
+	if !ok {
+		return nil, fmt.Errorf("%w: vecdata: the dataset has no column %q", errkind.NotFound, name)
+	}
+	col := &Column{Name: name, FieldID: f.GetId(), Nullable: f.GetNullable(), Type: lancefile.ParseLogicalType(f.GetLogicalType()), scalar: true}
+	r := &Reader{st: st, snap: snap, col: col, frags: map[uint64]*pb.DataFragment{}}
+	for _, fr := range snap.Manifest.GetFragments() {
+		r.frags[fr.GetId()] = fr
+	}
+	return r, nil
+}
+
+// Value is one row's value, as ReadValues found it.
+type Value struct {
+	Addr    uint64
+	Null    bool
+	Bytes   []byte // the value's bytes (fixed-width little-endian, or binary)
+	Missing bool   // deleted, past its fragment's end, or of no fragment of the version
+}
+
+// ReadValues reads the values of the given row addresses, sorted and
+// without duplicates, nearby rows of one fragment read together.
+func (r *Reader) ReadValues(ctx context.Context, addrs []uint64) ([]Value, error) {
+	if !r.col.scalar {
+		return nil, fmt.Errorf("%w: vecdata: ReadValues of a vector reader", errkind.InvalidInput)
+	}
+	sorted := slices.Clone(addrs)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	out := make([]Value, 0, len(sorted))
+	width := r.col.Type.ValueBits() / 8
+	for i := 0; i < len(sorted); {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		frag := sorted[i] >> 32
+		j := i
+		for j < len(sorted) && sorted[j]>>32 == frag {
+			j++
+		}
+		rows := sorted[i:j]
+		i = j
+		if _, ok := r.frags[frag]; !ok {
+			for _, a := range rows {
+				out = append(out, Value{Addr: a, Missing: true})
+			}
+			continue
+		}
+		ff, err := r.open(ctx, frag)
+		if err != nil {
+			return nil, err
+		}
+		for a := 0; a < len(rows); {
+			if uint64(uint32(rows[a])) >= ff.rows {
+				for _, x := range rows[a:] {
+					out = append(out, Value{Addr: x, Missing: true})
+				}
+				break
+			}
+			b := a + 1
+			for b < len(rows) && uint64(uint32(rows[b])) < ff.rows && rows[b]-rows[b-1] <= sampleGap {
+				b++
+			}
+			lo, hi := uint64(uint32(rows[a])), uint64(uint32(rows[b-1]))+1
+			arr, err := ff.rd.Read(ctx, ff.name, lo, hi)
+			if err != nil || arr.Len != int(hi-lo) {
+				ff.close()
+				if err == nil {
+					err = fmt.Errorf("%w: vecdata: fragment %d: read %d rows for [%d, %d)", errkind.Corrupt, frag, arr.Len, lo, hi)
+				}
+				return nil, err
+			}
+			for _, x := range rows[a:b] {
+				k := int(uint64(uint32(x)) - lo)
+				v := Value{Addr: x}
+				switch {
+				case ff.deleted != nil && ff.deleted.Contains(uint32(x)):
+					v.Missing = true
+				case !arr.IsValid(k):
+					v.Null = true
+				case arr.Type.Kind == lancefile.KindBinary:
+					v.Bytes = slices.Clone(arr.Values[arr.Offsets[k]:arr.Offsets[k+1]])
+				default:
+					v.Bytes = slices.Clone(arr.Values[k*width : (k+1)*width])
+				}
+				out = append(out, v)
 			}
 			a = b
 		}

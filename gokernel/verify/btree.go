@@ -1,10 +1,14 @@
 package verify
 
 import (
+	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/bitmap"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/btree"
@@ -14,6 +18,7 @@ import (
 	"github.com/lance-segmerge/lance-segmerge/gokernel/segment"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/vecdata"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/zonemap"
 )
 
@@ -56,7 +61,93 @@ func verifyBTree(ctx context.Context, st storage.Store, snap *table.Snapshot, im
 	default:
 		sr.add(Check{Name: "row_ids", Verdict: OK, Message: "every row id is unique and of a fragment the segment covers"})
 	}
-	return sr, nil
+	sample, err := btree.Sample(ctx, ist, im, keySample)
+	if err != nil {
+		return nil, err
+	}
+	return sr, checkKeys(ctx, st, snap, sr, columnOf(snap, im), sample)
+}
+
+// DamageKeys: a scalar segment lists rows under keys that are not their
+// values in the column's data.
+const DamageKeys = "keys_mismatch"
+
+// keySample is how many of a segment's (key, row) pairs the keys check
+// reads back from the data.
+const keySample = 2048
+
+// checkKeys reads the rows of a sample of a segment's (key, row) pairs
+// from the column's data and checks that each holds its key (nulls under
+// the null key). Rows deleted since are passed over: a segment may still
+// list them.
+func checkKeys[R ~struct {
+	Null  bool
+	Key   []byte
+	RowID uint64
+}](ctx context.Context, st storage.Store, snap *table.Snapshot, sr *SegmentReport, column string, sample []R) error {
+	rd, err := vecdata.NewValueReader(st, snap, column)
+	if errors.Is(err, errkind.Unsupported) {
+		sr.add(Check{Name: "keys", Verdict: Skipped, Message: err.Error()})
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	byAddr := make(map[uint64]int, len(sample))
+	addrs := make([]uint64, len(sample))
+	for i, r := range sample {
+		addrs[i] = struct {
+			Null  bool
+			Key   []byte
+			RowID uint64
+		}(r).RowID
+		byAddr[addrs[i]] = i
+	}
+	vals, err := rd.ReadValues(ctx, addrs)
+	if err != nil {
+		return err
+	}
+	var bad []string
+	checked := 0
+	for _, v := range vals {
+		if v.Missing {
+			continue
+		}
+		checked++
+		r := struct {
+			Null  bool
+			Key   []byte
+			RowID uint64
+		}(sample[byAddr[v.Addr]])
+		if r.Null != v.Null || !r.Null && !bytes.Equal(r.Key, v.Bytes) {
+			if len(bad) < maxKeyProblems {
+				bad = append(bad, fmt.Sprintf("row %d (fragment %d, offset %d) is under key %s, its value is %s",
+					v.Addr, v.Addr>>32, uint32(v.Addr), showKey(r.Null, r.Key), showKey(v.Null, v.Bytes)))
+			}
+		}
+	}
+	nums := map[string]float64{"sampled": float64(len(sample)), "checked": float64(checked), "mismatched": float64(len(bad))}
+	if len(bad) > 0 {
+		sr.add(Check{Name: "keys", Verdict: Failed, Damage: DamageKeys, Numbers: nums, Message: strings.Join(bad, "; ")})
+	} else {
+		sr.add(Check{Name: "keys", Verdict: OK, Numbers: nums,
+			Message: fmt.Sprintf("%d sampled rows hold their keys in the column's data (%d deleted since)", checked, len(vals)-checked)})
+	}
+	return nil
+}
+
+const maxKeyProblems = 8
+
+// showKey shows a key or value: quoted when it reads as text, else its
+// bytes in hex (little-endian for numbers).
+func showKey(null bool, b []byte) string {
+	switch {
+	case null:
+		return "null"
+	case utf8.Valid(b) && !bytes.ContainsFunc(b, func(r rune) bool { return r < ' ' }):
+		return strconv.Quote(string(b))
+	}
+	return "0x" + hex.EncodeToString(b)
 }
 
 // coverage says whether a fragment is one the segment covers.
@@ -182,7 +273,15 @@ func verifyBitmap(ctx context.Context, st storage.Store, snap *table.Snapshot, i
 		}
 		sr.add(Check{Name: "row_ids", Verdict: OK, Message: msg})
 	}
-	return sr, nil
+	if typ != "BITMAP" || covered == nil {
+		// LABEL_LIST keys are items of lists; stable ids are not addresses.
+		return sr, nil
+	}
+	sample, err := bitmap.Sample(ctx, ist, im, keySample, 4)
+	if err != nil {
+		return nil, err
+	}
+	return sr, checkKeys(ctx, st, snap, sr, columnOf(snap, im), sample)
 }
 
 // DamageNgram: an NGRAM segment's tokens are out of order or repeated, or

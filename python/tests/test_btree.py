@@ -114,7 +114,7 @@ def test_optimize_merges_btree_segments_and_pylance_answers_as_after_its_own(pai
     rep = ls.verify_index(ours, name)
     assert rep.index_type == "BTREE" and [s.verdict for s in rep.segments] == ["clean"]
     checks = {c.name: c.verdict for c in rep.segments[0].checks}
-    assert checks["structure"] == "ok" and checks["row_ids"] == "ok"
+    assert checks["structure"] == "ok" and checks["row_ids"] == "ok" and checks["keys"] == "ok"
 
 
 def test_merge_by_hand_then_delta_then_merge_again(pair):
