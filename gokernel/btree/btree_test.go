@@ -44,7 +44,7 @@ func TestSortKeyOrdersLikeTheValues(t *testing.T) {
 
 // writeSegment writes a BTREE segment of rows (value, null, row id) with
 // the package's own writer, as a merge writes one.
-func writeSegment(t *testing.T, st storage.Store, rows []row, batch int, frag uint32) *pb.IndexMetadata {
+func writeSegment(t testing.TB, st storage.Store, rows []row, batch int, frag uint32) *pb.IndexMetadata {
 	t.Helper()
 	ctx := context.Background()
 	sort.SliceStable(rows, func(i, j int) bool {
