@@ -74,8 +74,9 @@ class Dataset(DatasetHandle):
         ----------
         index_name : str, optional
             The logical index, of any type (a scalar or full-text index's
-            segments carry their type, files and Lance file version; BTREE
-            ones their rows); every vector index when omitted.
+            segments carry their type, files and Lance file version;
+            BTREE, BITMAP, ZONEMAP and BLOOMFILTER ones their rows); every
+            vector index when omitted.
         with_stats : bool, default True
             Read each segment's files for its statistics (index type,
             partitions, rows, layout flags, sizes). Without them only the
