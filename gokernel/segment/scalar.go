@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/google/uuid"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/bitmap"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/btree"
@@ -226,40 +227,39 @@ func keepPerInput(ctx context.Context, st storage.Store, snap *table.Snapshot, f
 }
 
 // mergeBitmap merges segments of a BITMAP or LABEL_LIST index (see
-// bitmap.Merge): the checks every merge applies, then a k-way merge by key
-// that keeps the live rows of snap (as mergeBTree does) and drops keys
-// left without rows.
+// bitmap.Merge): a k-way merge by key that drops keys left without rows.
 func mergeBitmap(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, opts MergeOptions) (*pb.IndexMetadata, error) {
-	frags, err := checkedRows(snap, metas, OtherType(metas[0]))
-	if err != nil {
-		return nil, err
-	}
-	keep, err := keepPerInput(ctx, st, snap, frags)
-	if err != nil {
-		return nil, err
-	}
-	id, dir, err := outputDir(ctx, st, opts.IndexUUID)
-	if err != nil {
-		return nil, err
-	}
-	opts.Progress.SetStage("merge")
-	res, err := bitmap.Merge(ctx, st, metas, bitmap.MergeOptions{IndexUUID: id, Keep: keep})
-	if err != nil {
-		removeOutput(ctx, st, dir, bitmap.FileName)
-		return nil, err
-	}
-	opts.Progress.RowsRead.Add(int64(res.KeysRead))
-	opts.Progress.RowsWritten.Add(int64(res.KeysWritten))
-	opts.Progress.SetStage("done")
-	return mergedEntry(id, metas, res.Files)
+	return mergeByKey(ctx, st, snap, metas, opts, OtherType(metas[0]), bitmap.FileName,
+		func(id uuid.UUID, keep []func(uint64) bool) ([]*pb.IndexFile, uint64, uint64, error) {
+			res, err := bitmap.Merge(ctx, st, metas, bitmap.MergeOptions{IndexUUID: id, Keep: keep})
+			if err != nil {
+				return nil, 0, 0, err
+			}
+			return res.Files, res.KeysRead, res.KeysWritten, nil
+		})
 }
 
-// mergeNgram merges segments of an NGRAM index (see ngram.Merge): the
-// checks every merge applies, then a k-way merge by token that keeps the
-// live rows of snap (as mergeBitmap does: NGRAM postings hold stable row
-// ids on datasets that have them) and drops tokens left without rows.
+// mergeNgram merges segments of an NGRAM index (see ngram.Merge): a k-way
+// merge by token that drops tokens left without rows.
 func mergeNgram(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, opts MergeOptions) (*pb.IndexMetadata, error) {
-	frags, err := checkedRows(snap, metas, "NGRAM")
+	return mergeByKey(ctx, st, snap, metas, opts, "NGRAM", ngram.FileName,
+		func(id uuid.UUID, keep []func(uint64) bool) ([]*pb.IndexFile, uint64, uint64, error) {
+			res, err := ngram.Merge(ctx, st, metas, ngram.MergeOptions{IndexUUID: id, Keep: keep})
+			if err != nil {
+				return nil, 0, 0, err
+			}
+			return res.Files, res.TokensRead, res.TokensWritten, nil
+		})
+}
+
+// mergeByKey runs a merge whose segments list rows by key (BITMAP,
+// LABEL_LIST, NGRAM): the checks every merge applies, the live rows of
+// snap each input keeps (keepPerInput: these segments hold stable row ids
+// on datasets that have them), then run, whose output file is removed if
+// it fails. run returns the files written and the keys read and written.
+func mergeByKey(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, opts MergeOptions, typ, file string,
+	run func(id uuid.UUID, keep []func(uint64) bool) ([]*pb.IndexFile, uint64, uint64, error)) (*pb.IndexMetadata, error) {
+	frags, err := checkedRows(snap, metas, typ)
 	if err != nil {
 		return nil, err
 	}
@@ -272,13 +272,13 @@ func mergeNgram(ctx context.Context, st storage.Store, snap *table.Snapshot, met
 		return nil, err
 	}
 	opts.Progress.SetStage("merge")
-	res, err := ngram.Merge(ctx, st, metas, ngram.MergeOptions{IndexUUID: id, Keep: keep})
+	files, read, written, err := run(id, keep)
 	if err != nil {
-		removeOutput(ctx, st, dir, ngram.FileName)
+		removeOutput(ctx, st, dir, file)
 		return nil, err
 	}
-	opts.Progress.RowsRead.Add(int64(res.TokensRead))
-	opts.Progress.RowsWritten.Add(int64(res.TokensWritten))
+	opts.Progress.RowsRead.Add(int64(read))
+	opts.Progress.RowsWritten.Add(int64(written))
 	opts.Progress.SetStage("done")
-	return mergedEntry(id, metas, res.Files)
+	return mergedEntry(id, metas, files)
 }
