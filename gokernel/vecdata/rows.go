@@ -20,14 +20,57 @@ import (
 // non-finite ones), so the caller learns which rows have a vector by the
 // RowIDs that come back. Duplicates are read once.
 func (r *Reader) ReadRows(ctx context.Context, addrs []uint64) (*Batch, error) {
+	out := &Batch{}
+	var buf []byte
+	err := r.eachRun(ctx, addrs, nil, func(ff *fragmentFile, frag uint64, rows []uint64, lo, hi uint64) error {
+		need := lancefile.IntoCap(lancefile.FixedSizeList(r.col.Elem, r.col.Dim), int(hi-lo))
+		if cap(buf) < need {
+			buf = make([]byte, need)
+		}
+		arr, err := ff.rd.ReadInto(ctx, ff.name, lo, hi, buf)
+		if err != nil {
+			return fmt.Errorf("vecdata: fragment %d rows [%d, %d): %w", frag, lo, hi, err)
+		}
+		if arr.Len != int(hi-lo) {
+			return fmt.Errorf("%w: vecdata: fragment %d: read %d rows for [%d, %d)", errkind.Corrupt, frag, arr.Len, lo, hi)
+		}
+		run := &Batch{}
+		r.appendValid(run, arr, frag, lo, ff.deleted)
+		out.Skipped += run.Skipped
+		w := 0
+		for x, id := range run.RowIDs {
+			for w < len(rows) && rows[w] < id {
+				w++
+			}
+			if w < len(rows) && rows[w] == id {
+				out.RowIDs = append(out.RowIDs, id)
+				out.Vectors = append(out.Vectors, run.Vectors[x*r.col.Dim:(x+1)*r.col.Dim]...)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// eachRun sorts addrs (duplicates dropped), opens each fragment's data
+// file once and calls run with each run of nearby rows (sorted, within
+// sampleGap of each other) and the row range [lo, hi) that covers it.
+// Rows of fragments the version does not have, or past their fragment's
+// end, go to absent (when set) instead.
+func (r *Reader) eachRun(ctx context.Context, addrs []uint64, absent func(rows []uint64),
+	run func(ff *fragmentFile, frag uint64, rows []uint64, lo, hi uint64) error) error {
 	sorted := slices.Clone(addrs)
 	slices.Sort(sorted)
 	sorted = slices.Compact(sorted)
-	out := &Batch{}
-	var buf []byte
+	if absent == nil {
+		absent = func([]uint64) {}
+	}
 	for i := 0; i < len(sorted); {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return err
 		}
 		frag := sorted[i] >> 32
 		j := i
@@ -37,53 +80,31 @@ func (r *Reader) ReadRows(ctx context.Context, addrs []uint64) (*Batch, error) {
 		rows := sorted[i:j]
 		i = j
 		if _, ok := r.frags[frag]; !ok {
+			absent(rows)
 			continue
 		}
 		ff, err := r.open(ctx, frag)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		for a := 0; a < len(rows); {
 			if uint64(uint32(rows[a])) >= ff.rows {
-				break // sorted: the rest are past the end too
+				absent(rows[a:]) // sorted: the rest are past the end too
+				break
 			}
 			b := a + 1
 			for b < len(rows) && uint64(uint32(rows[b])) < ff.rows && rows[b]-rows[b-1] <= sampleGap {
 				b++
 			}
-			lo, hi := uint64(uint32(rows[a])), uint64(uint32(rows[b-1]))+1
-			need := lancefile.IntoCap(lancefile.FixedSizeList(r.col.Elem, r.col.Dim), int(hi-lo))
-			if cap(buf) < need {
-				buf = make([]byte, need)
-			}
-			arr, err := ff.rd.ReadInto(ctx, ff.name, lo, hi, buf)
-			if err != nil {
+			if err := run(ff, frag, rows[a:b], uint64(uint32(rows[a])), uint64(uint32(rows[b-1]))+1); err != nil {
 				ff.close()
-				return nil, fmt.Errorf("vecdata: fragment %d rows [%d, %d): %w", frag, lo, hi, err)
-			}
-			if arr.Len != int(hi-lo) {
-				ff.close()
-				return nil, fmt.Errorf("%w: vecdata: fragment %d: read %d rows for [%d, %d)", errkind.Corrupt, frag, arr.Len, lo, hi)
-			}
-			run := &Batch{}
-			r.appendValid(run, arr, frag, lo, ff.deleted)
-			out.Skipped += run.Skipped
-			want := rows[a:b]
-			w := 0
-			for x, id := range run.RowIDs {
-				for w < len(want) && want[w] < id {
-					w++
-				}
-				if w < len(want) && want[w] == id {
-					out.RowIDs = append(out.RowIDs, id)
-					out.Vectors = append(out.Vectors, run.Vectors[x*r.col.Dim:(x+1)*r.col.Dim]...)
-				}
+				return err
 			}
 			a = b
 		}
 		ff.close()
 	}
-	return out, nil
+	return nil
 }
 
 // NewValueReader opens a column of any type the file reader decodes (the
@@ -116,70 +137,40 @@ func (r *Reader) ReadValues(ctx context.Context, addrs []uint64) ([]Value, error
 	if !r.col.scalar {
 		return nil, fmt.Errorf("%w: vecdata: ReadValues of a vector reader", errkind.InvalidInput)
 	}
-	sorted := slices.Clone(addrs)
-	slices.Sort(sorted)
-	sorted = slices.Compact(sorted)
-	out := make([]Value, 0, len(sorted))
+	out := make([]Value, 0, len(addrs))
 	width := r.col.Type.ValueBits() / 8
-	for i := 0; i < len(sorted); {
-		if err := ctx.Err(); err != nil {
-			return nil, err
+	absent := func(rows []uint64) {
+		for _, a := range rows {
+			out = append(out, Value{Addr: a, Missing: true})
 		}
-		frag := sorted[i] >> 32
-		j := i
-		for j < len(sorted) && sorted[j]>>32 == frag {
-			j++
-		}
-		rows := sorted[i:j]
-		i = j
-		if _, ok := r.frags[frag]; !ok {
-			for _, a := range rows {
-				out = append(out, Value{Addr: a, Missing: true})
-			}
-			continue
-		}
-		ff, err := r.open(ctx, frag)
+	}
+	err := r.eachRun(ctx, addrs, absent, func(ff *fragmentFile, frag uint64, rows []uint64, lo, hi uint64) error {
+		arr, err := ff.rd.Read(ctx, ff.name, lo, hi)
 		if err != nil {
-			return nil, err
+			return fmt.Errorf("vecdata: fragment %d rows [%d, %d): %w", frag, lo, hi, err)
 		}
-		for a := 0; a < len(rows); {
-			if uint64(uint32(rows[a])) >= ff.rows {
-				for _, x := range rows[a:] {
-					out = append(out, Value{Addr: x, Missing: true})
-				}
-				break
-			}
-			b := a + 1
-			for b < len(rows) && uint64(uint32(rows[b])) < ff.rows && rows[b]-rows[b-1] <= sampleGap {
-				b++
-			}
-			lo, hi := uint64(uint32(rows[a])), uint64(uint32(rows[b-1]))+1
-			arr, err := ff.rd.Read(ctx, ff.name, lo, hi)
-			if err != nil || arr.Len != int(hi-lo) {
-				ff.close()
-				if err == nil {
-					err = fmt.Errorf("%w: vecdata: fragment %d: read %d rows for [%d, %d)", errkind.Corrupt, frag, arr.Len, lo, hi)
-				}
-				return nil, err
-			}
-			for _, x := range rows[a:b] {
-				k := int(uint64(uint32(x)) - lo)
-				v := Value{Addr: x}
-				switch {
-				case ff.deleted != nil && ff.deleted.Contains(uint32(x)):
-					v.Missing = true
-				case !arr.IsValid(k):
-					v.Null = true
-				case arr.Type.Kind == lancefile.KindBinary:
-					v.Bytes = slices.Clone(arr.Values[arr.Offsets[k]:arr.Offsets[k+1]])
-				default:
-					v.Bytes = slices.Clone(arr.Values[k*width : (k+1)*width])
-				}
-				out = append(out, v)
-			}
-			a = b
+		if arr.Len != int(hi-lo) {
+			return fmt.Errorf("%w: vecdata: fragment %d: read %d rows for [%d, %d)", errkind.Corrupt, frag, arr.Len, lo, hi)
 		}
-		ff.close()
+		for _, x := range rows {
+			k := int(uint64(uint32(x)) - lo)
+			v := Value{Addr: x}
+			switch {
+			case ff.deleted != nil && ff.deleted.Contains(uint32(x)):
+				v.Missing = true
+			case !arr.IsValid(k):
+				v.Null = true
+			case arr.Type.Kind == lancefile.KindBinary:
+				v.Bytes = slices.Clone(arr.Values[arr.Offsets[k]:arr.Offsets[k+1]])
+			default:
+				v.Bytes = slices.Clone(arr.Values[k*width : (k+1)*width])
+			}
+			out = append(out, v)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
