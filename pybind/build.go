@@ -242,3 +242,33 @@ func FragmentRows(uri, optionsJSON string, version int) (out string, err error) 
 	b, err := json.Marshal(rows)
 	return string(b), tagged(err)
 }
+
+// BuildScalarSegment builds one uncommitted BTREE or BITMAP segment over
+// some fragments of a dataset version (0 = latest) from the column's data;
+// buildOptionsJSON holds segment.ScalarBuildOptions. Returns the
+// segment's info JSON, with statistics. opID names the operation for
+// Progress and Cancel.
+func BuildScalarSegment(opID, uri, optionsJSON string, version int, buildOptionsJSON string) (out string, err error) {
+	defer recoverTo(&err)
+	ctx, prog, done := beginOp(opID)
+	defer done()
+	var opts segment.ScalarBuildOptions
+	if err := json.Unmarshal([]byte(buildOptionsJSON), &opts); err != nil {
+		return "", tagged(fmt.Errorf("%w: build options: %w", errkind.InvalidInput, err))
+	}
+	opts.Progress = prog
+	st, snap, err := openSnapshot(ctx, uri, optionsJSON, version)
+	if err != nil {
+		return "", tagged(err)
+	}
+	im, err := segment.BuildScalar(ctx, st, snap, opts)
+	if err != nil {
+		return "", tagged(err)
+	}
+	info, err := segment.DescribeWithStats(ctx, st, im)
+	if err != nil {
+		return "", tagged(err)
+	}
+	b, err := json.Marshal(info)
+	return string(b), tagged(err)
+}

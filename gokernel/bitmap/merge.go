@@ -477,16 +477,23 @@ type keyWriter struct {
 }
 
 func newKeyWriter(ctx context.Context, st storage.Store, name string, first *Segment) (*keyWriter, error) {
+	return createKeyWriter(ctx, st, name, first.fields[0], first.fields[1], first.Version, first.Metadata)
+}
+
+// createKeyWriter starts a file of keys and their row maps (the fields'
+// types and nullability as given) in file format v, whose schema metadata
+// will be metas' (but the null lists' buffer) and the key count.
+func createKeyWriter(ctx context.Context, st storage.Store, name string, keyField, mapField *lancefile.Field, v lancefile.Version, metas map[string][]byte) (*keyWriter, error) {
 	sw, err := st.Create(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	kw := &keyWriter{sw: sw, counted: &storage.CountingWriter{W: sw}, keyType: first.KeyType, mapType: first.fields[1].Type, metas: first.Metadata}
+	kw := &keyWriter{sw: sw, counted: &storage.CountingWriter{W: sw}, keyType: keyField.Type, mapType: mapField.Type, metas: metas}
 	fields := []*lancefile.Field{
-		lancefile.NewField(keysColumn, first.fields[0].Type, first.fields[0].Nullable),
-		lancefile.NewField(bitmapsColumn, first.fields[1].Type, first.fields[1].Nullable),
+		lancefile.NewField(keysColumn, keyField.Type, keyField.Nullable),
+		lancefile.NewField(bitmapsColumn, mapField.Type, mapField.Nullable),
 	}
-	if kw.w, err = lancefile.NewWriter(kw.counted, fields, lancefile.WriterOptions{Version: first.Version}); err != nil {
+	if kw.w, err = lancefile.NewWriter(kw.counted, fields, lancefile.WriterOptions{Version: v}); err != nil {
 		sw.Abort()
 		return nil, err
 	}

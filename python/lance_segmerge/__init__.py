@@ -33,7 +33,7 @@ from .errors import (
     WorkerError,
 )
 from ._health import health
-from .maintain import maintain
+from .maintain import maintain, maintain_all
 from .plot import plot_health, plot_merge_tree, plot_partition_sizes, plot_segment_sizes
 from .reports import (
     HealthReport,
@@ -81,6 +81,7 @@ __all__ = [
     "create_index",
     "IndexModel",
     "maintain",
+    "maintain_all",
     "MaintainReport",
     "choose_executor",
     "IndexSegment",

@@ -37,7 +37,7 @@ from ._validate import (
 from .errors import InvalidInputError
 
 __all__ = [
-    "checked", "CHECKERS", "INDEX_TYPES", "METRICS", "EXECUTORS", "POLICIES", "policy_options",
+    "checked", "CHECKERS", "INDEX_TYPES", "SCALAR_BUILD_TYPES", "METRICS", "EXECUTORS", "POLICIES", "policy_options",
     "normalize_index_type", "normalize_metric",
 ]
 
@@ -48,6 +48,8 @@ CHECKERS: dict[str, Callable[[Any], Any]] = {}
 
 _I31 = 2**31 - 1
 INDEX_TYPES = ("IVF_FLAT", "IVF_SQ", "IVF_PQ", "IVF_RQ")
+#: Scalar index types whose segments the kernel builds from a column's data.
+SCALAR_BUILD_TYPES = ("BTREE", "BITMAP")
 METRICS = ("l2", "cosine", "dot")
 EXECUTORS = ("auto", "local", "processes", "ray", "dask")
 POLICIES = ("all", "tiered")
@@ -96,6 +98,17 @@ def _choice(name: str, allowed: tuple[str, ...]) -> Callable[[Any], str]:
 
 for _n in ("index_name", "column", "name"):
     CHECKERS[_n] = functools.partial(_name, what=_n)
+
+
+@_register()
+def _index_names(v: Any) -> tuple[str, ...]:
+    """Index names: a non-empty list of distinct names."""
+    if isinstance(v, str) or not isinstance(v, (list, tuple)) or not v:
+        raise InvalidInputError(f"index_names must be a non-empty list of index names, got {_show(v)}")
+    names = tuple(_name(x, what="index_names") for x in v)
+    if len(set(names)) != len(names):
+        raise InvalidInputError(f"index_names lists a name twice: {_show(v)}")
+    return names
 
 
 CHECKERS["version"] = lambda v: _int(v, "version", 1, _I64)
@@ -268,12 +281,21 @@ CHECKERS["older_than"] = lambda v: _seconds(v, "older_than")
 # -- models and builds ------------------------------------------------------------
 
 
-@_register("index_type")
 def normalize_index_type(v: Any) -> str:
     """A vector index type, any case: ``IVF_FLAT``, ``IVF_SQ``, ``IVF_PQ``, ``IVF_RQ``."""
     t = v.upper() if isinstance(v, str) else v
     if t not in INDEX_TYPES:
         raise InvalidInputError(f"index_type must be one of {', '.join(INDEX_TYPES)}, got {_show(v)}")
+    return str(t)
+
+
+@_register("index_type")
+def _index_type(v: Any) -> str:
+    """An index type the build verbs take, any case: a vector type, or a
+    scalar type built from the column (``BTREE``, ``BITMAP``)."""
+    t = v.upper() if isinstance(v, str) else v
+    if t not in INDEX_TYPES + SCALAR_BUILD_TYPES:
+        raise InvalidInputError(f"index_type must be one of {', '.join(INDEX_TYPES + SCALAR_BUILD_TYPES)}, got {_show(v)}")
     return str(t)
 
 

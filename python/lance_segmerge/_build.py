@@ -12,7 +12,7 @@ import secrets
 from typing import Any, Optional, Sequence
 
 from . import _ffi
-from ._args import checked
+from ._args import SCALAR_BUILD_TYPES, checked
 from ._cdata import CStructs
 from ._progress import OperationProgressArg, Reporter
 from .api import Dataset, DatasetLike, as_dataset
@@ -44,7 +44,7 @@ def build_index_segment(
     column: str,
     index_type: str,
     fragment_ids: Sequence[int],
-    model: IndexModel,
+    model: Optional[IndexModel] = None,
     *,
     name: str,
     metric: Optional[str] = None,
@@ -53,9 +53,9 @@ def build_index_segment(
     window_rows: Optional[int] = None,
     memory_bytes: Optional[int] = None,
 ) -> IndexSegment:
-    """Build one uncommitted vector index segment over some fragments.
+    """Build one uncommitted index segment over some fragments.
 
-    Reads only the given fragments' vectors from the data files (deleted
+    Vector indices: reads only the given fragments' vectors from the data files (deleted
     rows, null vectors and vectors holding NaN or infinity skipped, as
     pylance skips them), assigns IVF partitions and encodes with ``model``,
     and writes the segment under ``_indices/<uuid>/`` in the layout
@@ -64,21 +64,33 @@ def build_index_segment(
     :func:`merge_existing_index_segments` and commit them with
     :func:`commit_existing_index_segments` (or pylance's own).
 
+    Scalar indices (``BTREE``, ``BITMAP``; no model): reads the fragments'
+    values of ``column`` a window at a time (deleted rows left out, nulls
+    kept), sorts the (value, row) pairs by value in bounded memory (sorted
+    runs past ``memory_bytes`` spill to temporary files and are merged),
+    and writes the files pylance's ``create_index_uncommitted`` writes: a
+    BTREE's sorted pages and their lookup (pages of the size the index's
+    existing segments have, else 4096 rows), or a BITMAP's row map per
+    distinct value, the null value first.
+
     Parameters
     ----------
     dataset : Dataset or str
         The dataset, at the version to index.
     column : str
         The vector column (fixed-size list of float32 or float16; float16
-        segments are computed and stored in float16, as pylance's).
+        segments are computed and stored in float16, as pylance's), or the
+        scalar column (integer, floating-point, date, time, timestamp,
+        string or binary).
     index_type : str
-        ``IVF_FLAT``, ``IVF_SQ``, ``IVF_PQ`` or ``IVF_RQ``; must be the
-        model's.
+        ``IVF_FLAT``, ``IVF_SQ``, ``IVF_PQ`` or ``IVF_RQ`` (the model's), or
+        ``BTREE`` or ``BITMAP``.
     fragment_ids : list of int
         The fragments this segment covers.
-    model : IndexModel
-        The shared model (:func:`train_index_model`, :func:`read_index_model`
-        or :meth:`IndexModel.from_arrays`).
+    model : IndexModel, optional
+        The shared model of a vector index (:func:`train_index_model`,
+        :func:`read_index_model` or :meth:`IndexModel.from_arrays`);
+        required for vector types, refused for scalar ones.
     name : str
         The logical index name.
     metric : str, optional
@@ -90,8 +102,8 @@ def build_index_segment(
     window_rows : int, optional
         Rows read and encoded at once (default 32768).
     memory_bytes : int, optional
-        Encoded rows held in memory before spilling to a temporary file
-        (default 64 MiB).
+        Encoded rows (vector) or (value, row) pairs (scalar) held in memory
+        before spilling to a temporary file (default 64 MiB, 128 MiB).
 
     Returns
     -------
@@ -100,17 +112,54 @@ def build_index_segment(
     Raises
     ------
     InvalidInputError
-        A model that does not fit (kind, metric, dimension, parameters),
-        unknown or repeated fragments, a column that is not a float vector.
+        A model that does not fit (kind, metric, dimension, parameters), a
+        model missing (vector) or given (scalar), unknown or repeated
+        fragments, a column that is not a float vector (vector), an index
+        of that name on another column or of another type.
     UnsupportedError
-        Vectors of another element type, stable row ids, shallow clones.
+        Vectors of another element type, stable row ids (vector and
+        BITMAP), shallow clones, a scalar column of a type with no order
+        (bool, lists, structs).
     CancelledError
         The build was cancelled; nothing it wrote is left.
     """
+    ds = as_dataset(dataset)
+    if index_type in SCALAR_BUILD_TYPES:
+        if model is not None:
+            raise InvalidInputError(f"model: a {index_type} index has no model; pass none")
+        return build_scalar_segment(ds, column, index_type, fragment_ids, name=name, index_uuid=index_uuid,
+                                    progress=progress, window_rows=window_rows, memory_bytes=memory_bytes)
+    if model is None:
+        raise InvalidInputError(f"model: a {index_type} segment is built with the index's model "
+                                "(train_index_model or read_index_model)")
     return _build_segment(
-        as_dataset(dataset), column, index_type, fragment_ids, check_model(model, index_type, metric), name=name,
+        ds, column, index_type, fragment_ids, check_model(model, index_type, metric), name=name,
         index_uuid=index_uuid, progress=progress, window_rows=window_rows, memory_bytes=memory_bytes,
     )
+
+
+def build_scalar_segment(
+    ds: Dataset,
+    column: str,
+    index_type: str,
+    fragment_ids: Sequence[int],
+    *,
+    name: str,
+    index_uuid: Optional[str] = None,
+    progress: OperationProgressArg = None,
+    window_rows: Optional[int] = None,
+    memory_bytes: Optional[int] = None,
+) -> IndexSegment:
+    """One BTREE or BITMAP segment built by the kernel (arguments checked)."""
+    opts: dict[str, Any] = {"column": column, "name": name, "index_type": index_type, "fragment_ids": list(fragment_ids)}
+    for key, val in (("index_uuid", index_uuid), ("window_rows", window_rows), ("memory_bytes", memory_bytes)):
+        if val is not None:
+            opts[key] = val
+    with Reporter(progress, "build") as reporter:
+        out = _ffi.run_operation("BuildScalarSegment", (ds.uri, ds.options_json, ds.version, json.dumps(opts)), reporter.poll)
+    seg = IndexSegment._from_kernel(json.loads(out))
+    logger.info("built %s segment %s over %d fragments (%s rows)", index_type, seg.uuid, len(opts["fragment_ids"]), seg.num_rows)
+    return seg
 
 
 def _build_segment(
@@ -214,6 +263,8 @@ def train_index_model(
     -------
     IndexModel
     """
+    if index_type in SCALAR_BUILD_TYPES:
+        raise InvalidInputError(f"index_type: a {index_type} index has no model to train")
     return _train(
         as_dataset(dataset), column, index_type, metric=metric, num_partitions=num_partitions,
         num_sub_vectors=num_sub_vectors, num_bits=num_bits, sample_rate=sample_rate, max_iters=max_iters,

@@ -71,10 +71,15 @@ def warm_build(_: Any = None) -> str:
 def build_task(job: dict[str, Any]) -> dict[str, Any]:
     """Build one segment over a group of fragments; ``job`` holds the
     dataset, column, index type, fragments, the (picklable) IndexModel, the
-    index name, the output uuid and the build options. Returns the segment
-    as a dict."""
-    from ._build import _build_segment  # numpy and pyarrow: only build jobs need them
+    index name, the output uuid and the build options (no model: a scalar
+    index's segment). Returns the segment as a dict."""
+    from ._build import _build_segment, build_scalar_segment  # numpy and pyarrow: only build jobs need them
 
+    if job.get("model") is None:
+        return build_scalar_segment(
+            as_dataset(job["dataset"]), job["column"], job["index_type"], job["fragment_ids"], name=job["name"],
+            index_uuid=job.get("index_uuid"), window_rows=job.get("window_rows"), memory_bytes=job.get("memory_bytes"),
+        ).to_dict()
     seg = _build_segment(
         as_dataset(job["dataset"]),
         job["column"],

@@ -10,7 +10,7 @@ import math
 from typing import Any, Optional
 
 from . import _jobs
-from ._args import checked
+from ._args import SCALAR_BUILD_TYPES, checked
 from ._build import build_index_segment, check_model, fragment_rows, group_fragments, read_index_model, train_index_model, _train
 from ._engine import Run
 from ._handles import at_version
@@ -53,28 +53,35 @@ def create_index(
     properties: Optional[dict[str, str]] = None,
     storage_options: Optional[dict[str, str]] = None,
 ) -> Any:
-    """Build a vector index over the whole dataset, distributed, and commit
-    it once.
+    """Build an index over the whole dataset, distributed, and commit it
+    once.
 
-    Trains the model on the driver (or takes ``model``), builds one
+    Vector indices: trains the model on the driver (or takes ``model``),
+    builds one
     uncommitted segment per group of fragments on ``executor``'s workers,
     merges them with the tree merge of :func:`optimize` (the query layout
     is applied once, at the last level), and commits the result as one new
-    version. On any failure or interrupt, running work is cancelled, every
-    segment this call wrote is removed, and the dataset is left as it was.
+    version. Scalar indices (``BTREE``, ``BITMAP``) are built the same
+    way without a model: each worker sorts its fragments' values in
+    bounded memory (see :func:`build_index_segment`), and the segments are
+    merged by the k-way merges of :func:`optimize`. On any failure or
+    interrupt, running work is cancelled, every segment this call wrote is
+    removed, and the dataset is left as it was.
 
     Parameters
     ----------
     dataset : Dataset, str, os.PathLike or lance.LanceDataset
     column : str
-        The vector column.
+        The vector column, or the scalar column of a BTREE or BITMAP.
     index_type : str
-        ``IVF_FLAT``, ``IVF_SQ``, ``IVF_PQ`` or ``IVF_RQ``.
+        ``IVF_FLAT``, ``IVF_SQ``, ``IVF_PQ``, ``IVF_RQ``, ``BTREE`` or
+        ``BITMAP``.
     name : str, optional
         Index name; ``<column>_idx`` when omitted. It must not exist yet.
     metric : str, default "l2"
     model : IndexModel, optional
-        A model trained beforehand; training parameters are then ignored.
+        A model trained beforehand (vector indices); training parameters
+        are then ignored.
     num_partitions, num_sub_vectors, num_bits, sample_rate, max_iters, seed
         Training parameters (:func:`train_index_model`); num_partitions
         defaults to about sqrt(rows).
@@ -105,6 +112,9 @@ def create_index(
     frags = fragment_rows(ds)
     if not frags:
         raise InvalidInputError("the dataset has no fragments to index")
+    scalar = index_type in SCALAR_BUILD_TYPES
+    if scalar and model is not None:
+        raise InvalidInputError(f"model: a {index_type} index has no model; pass none")
     if model is not None:
         check_model(model, index_type, metric)
     if executor == "auto":
@@ -120,14 +130,14 @@ def create_index(
         warm = getattr(pool, "warm", None)
         if callable(warm):
             warm(_jobs.warm_build, int(workers))
-        if model is None:
+        if model is None and not scalar:
             total = sum(n for _, n in frags)
             model = _train(
                 ds, column, index_type, metric=metric, num_partitions=num_partitions or max(1, int(round(math.sqrt(total)))),
                 num_sub_vectors=num_sub_vectors, num_bits=num_bits, sample_rate=sample_rate, max_iters=max_iters,
                 fragment_ids=None, seed=seed,
             )
-        m = check_model(model, index_type, metric)
+        m = None if scalar else check_model(model, index_type, metric)
         groups = group_fragments(frags, fragments_per_task, int(workers))
         jobs = [
             {"dataset": ds, "column": column, "index_type": index_type, "fragment_ids": g, "model": m, "name": name,
@@ -144,6 +154,6 @@ def create_index(
         built = run.batch(_jobs.build_task, jobs, on_done=on_done,
                           describe=lambda k: f"build of fragments {jobs[k]['fragment_ids']} (output {jobs[k]['index_uuid']})")
         final = run.reduce([IndexSegment._from_kernel(r) for r in built], fan_in, target_segments)
-        out = run.commit(name, column, final, facts={"model": m.content_hash[:16]})
+        out = run.commit(name, column, final, facts={"model": m.content_hash[:16]} if m is not None else {})
     logger.info("create_index %s: %d build tasks, %d merge levels, version %d", name, len(jobs), run.stats.levels, out.version)
     return at_version(dataset, ds, out.version, out)

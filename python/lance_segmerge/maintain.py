@@ -14,7 +14,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from ._args import checked, policy_options
 from ._health import DEFAULT_HEALTH_QUERIES, DEFAULT_HEALTH_SAMPLE_ROWS, _health
@@ -29,7 +29,7 @@ from .types import MergePlan
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["maintain", "MaintainReport"]
+__all__ = ["maintain", "maintain_all", "MaintainReport"]
 
 
 @dataclass(frozen=True)
@@ -308,3 +308,73 @@ def maintain(
     if last is None:
         raise KeyboardInterrupt("maintain stopped before its first pass finished")
     return last
+
+
+@checked(converts=("dataset",))
+def maintain_all(
+    dataset: DatasetLike,
+    *,
+    index_names: Optional[Sequence[str]] = None,
+    policy: str = "tiered",
+    segments_per_tier: Optional[int] = None,
+    max_segment_rows: Optional[int] = None,
+    floor_rows: Optional[int] = None,
+    deletes_pct_allowed: Optional[float] = None,
+    max_segments: Optional[int] = None,
+    segments_per_task: int = 32,
+    executor: Union[str, cf.Executor, Executor] = "auto",
+    max_workers: Optional[int] = None,
+    fan_in: int = 32,
+    resume: bool = True,
+    max_conflicts: int = 10,
+    progress: OptimizeProgressArg = None,
+    verify: bool = True,
+    properties: Optional[dict[str, str]] = None,
+    storage_options: Optional[Mapping[str, str]] = None,
+) -> list[MaintainReport]:
+    """One :func:`maintain` pass over every index of a table: vector,
+    scalar (BTREE, BITMAP, LABEL_LIST, ZONEMAP, BLOOMFILTER, NGRAM) alike.
+
+    The indices are maintained one after the other, each planned at the
+    latest version and committed on its own (a commit is one atomic
+    manifest write per index, so an interrupted call leaves every index
+    either as it was or merged).
+
+    Parameters
+    ----------
+    dataset : Dataset, str, os.PathLike or lance.LanceDataset
+    index_names : list of str, optional
+        The indices to maintain, in this order. By default every index of
+        the latest version, in manifest order; those of a type merges do
+        not handle (INVERTED, RTREE...) are then passed over, each with a
+        warning naming it and its type, where naming one here raises
+        :class:`UnsupportedError`.
+    policy, segments_per_tier, max_segment_rows, floor_rows, deletes_pct_allowed, max_segments
+        The merge policy (see :func:`maintain`); ``policy="all"`` brings
+        each index to one segment.
+    segments_per_task, executor, max_workers, fan_in, resume, max_conflicts, progress, verify, properties, storage_options
+        As for :func:`maintain`.
+
+    Returns
+    -------
+    list of MaintainReport
+        One per index maintained, in order.
+    """
+    ds = as_dataset(dataset, storage_options)
+    names = list(index_names) if index_names is not None else ds.checkout().index_names
+    reports = []
+    for name in names:
+        try:
+            rep = maintain(
+                ds, name, policy=policy, segments_per_tier=segments_per_tier, max_segment_rows=max_segment_rows,
+                floor_rows=floor_rows, deletes_pct_allowed=deletes_pct_allowed, max_segments=max_segments,
+                segments_per_task=segments_per_task, executor=executor, max_workers=max_workers, fan_in=fan_in,
+                resume=resume, max_conflicts=max_conflicts, progress=progress, verify=verify, properties=properties,
+            )
+        except UnsupportedError as exc:
+            if index_names is not None:
+                raise
+            logger.warning("%s: passed over: %s", name, exc)
+            continue
+        reports.append(rep)
+    return reports

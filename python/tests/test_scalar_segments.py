@@ -185,3 +185,22 @@ def test_cli_lists_and_refuses_scalar_indices(uri):
     out = subprocess.run(run + ["optimize", uri, "--index", "text_idx"], capture_output=True, text=True, env=dict(os.environ))
     assert out.returncode == 7, (out.returncode, out.stderr)  # UnsupportedError
     assert "INVERTED" in out.stderr and "NotFound" not in out.stderr
+
+
+def test_maintain_all_passes_over_inverted_and_merges_the_rest(uri, caplog):
+    """maintain_all over the whole table: every index but the INVERTED one
+    (not merged yet) ends in one segment, the INVERTED one is left as it
+    was with a warning naming it; named explicitly, it is refused."""
+    text_before = [s.uuid for s in ls.open(uri).list_index_segments("text_idx")]
+    with pytest.raises(ls.UnsupportedError, match="INVERTED"):
+        ls.maintain_all(uri, index_names=["id_idx", "text_idx"], policy="all")
+    with pytest.raises(ls.InvalidInputError, match="index_names"):
+        ls.maintain_all(uri, index_names=["id_idx", "id_idx"])
+    with caplog.at_level("WARNING", logger="lance_segmerge.maintain"):
+        reports = ls.maintain_all(uri, policy="all")
+    assert "text_idx" in caplog.text and "INVERTED" in caplog.text
+    assert {r.index_name for r in reports} == set(INDICES) - {"text_idx"} | {"vec_idx"}
+    for name in {r.index_name for r in reports}:
+        assert len(ls.open(uri).list_index_segments(name)) == 1, name
+    assert [s.uuid for s in ls.open(uri).list_index_segments("text_idx")] == text_before
+    assert lance.dataset(uri).count_rows("id = 5") == 1

@@ -1,0 +1,232 @@
+package segment
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/bitmap"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/btree"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/keysort"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/vecdata"
+)
+
+// ScalarBuildOptions tune BuildScalar.
+type ScalarBuildOptions struct {
+	// Column is the indexed column; IndexName the logical index;
+	// IndexType BTREE or BITMAP. Required.
+	Column    string `json:"column"`
+	IndexName string `json:"name"`
+	IndexType string `json:"index_type"`
+	// FragmentIDs are the fragments whose rows the segment indexes.
+	// Required (non-empty).
+	FragmentIDs []uint64 `json:"fragment_ids"`
+	// IndexUUID names the segment; a new random uuid when "".
+	IndexUUID string `json:"index_uuid"`
+	// WindowRows bounds the rows read at once (default 32768).
+	WindowRows int `json:"window_rows"`
+	// MemoryBytes bounds the (key, row) pairs held before a sorted run is
+	// spilled to a temporary file (default 128 MiB).
+	MemoryBytes int `json:"memory_bytes"`
+	// TempDir holds spilled runs (default os.TempDir()).
+	TempDir string `json:"temp_dir"`
+	// Progress receives counters as the build goes (optional).
+	Progress *Progress `json:"-"`
+}
+
+// BuildableScalarTypes are the scalar index types BuildScalar builds.
+var BuildableScalarTypes = map[string]bool{"BTREE": true, "BITMAP": true}
+
+// scalarDetailsURL is the index details type pylance 14.0.2's
+// create_index_uncommitted records for each buildable type (an empty
+// message), used when the index has no segment yet.
+var scalarDetailsURL = map[string]string{
+	"BTREE":  "/lance.table.BTreeIndexDetails",
+	"BITMAP": "/lance.table.BitmapIndexDetails",
+}
+
+// BuildScalar writes one uncommitted BTREE or BITMAP segment over the
+// given fragments from the column's data, as pylance's
+// create_index_uncommitted writes it: deleted rows are left out, null
+// values kept (under the null key), the files in the dataset's file
+// format. It returns the segment's IndexMetadata; the manifest is not
+// touched. Memory is bounded by MemoryBytes and a window of rows whatever
+// the fragments' size (the pairs are sorted in spilled runs). On any
+// error, cancellation included, the partial output is removed.
+func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, opts ScalarBuildOptions) (*pb.IndexMetadata, error) {
+	if opts.Progress == nil {
+		opts.Progress = &Progress{}
+	}
+	prog := opts.Progress
+	prog.SetStage("validate")
+	switch {
+	case !BuildableScalarTypes[opts.IndexType]:
+		return nil, fmt.Errorf("%w: build: %s segments are not built here (BTREE and BITMAP are; build others with pylance's create_index_uncommitted)", errkind.Unsupported, opts.IndexType)
+	case opts.IndexName == "":
+		return nil, fmt.Errorf("%w: build: an index name is required", errkind.InvalidInput)
+	case len(opts.FragmentIDs) == 0:
+		return nil, fmt.Errorf("%w: build: no fragments to index", errkind.InvalidInput)
+	case opts.IndexType == "BITMAP" && snap.HasStableRowIDs():
+		// BITMAP segments hold stable row ids there, which the data files
+		// do not carry; BTREE segments hold addresses on any dataset.
+		return nil, fmt.Errorf("%w: build: BITMAP segments of a dataset with stable row ids", errkind.Unsupported)
+	}
+	rd, err := vecdata.NewValueReader(st, snap, opts.Column)
+	if err != nil {
+		return nil, err
+	}
+	if err := rd.CheckFragments(opts.FragmentIDs); err != nil {
+		return nil, err
+	}
+	col := rd.Column()
+	existing, err := existingScalarIndex(snap, opts, col)
+	if err != nil {
+		return nil, err
+	}
+	version, err := datasetFileVersion(snap)
+	if err != nil {
+		return nil, err
+	}
+	batchSize := btree.DefaultBatchSize
+	if opts.IndexType == "BTREE" && existing != nil {
+		// pages of the size the index's segments have, or they do not merge
+		seg, err := btree.Open(ctx, st, existing)
+		if err != nil {
+			return nil, fmt.Errorf("build: reading index %q's segment %s: %w", opts.IndexName, table.IndexUUID(existing), err)
+		}
+		batchSize = seg.BatchSize
+		seg.Close()
+	}
+	sorter, err := keysort.New(col.Type, keysort.Options{MemoryBytes: opts.MemoryBytes, TempDir: opts.TempDir})
+	if err != nil {
+		return nil, fmt.Errorf("build: column %q: %w", opts.Column, err)
+	}
+	defer sorter.Close()
+	prog.SetStage("read")
+	err = rd.ScanValues(ctx, opts.FragmentIDs, opts.WindowRows, func(w *vecdata.ValueWindow) error {
+		for i := range w.Values.Len {
+			if !w.Live(i) {
+				continue
+			}
+			if err := sorter.Add(w.Values, i, w.Addr(i)); err != nil {
+				return err
+			}
+		}
+		prog.RowsRead.Add(int64(w.Values.Len))
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	id, dir, err := outputDir(ctx, st, opts.IndexUUID)
+	if err != nil {
+		return nil, err
+	}
+	prog.SetStage("write")
+	var files []*pb.IndexFile
+	switch opts.IndexType {
+	case "BTREE":
+		var res *btree.Result
+		res, err = btree.Build(ctx, st, sorter, btree.BuildOptions{Dir: dir, KeyType: col.Type, BatchSize: batchSize, Version: version})
+		if err == nil {
+			files = res.Files
+			prog.RowsWritten.Add(int64(res.RowsWritten))
+		}
+	case "BITMAP":
+		var res *bitmap.BuildResult
+		res, err = bitmap.Build(ctx, st, sorter, dir+bitmap.FileName, col.Type, version)
+		if err == nil {
+			files = res.Files
+			prog.RowsWritten.Add(int64(res.Rows))
+		}
+	}
+	if err != nil {
+		removeOutput(ctx, st, dir, btree.DataFile, btree.LookupFile, bitmap.FileName)
+		return nil, err
+	}
+	prog.SetStage("done")
+	return scalarEntry(id, snap, opts, col.FieldID, existing, files)
+}
+
+// scalarIndexVersion is the index version pylance 14.0.2 records for a
+// segment of typ: 0, but 1 for BTREE on a dataset with stable row ids,
+// where a version-0 BTREE is read as holding stable ids and version 1 as
+// holding the row addresses pylance (and Build) write
+// (test_scalar_build.py::test_stable_row_ids_btree_builds_bitmap_refused).
+func scalarIndexVersion(snap *table.Snapshot, typ string) int32 {
+	if typ == "BTREE" && snap.HasStableRowIDs() {
+		return 1
+	}
+	return 0
+}
+
+// existingScalarIndex returns a segment of the index the build joins (nil
+// for a new index), refusing an index of that name on another column or
+// of another type.
+func existingScalarIndex(snap *table.Snapshot, opts ScalarBuildOptions, col *vecdata.Column) (*pb.IndexMetadata, error) {
+	for _, im := range snap.Indices {
+		if im.GetName() != opts.IndexName {
+			continue
+		}
+		if f := im.GetFields(); len(f) != 1 || f[0] != col.FieldID {
+			return nil, fmt.Errorf("%w: build: index %q already exists on fields %v, not on column %q (field %d)", errkind.InvalidInput, opts.IndexName, f, col.Name, col.FieldID)
+		}
+		if t := OtherType(im); t != opts.IndexType {
+			return nil, fmt.Errorf("%w: build: index %q is a %s index, not %s", errkind.InvalidInput, opts.IndexName, kindName(t), opts.IndexType)
+		}
+		if want := scalarIndexVersion(snap, opts.IndexType); im.GetIndexVersion() != want {
+			// a BTREE of version 0 on a dataset with stable row ids holds
+			// stable ids, which the data files do not carry
+			return nil, fmt.Errorf("%w: build: index %q's segments are of index version %d (this build writes version %d)", errkind.Unsupported, opts.IndexName, im.GetIndexVersion(), want)
+		}
+		return im, nil
+	}
+	return nil, nil
+}
+
+func kindName(otherType string) string {
+	if otherType == "" {
+		return "vector"
+	}
+	return otherType
+}
+
+// scalarEntry is the manifest entry of a built scalar segment: the
+// details and index version of the index it joins (pylance 14.0.2 writes
+// version 0 and an empty details message of the type's own).
+func scalarEntry(id uuid.UUID, snap *table.Snapshot, opts ScalarBuildOptions, fieldID int32, existing *pb.IndexMetadata, files []*pb.IndexFile) (*pb.IndexMetadata, error) {
+	frags := make([]uint32, len(opts.FragmentIDs))
+	for i, f := range opts.FragmentIDs {
+		frags[i] = uint32(f)
+	}
+	slices.Sort(frags)
+	bm, err := table.EncodeFragmentBitmap(frags)
+	if err != nil {
+		return nil, err
+	}
+	details := &anypb.Any{TypeUrl: scalarDetailsURL[opts.IndexType]}
+	iv := scalarIndexVersion(snap, opts.IndexType)
+	if existing != nil {
+		details = cloneAny(existing.GetIndexDetails())
+	}
+	now := uint64(time.Now().UnixMilli())
+	return &pb.IndexMetadata{
+		Uuid:           &pb.UUID{Uuid: id[:]},
+		Fields:         []int32{fieldID},
+		Name:           opts.IndexName,
+		DatasetVersion: snap.Ref.Version,
+		FragmentBitmap: bm,
+		IndexDetails:   details,
+		IndexVersion:   &iv,
+		CreatedAt:      &now,
+		Files:          files,
+	}, nil
+}
