@@ -44,6 +44,8 @@ KINDS = {
                      ["k = 'customer-000012345'", "k > 'customer-99'", "k BETWEEN 'customer-1000' AND 'customer-1001'", "k IS NULL"]),
     "bitmap": ("BITMAP", "string keys of 2,000 values (1% null)", ["k = 'key-17'", "k IN ('key-1', 'key-1999')", "k IS NULL"]),
     "ngram": ("NGRAM", "short text", ["contains(k, 'lph')", "contains(k, 'a 12')"]),
+    # high cardinality: where upstream reports out-of-memory BITMAP merges
+    "bitmap-high": ("BITMAP", "int64 keys of a million values (1% null)", ["k = 12345", "k IN (1, 999999)", "k IS NULL"]),
 }
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "theta", "kappa"]
 
@@ -108,6 +110,8 @@ def _keys(kind: str, rng: Any, start: int, n: int) -> Any:
         return pa.array([f"customer-{x:09d}" for x in rng.integers(0, 10**9, n)], mask=null)
     if kind == "bitmap":
         return pa.array([f"key-{x}" for x in rng.integers(0, 2000, n)], mask=null)
+    if kind == "bitmap-high":
+        return pa.array(rng.integers(0, 10**6, n), mask=null)
     w = rng.integers(0, len(WORDS), n)
     return pa.array([f"{WORDS[a]} {x % 1000} {WORDS[(a + 3) % len(WORDS)]}" for a, x in zip(w, np.arange(start, start + n))])
 

@@ -24,7 +24,7 @@ from ._display import compact_ids, human_bytes
 from ._health import health
 from ._version import __version__
 from .api import Dataset, cleanup, plan_index_segment_merge
-from .maintain import maintain
+from .maintain import maintain, maintain_all
 from .reports import MaintainReport
 from .runs import optimize_with_report
 from .verify import repair_index, verify_index
@@ -215,6 +215,16 @@ def cmd_maintain(args: argparse.Namespace) -> int:
             flush=True,
         )
 
+    if args.index is None:  # one pass over every index of the table
+        if args.watch is not None or args.retrain != "never":
+            raise errors.InvalidInputError("--watch and --retrain maintain one index: name it with --index")
+        for rep in maintain_all(
+            _open(args), policy=args.policy, segments_per_tier=args.segments_per_tier, max_segment_rows=args.max_segment_rows,
+            floor_rows=args.floor_rows, deletes_pct_allowed=args.deletes_pct_allowed, max_segments=args.max_segments,
+            executor=args.executor, max_workers=args.workers, fan_in=args.fan_in, resume=not args.no_resume,
+        ):
+            show(rep)
+        return 0
     maintain(
         _open(args),
         args.index,
@@ -424,7 +434,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     mt = sub.add_parser("maintain", parents=[store], help="merge what the policy says is worth merging now; --watch to keep at it")
     mt.add_argument("uri")
-    mt.add_argument("--index", required=True)
+    mt.add_argument("--index", help="the index to maintain (default: one pass over every index of the table)")
     mt.add_argument("--watch", type=_duration, help="check for new versions this often and pass again (e.g. 60, 5m)")
     mt.add_argument("--policy", default="tiered", choices=["tiered", "all"])
     mt.add_argument("--segments-per-tier", type=int)

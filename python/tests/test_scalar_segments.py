@@ -204,3 +204,15 @@ def test_maintain_all_passes_over_inverted_and_merges_the_rest(uri, caplog):
         assert len(ls.open(uri).list_index_segments(name)) == 1, name
     assert [s.uuid for s in ls.open(uri).list_index_segments("text_idx")] == text_before
     assert lance.dataset(uri).count_rows("id = 5") == 1
+
+
+def test_cli_maintain_without_an_index_maintains_every_index(uri):
+    run = [sys.executable, "-m", "lance_segmerge", "maintain", uri, "--policy", "all"]
+    out = subprocess.run(run + ["--watch", "5"], capture_output=True, text=True)
+    assert out.returncode == 3 and "--index" in out.stderr, (out.returncode, out.stderr)  # InvalidInputError
+    out = subprocess.run(run + ["--executor", "local"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    for name in set(INDICES) - {"text_idx"} | {"vec_idx"}:
+        assert f"{name}: version" in out.stdout, (name, out.stdout)
+        assert len(ls.open(uri).list_index_segments(name)) == 1, name
+    assert "text_idx" in out.stderr and "INVERTED" in out.stderr  # passed over, with a warning
