@@ -304,6 +304,15 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 	}
 	defer w.abort()
 	res := &Result{}
+	if segs[0].KeyType.Kind != lancefile.KindBinary {
+		// pending pairs, the block and its radix scratch: 48 bytes a row
+		// beside the decoded window
+		window := min(maxWindowRows, max(minWindowRows, windowBudget/(segs[0].KeyType.ValueBits()/8+8+48)/len(segs)))
+		if err := mergeFixed(ctx, segs, w, opts.Keep, window, res); err != nil {
+			return nil, err
+		}
+		return finishMerge(ctx, w, res)
+	}
 	var h []*cursor
 	rowBytes := segs[0].KeyType.ValueBits()/8 + 8 + 8 // value, row id, sort key
 	if segs[0].KeyType.Kind == lancefile.KindBinary {
@@ -352,6 +361,10 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 		c.load()
 		siftDown(h, 0)
 	}
+	return finishMerge(ctx, w, res)
+}
+
+func finishMerge(ctx context.Context, w *pageWriter, res *Result) (*Result, error) {
 	files, err := w.finish(ctx)
 	if err != nil {
 		return nil, err

@@ -80,7 +80,9 @@ func (pw *pageWriter) add(ctx context.Context, null bool, value []byte, rowID ui
 		pw.nulls++
 	} else {
 		pw.vals = append(pw.vals, value...)
-		pw.validity[pw.n/8] |= 1 << (pw.n % 8)
+		if pw.nulls > 0 { // a page without nulls writes no validity
+			pw.validity[pw.n/8] |= 1 << (pw.n % 8)
+		}
 	}
 	if pw.binary {
 		pw.offs = append(pw.offs, int64(len(pw.vals)))
@@ -97,7 +99,7 @@ func (pw *pageWriter) flush() error {
 	if pw.n == 0 {
 		return nil
 	}
-	valid := func(i int) bool { return pw.validity[i/8]&(1<<(i%8)) != 0 }
+	valid := func(i int) bool { return i >= int(pw.nulls) } // nulls come first
 	vals := &lancefile.Array{Type: pw.keyType, Len: pw.n, Values: pw.vals}
 	if pw.binary {
 		vals.Offsets = pw.offs

@@ -90,7 +90,7 @@ func setBit(bits []byte, n, i int, valid bool) []byte {
 // row) and def may be nil (all zero). It returns an error when a level
 // sequence is impossible.
 func (o *levelsOut) add(rep, def []uint16, n int) error {
-	if rep == nil && def == nil && !o.rd.hasList && o.validity == nil && o.itemNull == nil {
+	if rep == nil && !o.rd.hasList && o.validity == nil && o.itemNull == nil && allZero(def[:min(n, len(def))]) {
 		o.rows += n // fast path: all valid rows, one value each
 		o.items += n
 		return nil
@@ -121,6 +121,17 @@ func (o *levelsOut) add(rep, def []uint16, n int) error {
 		}
 	}
 	return nil
+}
+
+// allZero reports whether every level is 0 (a valid row of a nullable
+// column without lists: the common page, worth its quick scan).
+func allZero(def []uint16) bool {
+	for _, d := range def {
+		if d != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func (o *levelsOut) markRow(valid bool) {

@@ -1,0 +1,354 @@
+package btree
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/bits"
+	"sort"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
+)
+
+// The merge of fixed-width keys works on blocks rather than a row at a
+// time: every input holds a window of (key, row id) pairs, the bound is
+// the smallest last key of the inputs that have more rows to read, and
+// every held pair up to the bound precedes every pair not read yet, so
+// they are gathered, radix-sorted and written as one block. The input
+// that set the bound is drained and reads its next window. A heap merge
+// pays about 2·log2(inputs) scattered comparisons per row; the block
+// merge pays a binary search per input and block, and a few sequential
+// passes per row.
+
+// fixedKey maps the fixed-width values of kind k to uint64s in the order
+// lancefile.SortKey gives them (integers by value, floats in total order)
+// from which putFixed recovers each value's bytes exactly.
+func fixedKeys(k lancefile.Kind, b []byte, n int, out []uint64) []uint64 {
+	le := binary.LittleEndian
+	switch k {
+	case lancefile.KindFloat32:
+		for i := range n {
+			out = append(out, uint64(totalOrder32(le.Uint32(b[i*4:]))))
+		}
+		return out
+	case lancefile.KindInt8, lancefile.KindInt16, lancefile.KindInt32, lancefile.KindInt64,
+		lancefile.KindUint8, lancefile.KindUint16, lancefile.KindUint32, lancefile.KindUint64, lancefile.KindFloat64:
+		return lancefile.AppendSortKeys(k, b, n, out)
+	}
+	panic(fmt.Sprintf("btree: fixedKeys of %v", k))
+}
+
+func totalOrder32(bits uint32) uint32 {
+	if bits>>31 == 1 {
+		return ^bits
+	}
+	return bits | 1<<31
+}
+
+// putFixed appends the value of kind k whose fixedKeys key is key.
+func putFixed(k lancefile.Kind, key uint64, dst []byte) []byte {
+	le := binary.LittleEndian
+	switch k {
+	case lancefile.KindInt8:
+		return append(dst, byte(key^1<<63))
+	case lancefile.KindInt16:
+		return le.AppendUint16(dst, uint16(key^1<<63))
+	case lancefile.KindInt32:
+		return le.AppendUint32(dst, uint32(key^1<<63))
+	case lancefile.KindInt64:
+		return le.AppendUint64(dst, key^1<<63)
+	case lancefile.KindUint8:
+		return append(dst, byte(key))
+	case lancefile.KindUint16:
+		return le.AppendUint16(dst, uint16(key))
+	case lancefile.KindUint32:
+		return le.AppendUint32(dst, uint32(key))
+	case lancefile.KindUint64:
+		return le.AppendUint64(dst, key)
+	case lancefile.KindFloat32:
+		u := uint32(key)
+		if u>>31 == 1 {
+			u &^= 1 << 31
+		} else {
+			u = ^u
+		}
+		return le.AppendUint32(dst, u)
+	default: // KindFloat64
+		if key>>63 == 1 {
+			return le.AppendUint64(dst, key&^(1<<63))
+		}
+		return le.AppendUint64(dst, ^key)
+	}
+}
+
+// source is one input of a block merge: its pending (key, row id) pairs,
+// sorted, and where its next window starts.
+type source struct {
+	seg    *Segment
+	next   uint64
+	keys   []uint64
+	ids    []uint64
+	window int
+	// keyBuf and idsBuf hold the window's pairs from their start (keys
+	// and ids are what is left of them)
+	keyBuf, idsBuf []uint64
+	// buf and idBuf are the window's decode buffers, reused
+	buf, idBuf []byte
+	// seen: a value was read (a null may no longer come); last is the
+	// last key read
+	seen bool
+	last uint64
+}
+
+func (s *source) done() bool { return s.next >= s.seg.Rows }
+
+// consume drops the first n pending pairs; once none is left, the
+// window's buffers are reused from their start.
+func (s *source) consume(n int) {
+	s.keys, s.ids = s.keys[n:], s.ids[n:]
+	if len(s.keys) == 0 {
+		s.keys, s.ids = s.keyBuf[:0], s.idsBuf[:0]
+	}
+}
+
+// read reads the next window: leading nulls go to nulls (only before the
+// input's first value: a null after a value is corruption), the values'
+// pairs to the pending ones.
+func (s *source) read(ctx context.Context, nulls func(id uint64) error) error {
+	end := min(s.next+uint64(s.window), s.seg.Rows)
+	kind := s.seg.KeyType.Kind
+	need := lancefile.IntoCap(s.seg.KeyType, int(end-s.next))
+	if cap(s.buf) < need {
+		s.buf = make([]byte, need)
+	}
+	vals, err := s.seg.data.ReadInto(ctx, valuesColumn, s.next, end, s.buf)
+	if err != nil {
+		return err
+	}
+	if need := lancefile.IntoCap(lancefile.Primitive(lancefile.KindUint64), int(end-s.next)); cap(s.idBuf) < need {
+		s.idBuf = make([]byte, need)
+	}
+	ids, err := s.seg.data.ReadInto(ctx, idsColumn, s.next, end, s.idBuf)
+	if err != nil {
+		return err
+	}
+	n := int(end - s.next)
+	if vals.Len != n || ids.Len != n {
+		return fmt.Errorf("%w: btree segment %s: a window of %d rows read back as %d values and %d ids", errkind.Corrupt, table.IndexUUID(s.seg.Meta), n, vals.Len, ids.Len)
+	}
+	first := 0
+	if vals.Validity != nil {
+		// nulls come first: only a window that starts the input, or
+		// follows nulls only, may hold them
+		for first < n && !vals.IsValid(first) {
+			if s.seen {
+				return fmt.Errorf("%w: btree segment %s: a null key after a value at row %d", errkind.Corrupt, table.IndexUUID(s.seg.Meta), s.next+uint64(first))
+			}
+			if err := nulls(binary.LittleEndian.Uint64(ids.Values[first*8:])); err != nil {
+				return err
+			}
+			first++
+		}
+		for i := first; i < n; i++ {
+			if !vals.IsValid(i) {
+				return fmt.Errorf("%w: btree segment %s: a null key after a value at row %d", errkind.Corrupt, table.IndexUUID(s.seg.Meta), s.next+uint64(i))
+			}
+		}
+	}
+	w := s.seg.KeyType.ValueBits() / 8
+	start := len(s.keys)
+	s.keys = fixedKeys(kind, vals.Values[first*w:], n-first, s.keys)
+	for i := first; i < n; i++ {
+		s.ids = append(s.ids, binary.LittleEndian.Uint64(ids.Values[i*8:]))
+	}
+	if start == 0 { // the buffers' start: keep them, grown, for the next window
+		s.keyBuf, s.idsBuf = s.keys, s.ids
+	}
+	// the block merge's bound relies on each input's order: check it
+	prev := s.last
+	for i := start; i < len(s.keys); i++ {
+		if (s.seen || i > start) && s.keys[i] < prev {
+			return fmt.Errorf("%w: btree segment %s: keys out of order at row %d", errkind.Corrupt, table.IndexUUID(s.seg.Meta), s.next+uint64(first+i-start))
+		}
+		prev = s.keys[i]
+	}
+	if len(s.keys) > start {
+		s.seen, s.last = true, prev
+	}
+	s.next = end
+	return nil
+}
+
+// mergeFixed merges segments of fixed-width keys into w by blocks.
+func mergeFixed(ctx context.Context, segs []*Segment, w *pageWriter, keep func(uint64) bool, window int, res *Result) error {
+	kind := segs[0].KeyType.Kind
+	srcs := make([]*source, len(segs))
+	for i, s := range segs {
+		srcs[i] = &source{seg: s, window: window}
+	}
+	emitNull := func(id uint64) error {
+		res.RowsRead++
+		if keep == nil || keep(id) {
+			return w.add(ctx, true, nil, id)
+		}
+		return nil
+	}
+	// Every input's nulls precede every value: read each input up to its
+	// first value (its first window holding one) before merging values.
+	for _, s := range srcs {
+		for len(s.keys) == 0 && !s.done() {
+			if err := s.read(ctx, emitNull); err != nil {
+				return err
+			}
+		}
+	}
+	var blockKeys, blockIDs []uint64
+	var sorter blockSorter
+	var val []byte
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		bound, open := uint64(math.MaxUint64), false
+		for _, s := range srcs {
+			if len(s.keys) == 0 && !s.done() {
+				if err := s.read(ctx, emitNull); err != nil {
+					return err
+				}
+			}
+			if !s.done() && len(s.keys) > 0 {
+				bound, open = min(bound, s.keys[len(s.keys)-1]), true
+			}
+		}
+		blockKeys, blockIDs = blockKeys[:0], blockIDs[:0]
+		for _, s := range srcs {
+			n := len(s.keys)
+			if open {
+				n = sort.Search(len(s.keys), func(i int) bool { return s.keys[i] > bound })
+			}
+			blockKeys = append(blockKeys, s.keys[:n]...)
+			blockIDs = append(blockIDs, s.ids[:n]...)
+			s.consume(n)
+		}
+		if len(blockKeys) == 0 {
+			if !open {
+				return nil
+			}
+			continue
+		}
+		keys, ids := sorter.sort(blockKeys, blockIDs)
+		res.RowsRead += uint64(len(keys))
+		for i, k := range keys {
+			id := ids[i]
+			if keep != nil && !keep(id) {
+				continue
+			}
+			val = putFixed(kind, k, val[:0])
+			if err := w.add(ctx, false, val, id); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// blockSorter sorts a block's (key, row id) pairs by key, stably, with a
+// least-significant-digit radix sort over the bits in which the block's
+// keys differ (their span above the smallest key): a block of int64 keys
+// within ±1e9 takes three 11-bit passes, not eight byte-wide ones. When
+// the span and a row index fit 64 bits, each pair is packed into one word
+// (the key's offset above the index) and the row ids gathered after.
+type blockSorter struct {
+	a, b []uint64
+	ka   []uint64
+	ia   []uint64
+}
+
+const digitBits = 11
+
+func (bs *blockSorter) sort(keys, ids []uint64) ([]uint64, []uint64) {
+	n := len(keys)
+	if n < 2 {
+		return keys, ids
+	}
+	lo, hi := keys[0], keys[0]
+	for _, k := range keys {
+		lo, hi = min(lo, k), max(hi, k)
+	}
+	kb := bits.Len64(hi - lo)
+	if kb == 0 {
+		return keys, ids // one key: the block keeps its order
+	}
+	ib := bits.Len(uint(n - 1))
+	grow := func(s []uint64) []uint64 {
+		if cap(s) < n {
+			return make([]uint64, n)
+		}
+		return s[:n]
+	}
+	if kb+ib <= 64 {
+		bs.a, bs.b = grow(bs.a), grow(bs.b)
+		for i, k := range keys {
+			bs.a[i] = (k-lo)<<ib | uint64(i)
+		}
+		sorted := lsd(bs.a, bs.b, ib, kb)
+		bs.ka, bs.ia = grow(bs.ka), grow(bs.ia)
+		mask := uint64(1)<<ib - 1
+		for i, p := range sorted {
+			bs.ka[i], bs.ia[i] = p>>ib+lo, ids[p&mask]
+		}
+		return bs.ka, bs.ia
+	}
+	// a span too wide to pack: sort the pairs, offsets above lo
+	bs.a, bs.b, bs.ka, bs.ia = grow(bs.a), grow(bs.b), grow(bs.ka), grow(bs.ia)
+	src, srcIDs, dst, dstIDs := bs.a, bs.ka, bs.b, bs.ia
+	for i, k := range keys {
+		src[i], srcIDs[i] = k-lo, ids[i]
+	}
+	var count [1 << digitBits]int
+	for shift := 0; shift < kb; shift += digitBits {
+		clear(count[:])
+		for _, k := range src {
+			count[(k>>shift)&(1<<digitBits-1)]++
+		}
+		pos := 0
+		for d := range count {
+			pos, count[d] = pos+count[d], pos
+		}
+		for i, k := range src {
+			d := (k >> shift) & (1<<digitBits - 1)
+			dst[count[d]], dstIDs[count[d]] = k, srcIDs[i]
+			count[d]++
+		}
+		src, dst, srcIDs, dstIDs = dst, src, dstIDs, srcIDs
+	}
+	for i := range src {
+		src[i] += lo
+	}
+	return src, srcIDs
+}
+
+// lsd sorts a by its bits [from, from+width), stably, in digitBits-wide
+// passes between a and b; it returns the sorted one.
+func lsd(a, b []uint64, from, width int) []uint64 {
+	var count [1 << digitBits]int
+	for shift := from; shift < from+width; shift += digitBits {
+		clear(count[:])
+		for _, x := range a {
+			count[(x>>shift)&(1<<digitBits-1)]++
+		}
+		pos := 0
+		for d := range count {
+			pos, count[d] = pos+count[d], pos
+		}
+		for _, x := range a {
+			d := (x >> shift) & (1<<digitBits - 1)
+			b[count[d]] = x
+			count[d]++
+		}
+		a, b = b, a
+	}
+	return a
+}

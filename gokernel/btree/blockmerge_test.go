@@ -1,0 +1,118 @@
+package btree
+
+import (
+	"cmp"
+	"encoding/binary"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/RoaringBitmap/roaring/v2/roaring64"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
+)
+
+func TestBlockSorterIsAStableSortByKey(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		n    int
+		key  func(r *rand.Rand) uint64
+	}{
+		{"narrow span (packed)", 5000, func(r *rand.Rand) uint64 { return 1<<63 + r.Uint64N(2e9) - 1e9 }},
+		{"few keys, many ties", 5000, func(r *rand.Rand) uint64 { return 42 + r.Uint64N(3) }},
+		{"full 64-bit span (pairs)", 5000, func(r *rand.Rand) uint64 { return r.Uint64() }},
+		{"one key", 100, func(*rand.Rand) uint64 { return 7 }},
+		{"one row", 1, func(r *rand.Rand) uint64 { return r.Uint64() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(uint64(tc.n), 3))
+			keys, ids := make([]uint64, tc.n), make([]uint64, tc.n)
+			for i := range keys {
+				keys[i], ids[i] = tc.key(r), uint64(i) // ids record the input order
+			}
+			type pair struct{ k, id uint64 }
+			want := make([]pair, tc.n)
+			for i := range want {
+				want[i] = pair{keys[i], ids[i]}
+			}
+			slices.SortStableFunc(want, func(a, b pair) int { return cmp.Compare(a.k, b.k) })
+			var bs blockSorter
+			for round := range 2 { // the sorter's buffers are reused
+				gk, gi := bs.sort(slices.Clone(keys), slices.Clone(ids))
+				for i := range want {
+					if gk[i] != want[i].k || gi[i] != want[i].id {
+						t.Fatalf("round %d, pair %d: got (%d, %d), want %+v", round, i, gk[i], gi[i], want[i])
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestFixedKeysRoundTripAndOrder(t *testing.T) {
+	le := binary.LittleEndian
+	for _, tc := range []struct {
+		kind lancefile.Kind
+		vals [][]byte // ascending
+	}{
+		{lancefile.KindInt8, [][]byte{{0x80}, {0xff}, {0}, {0x7f}}},
+		{lancefile.KindInt16, [][]byte{le.AppendUint16(nil, 0x8000), le.AppendUint16(nil, 0xffff), le.AppendUint16(nil, 3)}},
+		{lancefile.KindInt32, [][]byte{le.AppendUint32(nil, 1<<31), le.AppendUint32(nil, 0), le.AppendUint32(nil, math.MaxInt32)}},
+		{lancefile.KindUint32, [][]byte{le.AppendUint32(nil, 0), le.AppendUint32(nil, 1<<31), le.AppendUint32(nil, math.MaxUint32)}},
+		{lancefile.KindFloat32, [][]byte{
+			le.AppendUint32(nil, math.Float32bits(float32(math.Inf(-1)))), le.AppendUint32(nil, math.Float32bits(-2)),
+			le.AppendUint32(nil, math.Float32bits(float32(math.Copysign(0, -1)))), le.AppendUint32(nil, 0),
+			le.AppendUint32(nil, math.Float32bits(1.5)), le.AppendUint32(nil, math.Float32bits(float32(math.Inf(1)))),
+			le.AppendUint32(nil, 0x7fc00001), // a NaN: last
+		}},
+		{lancefile.KindFloat64, [][]byte{
+			le.AppendUint64(nil, math.Float64bits(math.Inf(-1))), le.AppendUint64(nil, math.Float64bits(-1e300)),
+			le.AppendUint64(nil, math.Float64bits(0)), le.AppendUint64(nil, math.Float64bits(math.NaN())),
+		}},
+	} {
+		var prev uint64
+		for i, v := range tc.vals {
+			k := fixedKeys(tc.kind, v, 1, nil)[0]
+			if i > 0 && k <= prev {
+				t.Errorf("%v: value %d (%x) does not order after value %d", tc.kind, i, v, i-1)
+			}
+			if i > 0 && (lancefile.SortKey(tc.kind, v) > lancefile.SortKey(tc.kind, tc.vals[i-1])) != (k > prev) {
+				t.Errorf("%v: value %d orders otherwise than SortKey", tc.kind, i)
+			}
+			prev = k
+			if got := putFixed(tc.kind, k, nil); !slices.Equal(got, v) {
+				t.Errorf("%v: value %x came back as %x", tc.kind, v, got)
+			}
+		}
+	}
+}
+
+func TestIDSetFindsRepeatsWhereverIDsLive(t *testing.T) {
+	s := newIDSet(100) // a budget of a few words: most ids go sparse
+	ids := []uint64{
+		0, 1, 63, 64, 1<<32 | 5, // dense
+		7<<32 | (maxDenseOffset + 3), // offset too large: sparse
+		maxDenseFragment<<32 | 9,     // fragment id too large: sparse
+		3<<32 | 1<<25,                // past the budget: sparse until the bitset may grow
+	}
+	for _, id := range ids {
+		if !s.add(id) {
+			t.Fatalf("id %#x reported as a repeat on its first add", id)
+		}
+	}
+	for _, id := range ids {
+		if s.add(id) {
+			t.Fatalf("id %#x repeated but reported new", id)
+		}
+	}
+	// a large budget: the same id first sparse, then in a grown bitset
+	s = &idSet{words: 0, sparse: roaring64.New()}
+	if !s.add(2<<32 | 1000) {
+		t.Fatal("first add")
+	}
+	s.words = 1 << 20
+	if s.add(2<<32 | 1000) {
+		t.Fatal("an id added sparse, then dense, was reported new")
+	}
+}
