@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/bits"
 	"sort"
+	"sync"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
@@ -84,110 +85,177 @@ func putFixed(k lancefile.Kind, key uint64, dst []byte) []byte {
 	}
 }
 
-// source is one input of a block merge: its pending (key, row id) pairs,
-// sorted, and where its next window starts.
-type source struct {
-	seg    *Segment
-	next   uint64
-	keys   []uint64
-	ids    []uint64
-	window int
-	// keyBuf and idsBuf hold the window's pairs from their start (keys
-	// and ids are what is left of them)
-	keyBuf, idsBuf []uint64
-	// buf and idBuf are the window's decode buffers, reused
-	buf, idBuf []byte
-	// seen: a value was read (a null may no longer come); last is the
-	// last key read
-	seen bool
-	last uint64
+// window is one decoded window of an input: the row ids of its leading
+// null rows and the (key, row id) pairs of its values.
+type window struct {
+	nulls, keys, ids []uint64
+	last             bool // the input's last window
+	err              error
 }
 
-func (s *source) done() bool { return s.next >= s.seg.Rows }
+// source is one input of a block merge. A goroutine decodes its windows
+// ahead of the merge (two windows per input: one merged while the next is
+// decoded, so decoding and merging share the cores); keys and ids are the
+// pending pairs of the window being merged.
+type source struct {
+	seg        *Segment
+	rows       int // a window's rows
+	full, free chan *window
+	cur        *window
+	keys, ids  []uint64
+	ended      bool // the last window was taken
+	// the decoder's state
+	next       uint64
+	buf, idBuf []byte
+	seen       bool // a value was read: a null may no longer come
+	lastKey    uint64
+}
 
-// consume drops the first n pending pairs; once none is left, the
-// window's buffers are reused from their start.
-func (s *source) consume(n int) {
-	s.keys, s.ids = s.keys[n:], s.ids[n:]
-	if len(s.keys) == 0 {
-		s.keys, s.ids = s.keyBuf[:0], s.idsBuf[:0]
+func newSource(seg *Segment, rows int) *source {
+	s := &source{seg: seg, rows: rows, full: make(chan *window, 1), free: make(chan *window, 2), ended: seg.Rows == 0}
+	s.free <- &window{}
+	s.free <- &window{}
+	return s
+}
+
+// decodeAll decodes every window, in order, until the input ends, an
+// error (sent with its window) or ctx is done.
+func (s *source) decodeAll(ctx context.Context) {
+	for s.next < s.seg.Rows {
+		var w *window
+		select {
+		case w = <-s.free:
+		case <-ctx.Done():
+			return
+		}
+		w.nulls, w.keys, w.ids = w.nulls[:0], w.keys[:0], w.ids[:0]
+		w.err = s.decodeSafe(ctx, w)
+		w.last = w.err != nil || s.next >= s.seg.Rows
+		select {
+		case s.full <- w:
+		case <-ctx.Done():
+			return
+		}
+		if w.err != nil {
+			return
+		}
 	}
 }
 
-// read reads the next window: leading nulls go to nulls (only before the
-// input's first value: a null after a value is corruption), the values'
-// pairs to the pending ones.
-func (s *source) read(ctx context.Context, nulls func(id uint64) error) error {
-	end := min(s.next+uint64(s.window), s.seg.Rows)
-	kind := s.seg.KeyType.Kind
-	need := lancefile.IntoCap(s.seg.KeyType, int(end-s.next))
-	if cap(s.buf) < need {
+// decodeSafe is decode, a panic turned into an error: a panic in a
+// goroutine cannot be recovered by the binding and would end the
+// interpreter.
+func (s *source) decodeSafe(ctx context.Context, w *window) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("btree segment %s: decoding a window: %v", table.IndexUUID(s.seg.Meta), r)
+		}
+	}()
+	return s.decode(ctx, w)
+}
+
+// decode reads the next window into w. Nulls come first: a null after a
+// value, or keys out of order, are corruption (the block merge's bound
+// relies on each input's order).
+func (s *source) decode(ctx context.Context, w *window) error {
+	end := min(s.next+uint64(s.rows), s.seg.Rows)
+	n := int(end - s.next)
+	if need := lancefile.IntoCap(s.seg.KeyType, n); cap(s.buf) < need {
 		s.buf = make([]byte, need)
 	}
 	vals, err := s.seg.data.ReadInto(ctx, valuesColumn, s.next, end, s.buf)
 	if err != nil {
 		return err
 	}
-	if need := lancefile.IntoCap(lancefile.Primitive(lancefile.KindUint64), int(end-s.next)); cap(s.idBuf) < need {
+	if need := lancefile.IntoCap(lancefile.Primitive(lancefile.KindUint64), n); cap(s.idBuf) < need {
 		s.idBuf = make([]byte, need)
 	}
 	ids, err := s.seg.data.ReadInto(ctx, idsColumn, s.next, end, s.idBuf)
 	if err != nil {
 		return err
 	}
-	n := int(end - s.next)
+	u := table.IndexUUID(s.seg.Meta)
 	if vals.Len != n || ids.Len != n {
-		return fmt.Errorf("%w: btree segment %s: a window of %d rows read back as %d values and %d ids", errkind.Corrupt, table.IndexUUID(s.seg.Meta), n, vals.Len, ids.Len)
+		return fmt.Errorf("%w: btree segment %s: a window of %d rows read back as %d values and %d ids", errkind.Corrupt, u, n, vals.Len, ids.Len)
 	}
 	first := 0
 	if vals.Validity != nil {
-		// nulls come first: only a window that starts the input, or
-		// follows nulls only, may hold them
 		for first < n && !vals.IsValid(first) {
 			if s.seen {
-				return fmt.Errorf("%w: btree segment %s: a null key after a value at row %d", errkind.Corrupt, table.IndexUUID(s.seg.Meta), s.next+uint64(first))
+				return fmt.Errorf("%w: btree segment %s: a null key after a value at row %d", errkind.Corrupt, u, s.next+uint64(first))
 			}
-			if err := nulls(binary.LittleEndian.Uint64(ids.Values[first*8:])); err != nil {
-				return err
-			}
+			w.nulls = append(w.nulls, binary.LittleEndian.Uint64(ids.Values[first*8:]))
 			first++
 		}
 		for i := first; i < n; i++ {
 			if !vals.IsValid(i) {
-				return fmt.Errorf("%w: btree segment %s: a null key after a value at row %d", errkind.Corrupt, table.IndexUUID(s.seg.Meta), s.next+uint64(i))
+				return fmt.Errorf("%w: btree segment %s: a null key after a value at row %d", errkind.Corrupt, u, s.next+uint64(i))
 			}
 		}
 	}
-	w := s.seg.KeyType.ValueBits() / 8
-	start := len(s.keys)
-	s.keys = fixedKeys(kind, vals.Values[first*w:], n-first, s.keys)
+	width := s.seg.KeyType.ValueBits() / 8
+	w.keys = fixedKeys(s.seg.KeyType.Kind, vals.Values[first*width:], n-first, w.keys)
 	for i := first; i < n; i++ {
-		s.ids = append(s.ids, binary.LittleEndian.Uint64(ids.Values[i*8:]))
+		w.ids = append(w.ids, binary.LittleEndian.Uint64(ids.Values[i*8:]))
 	}
-	if start == 0 { // the buffers' start: keep them, grown, for the next window
-		s.keyBuf, s.idsBuf = s.keys, s.ids
-	}
-	// the block merge's bound relies on each input's order: check it
-	prev := s.last
-	for i := start; i < len(s.keys); i++ {
-		if (s.seen || i > start) && s.keys[i] < prev {
-			return fmt.Errorf("%w: btree segment %s: keys out of order at row %d", errkind.Corrupt, table.IndexUUID(s.seg.Meta), s.next+uint64(first+i-start))
+	prev := s.lastKey
+	for i, k := range w.keys {
+		if (s.seen || i > 0) && k < prev {
+			return fmt.Errorf("%w: btree segment %s: keys out of order at row %d", errkind.Corrupt, u, s.next+uint64(first+i))
 		}
-		prev = s.keys[i]
+		prev = k
 	}
-	if len(s.keys) > start {
-		s.seen, s.last = true, prev
+	if len(w.keys) > 0 {
+		s.seen, s.lastKey = true, prev
 	}
 	s.next = end
 	return nil
 }
 
+// take hands the merged window back to the decoder and takes the next
+// one, whose null rows go to nulls.
+func (s *source) take(ctx context.Context, nulls func(id uint64) error) error {
+	if s.cur != nil {
+		s.free <- s.cur // never blocks: the decoder holds at most one window
+		s.cur = nil
+	}
+	var w *window
+	select {
+	case w = <-s.full:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if w.err != nil {
+		return w.err
+	}
+	s.cur, s.keys, s.ids, s.ended = w, w.keys, w.ids, w.last
+	for _, id := range w.nulls {
+		if err := nulls(id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // mergeFixed merges segments of fixed-width keys into w by blocks.
-func mergeFixed(ctx context.Context, segs []*Segment, w *pageWriter, keep func(uint64) bool, window int, res *Result) error {
+func mergeFixed(ctx context.Context, segs []*Segment, w *pageWriter, keep func(uint64) bool, rows int, res *Result) (err error) {
 	kind := segs[0].KeyType.Kind
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait() // the decoders read the segments' files, closed after Merge
+	}()
 	srcs := make([]*source, len(segs))
-	for i, s := range segs {
-		srcs[i] = &source{seg: s, window: window}
+	for i, seg := range segs {
+		srcs[i] = newSource(seg, rows)
+		if !srcs[i].ended {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				srcs[i].decodeAll(ctx)
+			}()
+		}
 	}
 	emitNull := func(id uint64) error {
 		res.RowsRead++
@@ -196,11 +264,11 @@ func mergeFixed(ctx context.Context, segs []*Segment, w *pageWriter, keep func(u
 		}
 		return nil
 	}
-	// Every input's nulls precede every value: read each input up to its
-	// first value (its first window holding one) before merging values.
+	// Every input's nulls precede every value: take each input's windows
+	// up to its first value before merging values.
 	for _, s := range srcs {
-		for len(s.keys) == 0 && !s.done() {
-			if err := s.read(ctx, emitNull); err != nil {
+		for len(s.keys) == 0 && !s.ended {
+			if err := s.take(ctx, emitNull); err != nil {
 				return err
 			}
 		}
@@ -214,12 +282,12 @@ func mergeFixed(ctx context.Context, segs []*Segment, w *pageWriter, keep func(u
 		}
 		bound, open := uint64(math.MaxUint64), false
 		for _, s := range srcs {
-			if len(s.keys) == 0 && !s.done() {
-				if err := s.read(ctx, emitNull); err != nil {
+			if len(s.keys) == 0 && !s.ended {
+				if err := s.take(ctx, emitNull); err != nil {
 					return err
 				}
 			}
-			if !s.done() && len(s.keys) > 0 {
+			if !s.ended && len(s.keys) > 0 {
 				bound, open = min(bound, s.keys[len(s.keys)-1]), true
 			}
 		}
@@ -231,7 +299,7 @@ func mergeFixed(ctx context.Context, segs []*Segment, w *pageWriter, keep func(u
 			}
 			blockKeys = append(blockKeys, s.keys[:n]...)
 			blockIDs = append(blockIDs, s.ids[:n]...)
-			s.consume(n)
+			s.keys, s.ids = s.keys[n:], s.ids[n:]
 		}
 		if len(blockKeys) == 0 {
 			if !open {

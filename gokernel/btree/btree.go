@@ -168,10 +168,17 @@ func newCursor(s *Segment, window int) *cursor {
 }
 
 func (c *cursor) fill(ctx context.Context) (bool, error) {
+	c.window = max(c.window, minWindowRows)
+	return c.fillExact(ctx)
+}
+
+// fillExact reads the next window of exactly c.window rows (fewer at the
+// end).
+func (c *cursor) fillExact(ctx context.Context) (bool, error) {
 	if c.next >= c.seg.Rows {
 		return false, nil
 	}
-	end := min(c.next+uint64(max(c.window, minWindowRows)), c.seg.Rows)
+	end := min(c.next+uint64(c.window), c.seg.Rows)
 	var err error
 	if c.vals, err = c.seg.data.Read(ctx, valuesColumn, c.next, end); err != nil {
 		return false, err
@@ -305,9 +312,10 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 	defer w.abort()
 	res := &Result{}
 	if segs[0].KeyType.Kind != lancefile.KindBinary {
-		// pending pairs, the block and its radix scratch: 48 bytes a row
-		// beside the decoded window
-		window := min(maxWindowRows, max(minWindowRows, windowBudget/(segs[0].KeyType.ValueBits()/8+8+48)/len(segs)))
+		// per row of a window: its decode buffers, two windows of pairs
+		// (one merged, one decoded ahead), the block and the sort's
+		// buffers
+		window := min(maxWindowRows, max(minWindowRows, windowBudget/(segs[0].KeyType.ValueBits()/8+8+32+48)/len(segs)))
 		if err := mergeFixed(ctx, segs, w, opts.Keep, window, res); err != nil {
 			return nil, err
 		}

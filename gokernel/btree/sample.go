@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
 )
 
@@ -15,28 +16,34 @@ type KeyRow struct {
 	RowID uint64
 }
 
-// Sample streams a segment and returns about n of its rows, evenly spread
-// (every rows/n-th), to check against the column's data.
+// sampleRun is how many consecutive rows Sample takes at each place it
+// reads: a run costs one page's decoding, as one row does.
+const sampleRun = 32
+
+// Sample returns about n rows of a segment, in runs of sampleRun
+// consecutive rows evenly spread over it, to check against the column's
+// data: it reads the pages it samples, not the segment.
 func Sample(ctx context.Context, st storage.Store, im *pb.IndexMetadata, n int) ([]KeyRow, error) {
 	s, err := Open(ctx, st, im)
 	if err != nil {
 		return nil, err
 	}
 	defer s.Close()
-	step := max(uint64(1), s.Rows/uint64(max(n, 1)))
+	runs := uint64(max(1, n/sampleRun))
 	var out []KeyRow
-	c := newCursor(s, maxWindowRows)
-	var row uint64
-	for {
-		ok, err := c.fill(ctx)
+	for j := range runs {
+		start := j * s.Rows / runs
+		c := &cursor{seg: s, next: start, window: int(min(sampleRun, s.Rows-start)), width: s.KeyType.ValueBits() / 8, binary: s.KeyType.Kind == lancefile.KindBinary}
+		if c.window <= 0 {
+			break
+		}
+		ok, err := c.fillExact(ctx)
 		if err != nil || !ok {
 			return out, err
 		}
 		for c.i = 0; c.i < c.n; c.i++ {
-			if row%step == 0 {
-				out = append(out, KeyRow{Null: c.null(), Key: slices.Clone(c.value()), RowID: c.rowID()})
-			}
-			row++
+			out = append(out, KeyRow{Null: c.null(), Key: slices.Clone(c.value()), RowID: c.rowID()})
 		}
 	}
+	return out, nil
 }

@@ -152,6 +152,18 @@ func showKey(null bool, b []byte) string {
 
 // coverage says whether a fragment is one the segment covers.
 func coverage(sr *SegmentReport) func(uint32) bool {
+	// dense by fragment id where ids are small (a check asks once per row)
+	var top uint32
+	for _, f := range sr.FragmentIDs {
+		top = max(top, f)
+	}
+	if top < 1<<20 {
+		dense := make([]bool, int(top)+1)
+		for _, f := range sr.FragmentIDs {
+			dense[f] = true
+		}
+		return func(f uint32) bool { return int(f) < len(dense) && dense[f] }
+	}
 	frags := make(map[uint32]bool, len(sr.FragmentIDs))
 	for _, f := range sr.FragmentIDs {
 		frags[f] = true
