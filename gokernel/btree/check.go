@@ -172,8 +172,8 @@ func valueAt(a *lancefile.Array, i, width int) []byte {
 // segment, plus 1 MiB), and a roaring bitmap for the rest, which a hostile
 // file cannot make large.
 type idSet struct {
-	dense  [][]uint64 // by fragment id
-	words  int        // words the dense bitsets may still take
+	dense   [][]uint64 // by fragment id
+	words   int        // words the dense bitsets may still take
 	sparse  *roaring64.Bitmap
 	nsparse int
 }

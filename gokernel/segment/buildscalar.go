@@ -17,12 +17,13 @@ import (
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/vecdata"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/zonemap"
 )
 
 // ScalarBuildOptions tune BuildScalar.
 type ScalarBuildOptions struct {
 	// Column is the indexed column; IndexName the logical index;
-	// IndexType BTREE or BITMAP. Required.
+	// IndexType BTREE, BITMAP or ZONEMAP. Required.
 	Column    string `json:"column"`
 	IndexName string `json:"name"`
 	IndexType string `json:"index_type"`
@@ -43,17 +44,18 @@ type ScalarBuildOptions struct {
 }
 
 // BuildableScalarTypes are the scalar index types BuildScalar builds.
-var BuildableScalarTypes = map[string]bool{"BTREE": true, "BITMAP": true}
+var BuildableScalarTypes = map[string]bool{"BTREE": true, "BITMAP": true, "ZONEMAP": true}
 
 // scalarDetailsURL is the index details type pylance 14.0.2's
 // create_index_uncommitted records for each buildable type (an empty
 // message), used when the index has no segment yet.
 var scalarDetailsURL = map[string]string{
-	"BTREE":  "/lance.table.BTreeIndexDetails",
-	"BITMAP": "/lance.table.BitmapIndexDetails",
+	"BTREE":   "/lance.table.BTreeIndexDetails",
+	"BITMAP":  "/lance.table.BitmapIndexDetails",
+	"ZONEMAP": "/lance.table.ZoneMapIndexDetails",
 }
 
-// BuildScalar writes one uncommitted BTREE or BITMAP segment over the
+// BuildScalar writes one uncommitted BTREE, BITMAP or ZONEMAP segment over the
 // given fragments from the column's data, as pylance's
 // create_index_uncommitted writes it: deleted rows are left out, null
 // values kept (under the null key), the files in the dataset's file
@@ -69,15 +71,16 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 	prog.SetStage("validate")
 	switch {
 	case !BuildableScalarTypes[opts.IndexType]:
-		return nil, fmt.Errorf("%w: build: %s segments are not built here (BTREE and BITMAP are; build others with pylance's create_index_uncommitted)", errkind.Unsupported, opts.IndexType)
+		return nil, fmt.Errorf("%w: build: %s segments are not built here (BTREE, BITMAP and ZONEMAP are; build others with pylance's create_index_uncommitted)", errkind.Unsupported, opts.IndexType)
 	case opts.IndexName == "":
 		return nil, fmt.Errorf("%w: build: an index name is required", errkind.InvalidInput)
 	case len(opts.FragmentIDs) == 0:
 		return nil, fmt.Errorf("%w: build: no fragments to index", errkind.InvalidInput)
-	case opts.IndexType == "BITMAP" && snap.HasStableRowIDs():
+	case opts.IndexType != "BTREE" && snap.HasStableRowIDs():
 		// BITMAP segments hold stable row ids there, which the data files
-		// do not carry; BTREE segments hold addresses on any dataset.
-		return nil, fmt.Errorf("%w: build: BITMAP segments of a dataset with stable row ids", errkind.Unsupported)
+		// do not carry (ZONEMAP's map of null rows is unproven there);
+		// BTREE segments hold addresses on any dataset.
+		return nil, fmt.Errorf("%w: build: %s segments of a dataset with stable row ids", errkind.Unsupported, opts.IndexType)
 	}
 	rd, err := vecdata.NewValueReader(st, snap, opts.Column)
 	if err != nil {
@@ -95,8 +98,9 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 	if err != nil {
 		return nil, err
 	}
-	batchSize := btree.DefaultBatchSize
-	if opts.IndexType == "BTREE" && existing != nil {
+	batchSize, rowsPerZone := btree.DefaultBatchSize, zonemap.DefaultRowsPerZone
+	switch {
+	case opts.IndexType == "BTREE" && existing != nil:
 		// pages of the size the index's segments have, or they do not merge
 		seg, err := btree.Open(ctx, st, existing)
 		if err != nil {
@@ -104,19 +108,39 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 		}
 		batchSize = seg.BatchSize
 		seg.Close()
+	case opts.IndexType == "ZONEMAP" && existing != nil:
+		seg, err := zonemap.Read(ctx, st, existing)
+		if err != nil {
+			return nil, fmt.Errorf("build: reading index %q's segment %s: %w", opts.IndexName, table.IndexUUID(existing), err)
+		}
+		rowsPerZone = seg.RowsPerZone
 	}
-	sorter, err := keysort.New(col.Type, keysort.Options{MemoryBytes: opts.MemoryBytes, TempDir: opts.TempDir})
-	if err != nil {
-		return nil, fmt.Errorf("build: column %q: %w", opts.Column, err)
+	frags := slices.Clone(opts.FragmentIDs)
+	var add func(w *vecdata.ValueWindow, i int) error
+	var sorter *keysort.Sorter
+	var zones *zonemap.Builder
+	if opts.IndexType == "ZONEMAP" {
+		slices.Sort(frags) // zones are in fragment order
+		if zones, err = zonemap.NewBuilder(col.Type, rowsPerZone); err != nil {
+			return nil, fmt.Errorf("build: column %q: %w", opts.Column, err)
+		}
+		add = func(w *vecdata.ValueWindow, i int) error {
+			return zones.Add(uint32(w.Fragment), w.Start+uint64(i), w.Values, i)
+		}
+	} else {
+		if sorter, err = keysort.New(col.Type, keysort.Options{MemoryBytes: opts.MemoryBytes, TempDir: opts.TempDir}); err != nil {
+			return nil, fmt.Errorf("build: column %q: %w", opts.Column, err)
+		}
+		defer sorter.Close()
+		add = func(w *vecdata.ValueWindow, i int) error { return sorter.Add(w.Values, i, w.Addr(i)) }
 	}
-	defer sorter.Close()
 	prog.SetStage("read")
-	err = rd.ScanValues(ctx, opts.FragmentIDs, opts.WindowRows, func(w *vecdata.ValueWindow) error {
+	err = rd.ScanValues(ctx, frags, opts.WindowRows, func(w *vecdata.ValueWindow) error {
 		for i := range w.Values.Len {
 			if !w.Live(i) {
 				continue
 			}
-			if err := sorter.Add(w.Values, i, w.Addr(i)); err != nil {
+			if err := add(w, i); err != nil {
 				return err
 			}
 		}
@@ -147,13 +171,15 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 			files = res.Files
 			prog.RowsWritten.Add(int64(res.Rows))
 		}
+	case "ZONEMAP":
+		files, err = zones.Write(ctx, st, dir+zonemap.FileName, version)
 	}
 	if err != nil {
-		removeOutput(ctx, st, dir, btree.DataFile, btree.LookupFile, bitmap.FileName)
+		removeOutput(ctx, st, dir, btree.DataFile, btree.LookupFile, bitmap.FileName, zonemap.FileName)
 		return nil, err
 	}
 	prog.SetStage("done")
-	return scalarEntry(id, snap, opts, col.FieldID, existing, files)
+	return scalarEntry(id, snap, opts, col, existing, files, rowsPerZone)
 }
 
 // scalarIndexVersion is the index version pylance 14.0.2 records for a
@@ -202,7 +228,7 @@ func kindName(otherType string) string {
 // scalarEntry is the manifest entry of a built scalar segment: the
 // details and index version of the index it joins (pylance 14.0.2 writes
 // version 0 and an empty details message of the type's own).
-func scalarEntry(id uuid.UUID, snap *table.Snapshot, opts ScalarBuildOptions, fieldID int32, existing *pb.IndexMetadata, files []*pb.IndexFile) (*pb.IndexMetadata, error) {
+func scalarEntry(id uuid.UUID, snap *table.Snapshot, opts ScalarBuildOptions, col *vecdata.Column, existing *pb.IndexMetadata, files []*pb.IndexFile, rowsPerZone int) (*pb.IndexMetadata, error) {
 	frags := make([]uint32, len(opts.FragmentIDs))
 	for i, f := range opts.FragmentIDs {
 		frags[i] = uint32(f)
@@ -213,6 +239,9 @@ func scalarEntry(id uuid.UUID, snap *table.Snapshot, opts ScalarBuildOptions, fi
 		return nil, err
 	}
 	details := &anypb.Any{TypeUrl: scalarDetailsURL[opts.IndexType]}
+	if opts.IndexType == "ZONEMAP" {
+		details.Value = zonemap.Details(col.Type, rowsPerZone)
+	}
 	iv := scalarIndexVersion(snap, opts.IndexType)
 	if existing != nil {
 		details = cloneAny(existing.GetIndexDetails())
@@ -220,7 +249,7 @@ func scalarEntry(id uuid.UUID, snap *table.Snapshot, opts ScalarBuildOptions, fi
 	now := uint64(time.Now().UnixMilli())
 	return &pb.IndexMetadata{
 		Uuid:           &pb.UUID{Uuid: id[:]},
-		Fields:         []int32{fieldID},
+		Fields:         []int32{col.FieldID},
 		Name:           opts.IndexName,
 		DatasetVersion: snap.Ref.Version,
 		FragmentBitmap: bm,

@@ -339,8 +339,12 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, k *Kind,
 	}
 	for z := 0; z < s.Zones; z++ {
 		f, off, n := s.place(z)
-		if n == 0 || n > uint64(s.RowsPerZone) {
-			add("zone %d has %d rows (1 to %s %d)", z, n, k.sizeKey, s.RowsPerZone)
+		// A zone holds at most rows-per-zone live rows, but zone_length
+		// spans the rows deleted between them when it was built (pylance
+		// 14.0.2 wrote a zone of 8,491 rows for 8,192 live ones): only an
+		// empty zone is wrong.
+		if n == 0 {
+			add("zone %d has no rows", z)
 		}
 		if covered != nil && (f > 1<<32-1 || !covered(uint32(f))) {
 			add("zone %d is of fragment %d, which the segment does not cover", z, f)

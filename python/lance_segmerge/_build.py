@@ -64,14 +64,16 @@ def build_index_segment(
     :func:`merge_existing_index_segments` and commit them with
     :func:`commit_existing_index_segments` (or pylance's own).
 
-    Scalar indices (``BTREE``, ``BITMAP``; no model): reads the fragments'
-    values of ``column`` a window at a time (deleted rows left out, nulls
-    kept), sorts the (value, row) pairs by value in bounded memory (sorted
-    runs past ``memory_bytes`` spill to temporary files and are merged),
-    and writes the files pylance's ``create_index_uncommitted`` writes: a
+    Scalar indices (``BTREE``, ``BITMAP``, ``ZONEMAP``; no model): reads
+    the fragments' values of ``column`` a window at a time (deleted rows
+    left out, nulls kept) and writes the files pylance's
+    ``create_index_uncommitted`` writes. BTREE and BITMAP sort the (value,
+    row) pairs by value in bounded memory (sorted runs past
+    ``memory_bytes`` spill to temporary files and are merged), then write a
     BTREE's sorted pages and their lookup (pages of the size the index's
-    existing segments have, else 4096 rows), or a BITMAP's row map per
-    distinct value, the null value first.
+    existing segments have, else 4096 rows) or a BITMAP's row map per
+    distinct value, the null value first; ZONEMAP streams the fragments in
+    order into zones of 8,192 live rows (or the index's zone size).
 
     Parameters
     ----------
@@ -84,7 +86,7 @@ def build_index_segment(
         string or binary).
     index_type : str
         ``IVF_FLAT``, ``IVF_SQ``, ``IVF_PQ`` or ``IVF_RQ`` (the model's), or
-        ``BTREE`` or ``BITMAP``.
+        ``BTREE``, ``BITMAP`` or ``ZONEMAP``.
     fragment_ids : list of int
         The fragments this segment covers.
     model : IndexModel, optional
@@ -117,8 +119,8 @@ def build_index_segment(
         fragments, a column that is not a float vector (vector), an index
         of that name on another column or of another type.
     UnsupportedError
-        Vectors of another element type, stable row ids (vector and
-        BITMAP), shallow clones, a scalar column of a type with no order
+        Vectors of another element type, stable row ids (vector, BITMAP
+        and ZONEMAP), shallow clones, a scalar column of a type with no order
         (bool, lists, structs).
     CancelledError
         The build was cancelled; nothing it wrote is left.
@@ -150,7 +152,7 @@ def build_scalar_segment(
     window_rows: Optional[int] = None,
     memory_bytes: Optional[int] = None,
 ) -> IndexSegment:
-    """One BTREE or BITMAP segment built by the kernel (arguments checked)."""
+    """One BTREE, BITMAP or ZONEMAP segment built by the kernel (arguments checked)."""
     opts: dict[str, Any] = {"column": column, "name": name, "index_type": index_type, "fragment_ids": list(fragment_ids)}
     for key, val in (("index_uuid", index_uuid), ("window_rows", window_rows), ("memory_bytes", memory_bytes)):
         if val is not None:

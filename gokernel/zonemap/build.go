@@ -1,0 +1,247 @@
+package zonemap
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strconv"
+
+	"github.com/RoaringBitmap/roaring/v2"
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/bitmap"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
+)
+
+// DefaultRowsPerZone is the zone size pylance 14.0.2 builds with.
+const DefaultRowsPerZone = 8192
+
+// builtZone is a zone being built: its place, counts and bounds.
+type builtZone struct {
+	frag, start, last uint64
+	rows              int
+	nulls, nans       uint32
+	hasMin            bool
+	minKey, maxKey    uint64 // fixed-width bounds' order (lancefile.SortKey)
+	min, max          []byte
+	nan               []byte // the first NaN's bytes: a zone with one has it as its max
+}
+
+// Builder builds the zones of a ZONEMAP segment from a column's live rows,
+// given fragment by fragment (ascending) in row order, as pylance 14.0.2
+// builds them: a zone is at most rows-per-zone live rows of one fragment,
+// from its first live row (zone_start) to its last (zone_length spans
+// the deleted rows between); min and max are of its non-null values, NaN
+// left out of min and made the max of a zone that has one (nan_count
+// counts them); null rows are counted and kept in the segment's map of
+// null rows (fragments without nulls have no entry). Memory is the zones
+// (one per rows-per-zone rows) and one fragment's null rows.
+type Builder struct {
+	t           lancefile.DataType
+	binary      bool
+	width       int
+	rowsPerZone int
+	zones       []*builtZone
+	cur         *builtZone
+	nullFrag    uint32
+	nullRows    *roaring.Bitmap
+	nulls       []bitmap.RawEntry
+}
+
+// NewBuilder starts the zones of keys of type t: fixed-width numbers,
+// dates and times, strings and binary (errkind.Unsupported otherwise).
+func NewBuilder(t lancefile.DataType, rowsPerZone int) (*Builder, error) {
+	if !lancefile.Orderable(t.Kind) && t.Kind != lancefile.KindBinary {
+		return nil, fmt.Errorf("%w: zonemap build: keys of type %s (integer, floating-point, date, time, string and binary are built)", errkind.Unsupported, t)
+	}
+	if rowsPerZone < 1 {
+		rowsPerZone = DefaultRowsPerZone
+	}
+	return &Builder{t: t, binary: t.Kind == lancefile.KindBinary, width: t.ValueBits() / 8, rowsPerZone: rowsPerZone, nullRows: roaring.New()}, nil
+}
+
+func (b *Builder) isNaN(v []byte) bool {
+	switch b.t.Kind {
+	case lancefile.KindFloat32:
+		return math.IsNaN(float64(math.Float32frombits(binary.LittleEndian.Uint32(v))))
+	case lancefile.KindFloat64:
+		return math.IsNaN(math.Float64frombits(binary.LittleEndian.Uint64(v)))
+	}
+	return false
+}
+
+// Add adds row i of a, live row off of fragment frag. Rows come in
+// fragment order, then row order.
+func (b *Builder) Add(frag uint32, off uint64, a *lancefile.Array, i int) error {
+	z := b.cur
+	if z != nil && (uint64(frag) < z.frag || uint64(frag) == z.frag && off <= z.last) {
+		return fmt.Errorf("%w: zonemap build: row %d of fragment %d after row %d of fragment %d", errkind.InvalidInput, off, frag, z.last, z.frag)
+	}
+	if z == nil || z.frag != uint64(frag) || z.rows == b.rowsPerZone {
+		z = &builtZone{frag: uint64(frag), start: off}
+		b.zones = append(b.zones, z)
+		b.cur = z
+	}
+	if frag != b.nullFrag {
+		b.endNulls()
+		b.nullFrag = frag
+	}
+	z.last = off
+	z.rows++
+	if !a.IsValid(i) {
+		z.nulls++
+		b.nullRows.Add(uint32(off))
+		return nil
+	}
+	var v []byte
+	if b.binary {
+		v = a.Values[a.Offsets[i]:a.Offsets[i+1]]
+	} else {
+		v = a.Values[i*b.width : (i+1)*b.width]
+	}
+	if b.isNaN(v) {
+		if z.nans == 0 {
+			z.nan = append(z.nan[:0], v...)
+		}
+		z.nans++
+		return nil
+	}
+	var k uint64
+	if !b.binary {
+		k = lancefile.SortKey(b.t.Kind, v)
+	}
+	less := func(x []byte, xk uint64, y []byte, yk uint64) bool {
+		if b.binary {
+			return bytes.Compare(x, y) < 0
+		}
+		return xk < yk
+	}
+	if !z.hasMin || less(v, k, z.min, z.minKey) {
+		z.min, z.minKey = append(z.min[:0], v...), k
+	}
+	if !z.hasMin || less(z.max, z.maxKey, v, k) {
+		z.max, z.maxKey = append(z.max[:0], v...), k
+	}
+	z.hasMin = true
+	return nil
+}
+
+// endNulls closes the null rows of the current fragment.
+func (b *Builder) endNulls() {
+	if b.nullRows.IsEmpty() {
+		return
+	}
+	bits, _ := b.nullRows.ToBytes() // no run containers, as pylance's
+	b.nulls = append(b.nulls, bitmap.RawEntry{Frag: b.nullFrag, Bits: bits})
+	b.nullRows = roaring.New()
+}
+
+// Zones is the number of zones built so far.
+func (b *Builder) Zones() int { return len(b.zones) }
+
+// Write writes the segment's file, name, in file format v.
+func (b *Builder) Write(ctx context.Context, st storage.Store, name string, v lancefile.Version) ([]*pb.IndexFile, error) {
+	b.endNulls()
+	n := len(b.zones)
+	fields := make([]*lancefile.Field, len(columns))
+	out := make([]*lancefile.Array, len(columns))
+	u32 := lancefile.Primitive(lancefile.KindUint32)
+	u64 := lancefile.Primitive(lancefile.KindUint64)
+	for i, c := range columns {
+		t := u64
+		switch {
+		case i < 2:
+			t = b.t
+		case i < 4:
+			t = u32
+		}
+		fields[i] = lancefile.NewField(c, t, i < 2)
+		out[i] = &lancefile.Array{Type: t, Len: n}
+		if i < 2 && b.binary {
+			out[i].Offsets = make([]int64, 1, n+1)
+		}
+	}
+	valid := [2][]byte{make([]byte, (n+7)/8), make([]byte, (n+7)/8)}
+	anyNull := [2]bool{}
+	for zi, z := range b.zones {
+		bounds := [2][]byte{z.min, z.max}
+		ok := [2]bool{z.hasMin, z.hasMin}
+		if z.nans > 0 {
+			bounds[1], ok[1] = z.nan, true
+		}
+		for c := range 2 {
+			if ok[c] {
+				valid[c][zi/8] |= 1 << (zi % 8)
+				out[c].Values = append(out[c].Values, bounds[c]...)
+			} else {
+				anyNull[c] = true
+				if !b.binary {
+					out[c].Values = append(out[c].Values, make([]byte, b.width)...)
+				}
+			}
+			if b.binary {
+				out[c].Offsets = append(out[c].Offsets, int64(len(out[c].Values)))
+			}
+		}
+		out[2].Values = binary.LittleEndian.AppendUint32(out[2].Values, z.nulls)
+		out[3].Values = binary.LittleEndian.AppendUint32(out[3].Values, z.nans)
+		out[4].Values = binary.LittleEndian.AppendUint64(out[4].Values, z.frag)
+		out[5].Values = binary.LittleEndian.AppendUint64(out[5].Values, z.start)
+		out[6].Values = binary.LittleEndian.AppendUint64(out[6].Values, z.last-z.start+1)
+	}
+	for c := range 2 {
+		if anyNull[c] {
+			out[c].Validity = valid[c]
+		}
+	}
+	sw, err := st.Create(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer sw.Abort()
+	cw := &storage.CountingWriter{W: sw}
+	w, err := lancefile.NewWriter(cw, fields, lancefile.WriterOptions{Version: v})
+	if err != nil {
+		return nil, err
+	}
+	w.SetMetadata(ZoneMap.sizeKey, []byte(strconv.Itoa(b.rowsPerZone)))
+	g, err := w.AddGlobalBuffer(bitmap.AppendRowMap(nil, b.nulls))
+	if err != nil {
+		return nil, err
+	}
+	w.SetMetadata("null_bitmap", []byte(strconv.Itoa(g)))
+	if n > 0 {
+		if err := w.Write(out); err != nil {
+			return nil, err
+		}
+	}
+	if err := w.Finish(); err != nil {
+		return nil, err
+	}
+	if err := sw.Finish(); err != nil {
+		return nil, err
+	}
+	return []*pb.IndexFile{{Path: FileName, SizeBytes: uint64(cw.N)}}, nil
+}
+
+// Details is the ZoneMapIndexDetails message pylance 14.0.2 records for a
+// new index of keys of type t: field 1 the zone size, field 2 set (1) for
+// string and binary keys, field 3 set (1).
+func Details(t lancefile.DataType, rowsPerZone int) []byte {
+	var b []byte
+	b = protowire.AppendTag(b, 1, protowire.VarintType)
+	b = protowire.AppendVarint(b, uint64(rowsPerZone))
+	b = protowire.AppendTag(b, 2, protowire.VarintType)
+	if t.Kind == lancefile.KindBinary {
+		b = protowire.AppendVarint(b, 1)
+	} else {
+		b = protowire.AppendVarint(b, 0)
+	}
+	b = protowire.AppendTag(b, 3, protowire.VarintType)
+	return protowire.AppendVarint(b, 1)
+}

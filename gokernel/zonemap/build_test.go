@@ -1,0 +1,94 @@
+package zonemap
+
+import (
+	"context"
+	"encoding/binary"
+	"math"
+	"testing"
+
+	"github.com/google/uuid"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
+)
+
+// f64s is a float64 column; NaN and nil (null) as given.
+func f64s(vals []any) *lancefile.Array {
+	a := &lancefile.Array{Type: lancefile.Primitive(lancefile.KindFloat64), Len: len(vals), Validity: make([]byte, (len(vals)+7)/8)}
+	for i, v := range vals {
+		x := 0.0
+		if v != nil {
+			x = v.(float64)
+			a.Validity[i/8] |= 1 << (i % 8)
+		}
+		a.Values = binary.LittleEndian.AppendUint64(a.Values, math.Float64bits(x))
+	}
+	return a
+}
+
+func TestBuilderZonesBoundsAndNulls(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	st := storage.NewLocal(root, root)
+	b, err := NewBuilder(lancefile.Primitive(lancefile.KindFloat64), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// fragment 4: rows 0..7, row 2 deleted; fragment 9: rows 0..1, all null
+	a := f64s([]any{1.5, nil, 9.0, -2.0, math.NaN(), 3.0, nil, 0.5})
+	for _, off := range []uint64{0, 1, 3, 4, 5, 6, 7} {
+		if err := b.Add(4, off, a, int(off)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nulls := f64s([]any{nil, nil})
+	for off := range uint64(2) {
+		if err := b.Add(9, off, nulls, int(off)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Add(9, 1, nulls, 1); err == nil {
+		t.Fatal("a row added twice was taken")
+	}
+	id := uuid.New()
+	dir := table.IndicesDir + id.String() + "/"
+	if _, err := b.Write(ctx, st, dir+FileName, lancefile.V2_2); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Read(ctx, st, &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: id[:]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f64 := func(a *lancefile.Array, z int) any {
+		if !a.IsValid(z) {
+			return nil
+		}
+		return math.Float64frombits(binary.LittleEndian.Uint64(a.Values[z*8:]))
+	}
+	u32 := func(a *lancefile.Array, z int) uint32 { return binary.LittleEndian.Uint32(a.Values[z*4:]) }
+	for z, want := range []struct {
+		frag, start, length uint64
+		min, max            any
+		nulls, nans         uint32
+	}{
+		{4, 0, 4, -2.0, 1.5, 1, 0},       // rows 0, 1, 3: the span covers deleted row 2
+		{4, 4, 3, 3.0, math.NaN(), 1, 1}, // rows 4, 5, 6: NaN is the max, left out of min
+		{4, 7, 1, 0.5, 0.5, 0, 0},        // row 7
+		{9, 0, 2, nil, nil, 2, 0},        // all null
+	} {
+		frag, start, length := s.place(z)
+		mn, mx := f64(s.cols[0], z), f64(s.cols[1], z)
+		nanMax := want.max != nil && math.IsNaN(want.max.(float64))
+		if frag != want.frag || start != want.start || length != want.length || mn != want.min ||
+			(nanMax && (mx == nil || !math.IsNaN(mx.(float64)))) || (!nanMax && mx != want.max) ||
+			u32(s.cols[2], z) != want.nulls || u32(s.cols[3], z) != want.nans {
+			t.Errorf("zone %d: fragment %d rows %d+%d min %v max %v nulls %d nans %d; want %+v",
+				z, frag, start, length, mn, mx, u32(s.cols[2], z), u32(s.cols[3], z), want)
+		}
+	}
+	if s.Zones != 4 || len(s.Nulls) != 2 || s.Nulls[0].Frag != 4 || s.Nulls[1].Frag != 9 {
+		t.Fatalf("%d zones, null map %+v", s.Zones, s.Nulls)
+	}
+}
