@@ -398,21 +398,29 @@ func (bs *blockSorter) sort(keys, ids []uint64) ([]uint64, []uint64) {
 	return src, srcIDs
 }
 
-// lsd sorts a by its bits [from, from+width), stably, in digitBits-wide
-// passes between a and b; it returns the sorted one.
+// maxDigitBits bounds a pass's digit: its counts (2^14 of them, 128 KiB)
+// stay in the second-level cache.
+const maxDigitBits = 14
+
+// lsd sorts a by its bits [from, from+width), stably, in as few passes
+// between a and b as digits of at most maxDigitBits allow (a 27-bit span
+// takes two 14-bit passes, not three of 11); it returns the sorted one.
 func lsd(a, b []uint64, from, width int) []uint64 {
-	var count [1 << digitBits]int
-	for shift := from; shift < from+width; shift += digitBits {
-		clear(count[:])
+	passes := (width + maxDigitBits - 1) / maxDigitBits
+	digit := (width + passes - 1) / passes
+	mask := uint64(1)<<digit - 1
+	count := make([]int, 1<<digit)
+	for shift := from; shift < from+width; shift += digit {
+		clear(count)
 		for _, x := range a {
-			count[(x>>shift)&(1<<digitBits-1)]++
+			count[(x>>shift)&mask]++
 		}
 		pos := 0
 		for d := range count {
 			pos, count[d] = pos+count[d], pos
 		}
 		for _, x := range a {
-			d := (x >> shift) & (1<<digitBits - 1)
+			d := (x >> shift) & mask
 			b[count[d]] = x
 			count[d]++
 		}
