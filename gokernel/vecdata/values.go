@@ -78,3 +78,29 @@ func (r *Reader) scanFragment(ctx context.Context, id, windowRows uint64, w *Val
 	}
 	return nil
 }
+
+// ReadRange reads rows [lo, hi) of fragment frag of a column opened by
+// NewValueReader (hi is cut at the fragment's end), with the fragment's
+// deletions: the rows a ZONEMAP zone spans.
+func (r *Reader) ReadRange(ctx context.Context, frag, lo, hi uint64) (*ValueWindow, error) {
+	if !r.col.scalar {
+		return nil, fmt.Errorf("%w: vecdata: ReadRange of a vector reader", errkind.InvalidInput)
+	}
+	ff, err := r.open(ctx, frag)
+	if err != nil {
+		return nil, err
+	}
+	defer ff.close()
+	hi = min(hi, ff.rows)
+	if lo >= hi {
+		return &ValueWindow{Fragment: frag, Start: lo, Values: &lancefile.Array{Type: r.col.Type}, Deleted: ff.deleted}, nil
+	}
+	a, err := ff.rd.Read(ctx, ff.name, lo, hi)
+	if err != nil {
+		return nil, fmt.Errorf("vecdata: fragment %d rows [%d, %d): %w", frag, lo, hi, err)
+	}
+	if a.Len != int(hi-lo) {
+		return nil, fmt.Errorf("%w: vecdata: fragment %d: read %d rows for [%d, %d)", errkind.Corrupt, frag, a.Len, lo, hi)
+	}
+	return &ValueWindow{Fragment: frag, Start: lo, Values: a, Deleted: ff.deleted}, nil
+}

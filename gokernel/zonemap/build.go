@@ -245,3 +245,114 @@ func Details(t lancefile.DataType, rowsPerZone int) []byte {
 	b = protowire.AppendTag(b, 3, protowire.VarintType)
 	return protowire.AppendVarint(b, 1)
 }
+
+// Place is where zone z lies: its fragment, first row and span of rows.
+func (s *Segment) Place(z int) (frag, start, rows uint64) { return s.place(z) }
+
+// Covers checks zone z of a ZONEMAP segment against the live rows of its
+// span (rows, of fragment frag from the zone's start; live says which are
+// not deleted): their non-null, non-NaN values lie within [min, max], a
+// NaN among them has a NaN max, and the zone counts at least their nulls
+// and NaNs (rows deleted since the build only make its bounds and counts
+// wider). It returns what does not hold ("" when all do).
+func (s *Segment) Covers(z int, rows *lancefile.Array, live func(i int) bool) (string, error) {
+	if s.Kind != ZoneMap {
+		return "", fmt.Errorf("%w: zonemap: Covers of a %s segment", errkind.InvalidInput, s.Kind.Name)
+	}
+	if rows.Type.Kind != s.KeyType.Kind {
+		return fmt.Sprintf("the column holds %s values, the zones %s bounds", rows.Type, s.KeyType), nil
+	}
+	b, err := NewBuilder(s.KeyType, rows.Len+1)
+	if err != nil {
+		return "", err
+	}
+	frag, start, _ := s.place(z)
+	for i := range rows.Len {
+		if live(i) {
+			if err := b.Add(uint32(frag), start+uint64(i), rows, i); err != nil {
+				return "", err
+			}
+		}
+	}
+	if len(b.zones) == 0 {
+		return "", nil // every row of the span deleted since: nothing to hold
+	}
+	got := b.zones[0]
+	a, bnd := s.cols[0], s.cols[1]
+	key := func(arr *lancefile.Array) ([]byte, uint64) {
+		v := valueAtZone(arr, z)
+		if s.KeyType.Kind == lancefile.KindBinary {
+			return v, 0
+		}
+		return v, lancefile.SortKey(s.KeyType.Kind, v)
+	}
+	less := func(x []byte, xk uint64, y []byte, yk uint64) bool {
+		if s.KeyType.Kind == lancefile.KindBinary {
+			return bytes.Compare(x, y) < 0
+		}
+		return xk < yk
+	}
+	switch {
+	case uint32At(s.cols[2], z) < got.nulls:
+		return fmt.Sprintf("its span holds %d null rows, it counts %d", got.nulls, uint32At(s.cols[2], z)), nil
+	case uint32At(s.cols[3], z) < got.nans:
+		return fmt.Sprintf("its span holds %d NaN values, it counts %d", got.nans, uint32At(s.cols[3], z)), nil
+	case got.nans > 0 && (!bnd.IsValid(z) || !b.isNaN(valueAtZone(bnd, z))):
+		return "its span holds NaN, its max is not NaN", nil
+	}
+	if !got.hasMin {
+		return "", nil
+	}
+	if !a.IsValid(z) || !bnd.IsValid(z) {
+		return "its span holds values, its bounds are null", nil
+	}
+	mn, mnk := key(a)
+	if less(got.min, got.minKey, mn, mnk) {
+		return fmt.Sprintf("its span holds %s, below its min %s", show(s.KeyType, got.min), show(s.KeyType, mn)), nil
+	}
+	if mx, mxk := key(bnd); !b.isNaN(mx) && less(mx, mxk, got.max, got.maxKey) {
+		return fmt.Sprintf("its span holds %s, above its max %s", show(s.KeyType, got.max), show(s.KeyType, mx)), nil
+	}
+	return "", nil
+}
+
+func valueAtZone(a *lancefile.Array, z int) []byte {
+	if a.Type.Kind == lancefile.KindBinary {
+		return a.Values[a.Offsets[z]:a.Offsets[z+1]]
+	}
+	w := a.Type.ValueBits() / 8
+	return a.Values[z*w : (z+1)*w]
+}
+
+func uint32At(a *lancefile.Array, z int) uint32 { return binary.LittleEndian.Uint32(a.Values[z*4:]) }
+
+// show renders a value for a message: a number as its value (temporal
+// types as their stored integers), a string's text quoted.
+func show(t lancefile.DataType, v []byte) string {
+	le := binary.LittleEndian
+	switch t.Kind {
+	case lancefile.KindBinary:
+		return strconv.Quote(string(v))
+	case lancefile.KindInt8:
+		return strconv.Itoa(int(int8(v[0])))
+	case lancefile.KindInt16:
+		return strconv.Itoa(int(int16(le.Uint16(v))))
+	case lancefile.KindInt32:
+		return strconv.Itoa(int(int32(le.Uint32(v))))
+	case lancefile.KindInt64:
+		return strconv.FormatInt(int64(le.Uint64(v)), 10)
+	case lancefile.KindUint8:
+		return strconv.Itoa(int(v[0]))
+	case lancefile.KindUint16:
+		return strconv.Itoa(int(le.Uint16(v)))
+	case lancefile.KindUint32:
+		return strconv.FormatUint(uint64(le.Uint32(v)), 10)
+	case lancefile.KindUint64:
+		return strconv.FormatUint(le.Uint64(v), 10)
+	case lancefile.KindFloat32:
+		return strconv.FormatFloat(float64(math.Float32frombits(le.Uint32(v))), 'g', -1, 32)
+	case lancefile.KindFloat64:
+		return strconv.FormatFloat(math.Float64frombits(le.Uint64(v)), 'g', -1, 64)
+	}
+	return fmt.Sprintf("0x%x", v)
+}

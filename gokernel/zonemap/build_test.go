@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -90,5 +91,51 @@ func TestBuilderZonesBoundsAndNulls(t *testing.T) {
 	}
 	if s.Zones != 4 || len(s.Nulls) != 2 || s.Nulls[0].Frag != 4 || s.Nulls[1].Frag != 9 {
 		t.Fatalf("%d zones, null map %+v", s.Zones, s.Nulls)
+	}
+}
+
+func TestCoversTellsBoundsThatDoNotHold(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	st := storage.NewLocal(root, root)
+	rows := f64s([]any{1.0, 2.0, nil, 3.0})
+	b, err := NewBuilder(lancefile.Primitive(lancefile.KindFloat64), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		if err := b.Add(0, uint64(i), rows, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id := uuid.New()
+	if _, err := b.Write(ctx, st, table.IndicesDir+id.String()+"/"+FileName, lancefile.V2_2); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Read(ctx, st, &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: id[:]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := func(int) bool { return true }
+	for _, tc := range []struct {
+		name string
+		rows *lancefile.Array
+		live func(int) bool
+		want string // a part of the finding; "" when the zone holds
+	}{
+		{"the rows it was built from", rows, all, ""},
+		{"rows deleted since", f64s([]any{1.0, 99.0, nil, 3.0}), func(i int) bool { return i != 1 }, ""},
+		{"a value above max", f64s([]any{1.0, 4.5, nil, 3.0}), all, "above its max 3"},
+		{"a value below min", f64s([]any{0.5, 2.0, nil, 3.0}), all, "below its min 1"},
+		{"more nulls", f64s([]any{1.0, nil, nil, 3.0}), all, "2 null rows, it counts 1"},
+		{"a NaN", f64s([]any{1.0, math.NaN(), nil, 3.0}), all, "NaN"},
+	} {
+		got, err := s.Covers(0, tc.rows, tc.live)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (tc.want == "") != (got == "") || tc.want != "" && !strings.Contains(got, tc.want) {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
 	}
 }

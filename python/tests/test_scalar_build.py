@@ -314,3 +314,4 @@ def test_verify_takes_pylance_zones_that_span_deleted_rows(zones_table, tmp_path
     assert max(spans) > 8192
     rep = ls.verify_index(uri, "i64_idx")
     assert [s.verdict for s in rep.segments] == ["clean"], rep
+    assert {c.name: c.verdict for c in rep.segments[0].checks}["keys"] == "ok"

@@ -47,3 +47,31 @@ def test_keys_that_are_not_the_data_are_damage(swapped, name, shown):
     assert seg.verdict == "damaged" and checks["keys"].verdict == "failed" and checks["keys"].damage == "keys_mismatch"
     # Row 0 holds 0 / "k0"; the swapped segment lists it under 25 / "k25".
     assert f"row 0 (fragment 0, offset 0) is under key {shown}" in checks["keys"].message
+
+
+def test_zonemap_bounds_that_are_not_the_data_are_damage(tmp_path):
+    """ZONEMAP zones are checked against the rows they span: pylance's own
+    check clean; zones of another column swapped in (same shape, other
+    values) are damage naming the zone and the value out of bounds."""
+    uri = str(tmp_path / "z")
+    i = np.arange(20_000)
+    ds = lance.write_dataset(pa.table({"za": i, "zb": i + 50_000, "zs": [f"k{x:05d}" for x in i],
+                                       "zt": [f"m{x:05d}" for x in i]}), uri)
+    for col in ("za", "zb", "zs", "zt"):
+        ds.create_scalar_index(col, "ZONEMAP")
+    lance.dataset(uri).delete("za % 7 = 0")  # rows deleted since: bounds only get wider
+    for name in ("za_idx", "zs_idx"):
+        rep = ls.verify_index(uri, name)
+        checks = {c.name: c for c in rep.segments[0].checks}
+        assert rep.segments[0].verdict == "clean" and checks["keys"].verdict == "ok", rep
+        assert checks["keys"].numbers["zones_checked"] == 3
+    uuids = {n: ls.open(uri).list_index_segments(n)[0].uuid for n in ("za_idx", "zb_idx", "zs_idx", "zt_idx")}
+    for src, dst in (("zb_idx", "za_idx"), ("zt_idx", "zs_idx")):
+        shutil.copy(f"{uri}/_indices/{uuids[src]}/zonemap.lance", f"{uri}/_indices/{uuids[dst]}/zonemap.lance")
+    # row 1 (0 is deleted) holds 1 / "k00001", below the swapped-in zone's 50000 / "m00000"
+    for name, shown in (("za_idx", "its span holds 1, below its min 50000"), ("zs_idx", 'holds "k00001", below its min "m00000"')):
+        (seg,) = ls.verify_index(uri, name).segments
+        checks = {c.name: c for c in seg.checks}
+        assert checks["structure"].verdict == "ok" and seg.verdict == "damaged"
+        assert checks["keys"].damage == "keys_mismatch" and "zone 0 (fragment 0, rows 0+8192)" in checks["keys"].message
+        assert shown in checks["keys"].message, checks["keys"].message
