@@ -6,10 +6,9 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/RoaringBitmap/roaring/v2"
-
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/rowset"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
 )
@@ -51,7 +50,10 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered 
 			res.Problems = append(res.Problems, Problem{check, fmt.Sprintf(format, args...)})
 		}
 	}
-	seen := map[uint32]*roaring.Bitmap{}
+	// rows seen under a key so far: a bit per row (unioning each key's
+	// bitmap into one per fragment cost a merge of sorted arrays per key,
+	// quadratic with a million keys)
+	seen := rowset.New(s.Keys * 4)
 	c := &cursor{seg: s}
 	if s.KeyType.Kind != lancefile.KindBinary {
 		c.width = s.KeyType.ValueBits() / 8
@@ -83,13 +85,12 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered 
 				res.NullKeyRows += n
 			}
 			if unique {
-				prev := seen[e.Frag]
-				if prev == nil {
-					seen[e.Frag] = e.Rows
-				} else if prev.Intersects(e.Rows) {
-					add("row_ids", "key %d holds rows of fragment %d that another key holds too", k, e.Frag)
-				} else {
-					prev.Or(e.Rows)
+				it := e.Rows.Iterator()
+				for it.HasNext() {
+					if !seen.Add(uint64(e.Frag)<<32 | uint64(it.Next())) {
+						add("row_ids", "key %d holds rows of fragment %d that another key holds too", k, e.Frag)
+						break
+					}
 				}
 			}
 		}

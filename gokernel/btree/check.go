@@ -5,9 +5,8 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/RoaringBitmap/roaring/v2/roaring64"
-
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/rowset"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
@@ -85,7 +84,7 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered 
 		b := a.Values[i*4:]
 		return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
 	}
-	ids := newIDSet(s.Rows)
+	ids := rowset.New(s.Rows)
 	c := newCursor(s, maxWindowRows)
 	var prevNull = true
 	var prevKey uint64
@@ -134,7 +133,7 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered 
 				pageNulls++
 			}
 			rid := c.rowID()
-			if !ids.add(rid) {
+			if !ids.Add(rid) {
 				problem("row_ids", "row id %d (fragment %d, offset %d) appears twice", rid, rid>>32, uint32(rid))
 			}
 			if covered != nil && !covered(rid) {
@@ -164,59 +163,4 @@ func valueAt(a *lancefile.Array, i, width int) []byte {
 		return a.Values[a.Offsets[i]:a.Offsets[i+1]]
 	}
 	return a.Values[i*width : (i+1)*width]
-}
-
-// idSet finds repeated row addresses at a bit test per row: one bitset per
-// fragment of the offsets seen, for fragment ids and offsets that a real
-// segment has (the bitsets together hold at most a word per 16 rows of the
-// segment, plus 1 MiB), and a roaring bitmap for the rest, which a hostile
-// file cannot make large.
-type idSet struct {
-	dense   [][]uint64 // by fragment id
-	words   int        // words the dense bitsets may still take
-	sparse  *roaring64.Bitmap
-	nsparse int
-}
-
-const (
-	maxDenseFragment = 1 << 16
-	maxDenseOffset   = 1 << 26
-)
-
-func newIDSet(rows uint64) *idSet {
-	return &idSet{words: int(min(rows/16, 1<<30)) + 1<<17, sparse: roaring64.New()}
-}
-
-// add adds a row address and reports whether it was new.
-func (s *idSet) add(id uint64) bool {
-	frag, off := id>>32, id&(1<<32-1)
-	if frag < maxDenseFragment && off < maxDenseOffset {
-		if int(frag) >= len(s.dense) {
-			s.dense = append(s.dense, make([][]uint64, int(frag)+1-len(s.dense))...)
-		}
-		b := s.dense[frag]
-		w := int(off / 64)
-		if w >= len(b) {
-			grow := max(w+1, 2*len(b)) - len(b)
-			if grow <= s.words {
-				s.words -= grow
-				b = append(b, make([]uint64, grow)...)
-				s.dense[frag] = b
-			}
-		}
-		if w < len(b) {
-			bit := uint64(1) << (off % 64)
-			if b[w]&bit != 0 {
-				return false
-			}
-			b[w] |= bit
-			// an id may have gone sparse before its bitset grew
-			return s.nsparse == 0 || !s.sparse.Contains(id)
-		}
-	}
-	if s.sparse.CheckedAdd(id) {
-		s.nsparse++
-		return true
-	}
-	return false
 }
