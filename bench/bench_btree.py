@@ -159,9 +159,12 @@ def main() -> int:
     ap.add_argument("--preset", default="default", choices=sorted(PRESETS))
     ap.add_argument("--out", default=str(HERE / "results"))
     ap.add_argument("--kind", default="btree", choices=sorted(KINDS))
+    ap.add_argument("--repeats", type=int, help="runs of each contender (default: the preset's)")
     ap.add_argument("--timeout", type=float, help="stop a contender's run after this many seconds (recorded as a lower bound)")
     args = ap.parse_args()
-    p = PRESETS[args.preset]
+    p = dict(PRESETS[args.preset])
+    if args.repeats:
+        p["repeats"] = args.repeats
     index_type, what, filters = KINDS[args.kind]
     import lance
 

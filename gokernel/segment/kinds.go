@@ -72,6 +72,13 @@ func RequireVector(im *pb.IndexMetadata) error {
 // the manifest records), the Lance file version of its files and, where
 // one file holds a row per indexed row (BTREE's page_data.lance), the rows.
 func otherStats(ctx context.Context, st storage.Store, im *pb.IndexMetadata, typ string) (*Stats, error) {
+	return otherStatsOf(ctx, st, im, typ, true)
+}
+
+// otherStatsOf is otherStats; without counted, BITMAP and LABEL_LIST
+// segments are not streamed to count their keys and rows (a plan's
+// segments: counting reads every bitmap, seconds for a million keys).
+func otherStatsOf(ctx context.Context, st storage.Store, im *pb.IndexMetadata, typ string, counted bool) (*Stats, error) {
 	dir := table.IndexDir(im)
 	entries, err := st.List(ctx, dir)
 	if err != nil {
@@ -86,7 +93,7 @@ func otherStats(ctx context.Context, st storage.Store, im *pb.IndexMetadata, typ
 	}
 	sort.Strings(names)
 	s := &Stats{IndexType: typ, PartitionRows: []uint32{}, notVector: true}
-	if typ == "BITMAP" || typ == "LABEL_LIST" {
+	if counted && (typ == "BITMAP" || typ == "LABEL_LIST") {
 		if b, err := bitmap.Describe(ctx, st, im); err == nil {
 			s.FileVersion, s.DistinctKeys, s.LargestKeyRows = b.Version.String(), &b.Keys, &b.Largest
 			if typ == "BITMAP" { // a row per indexed row; LABEL_LIST rows hold several labels

@@ -179,7 +179,7 @@ func PlanSegments(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 	case "ZONEMAP", "BLOOMFILTER":
 		sz, err = zoneMapSizes(ctx, st, metas)
 	case "BITMAP", "LABEL_LIST":
-		sz, err = bitmapSizes(ctx, st, metas)
+		sz, err = bitmapSizes(ctx, st, snap, metas)
 	case "NGRAM":
 		sz, err = ngramSizes(ctx, st, metas)
 	default:
@@ -338,38 +338,43 @@ func zoneMapSizes(ctx context.Context, st storage.Store, metas []*pb.IndexMetada
 }
 
 // bitmapSizes are the planner's numbers of BITMAP or LABEL_LIST segments:
-// rows are the (row, key) pairs their bitmaps hold, counted by streaming
-// them (bitmap.Describe), and the inputs must agree on their key type.
-func bitmapSizes(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata) (*planSizes, error) {
+// rows are the physical rows of the fragments each covers (a BITMAP lists
+// each row once; counting the (row, key) pairs would read every bitmap,
+// seconds for a million keys), and the inputs must agree on their key type.
+func bitmapSizes(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata) (*planSizes, error) {
 	typ := OtherType(metas[0])
 	if err := requireOneType(metas, typ); err != nil {
 		return nil, err
 	}
 	sz := &planSizes{indexType: typ, rows: make([]uint64, len(metas)), bytes: make([]uint64, len(metas)), close: func() {}}
+	byID := fragmentsByID(snap)
 	var keyType lancefile.DataType
 	for i, im := range metas {
 		s, err := bitmap.Open(ctx, st, im)
 		if err != nil {
 			return nil, err
 		}
+		s.Close()
 		if i == 0 {
 			keyType = s.KeyType
 		} else if s.KeyType != keyType {
-			s.Close()
 			return nil, fmt.Errorf("%w: bitmap segments %s (%s keys) and %s (%s) cannot merge", errkind.InvalidInput,
 				table.IndexUUID(metas[0]), keyType, table.IndexUUID(im), s.KeyType)
 		}
-		d, err := s.Describe(ctx)
-		s.Close()
+		frags, _, err := snap.DecodeCoverage(im)
 		if err != nil {
 			return nil, err
 		}
-		sz.rows[i] = d.Rows
+		for _, f := range frags {
+			if fr := byID[uint64(f)]; fr != nil {
+				sz.rows[i] += fr.GetPhysicalRows()
+			}
+		}
 		for _, f := range im.GetFiles() {
 			sz.bytes[i] += f.GetSizeBytes()
 		}
 	}
-	sz.stats = func(i int) (*Stats, error) { return otherStats(ctx, st, metas[i], typ) }
+	sz.stats = func(i int) (*Stats, error) { return otherStatsOf(ctx, st, metas[i], typ, false) }
 	return sz, nil
 }
 
