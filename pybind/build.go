@@ -49,11 +49,16 @@ func BuildSegment(opID, uri, optionsJSON string, version int, modelJSON, buildOp
 	if err != nil {
 		return "", tagged(err)
 	}
-	info, err := segment.DescribeWithStats(ctx, st, im)
+	return jsonReply(segment.DescribeWithStats(ctx, st, im))
+}
+
+// jsonReply is v as JSON (a new segment's info, with statistics), or the
+// tagged error of computing it.
+func jsonReply(v any, err error) (string, error) {
 	if err != nil {
 		return "", tagged(err)
 	}
-	b, err := json.Marshal(info)
+	b, err := json.Marshal(v)
 	return string(b), tagged(err)
 }
 
@@ -265,10 +270,5 @@ func BuildScalarSegment(opID, uri, optionsJSON string, version int, buildOptions
 	if err != nil {
 		return "", tagged(err)
 	}
-	info, err := segment.DescribeWithStats(ctx, st, im)
-	if err != nil {
-		return "", tagged(err)
-	}
-	b, err := json.Marshal(info)
-	return string(b), tagged(err)
+	return jsonReply(segment.DescribeWithStats(ctx, st, im))
 }

@@ -92,10 +92,5 @@ func VerifyOutput(uri, optionsJSON, inputsJSON, output, filesJSON string) (out s
 	if err != nil {
 		return "", tagged(err)
 	}
-	info, err := segment.DescribeWithStats(ctx, st, im)
-	if err != nil {
-		return "", tagged(err)
-	}
-	b, err := json.Marshal(info)
-	return string(b), tagged(err)
+	return jsonReply(segment.DescribeWithStats(ctx, st, im))
 }

@@ -85,12 +85,8 @@ func checkKeys[R ~struct {
 	Key   []byte
 	RowID uint64
 }](ctx context.Context, st storage.Store, snap *table.Snapshot, sr *SegmentReport, column string, sample []R) error {
-	rd, err := vecdata.NewValueReader(st, snap, column)
-	if errors.Is(err, errkind.Unsupported) {
-		sr.add(Check{Name: "keys", Verdict: Skipped, Message: err.Error()})
-		return nil
-	}
-	if err != nil {
+	rd, err := keysReader(st, snap, sr, column)
+	if rd == nil {
 		return err
 	}
 	byAddr := make(map[uint64]int, len(sample))
@@ -240,6 +236,17 @@ func verifyZoneMap(ctx context.Context, st storage.Store, snap *table.Snapshot, 
 	return sr, checkZones(ctx, st, snap, sr, columnOf(snap, im), z)
 }
 
+// keysReader opens the column a keys check reads; nil (the check
+// skipped, or an error) when it cannot.
+func keysReader(st storage.Store, snap *table.Snapshot, sr *SegmentReport, column string) (*vecdata.Reader, error) {
+	rd, err := vecdata.NewValueReader(st, snap, column)
+	if errors.Is(err, errkind.Unsupported) {
+		sr.add(Check{Name: "keys", Verdict: Skipped, Message: err.Error()})
+		return nil, nil
+	}
+	return rd, err
+}
+
 // zoneSample is how many zones, evenly spread, the keys check of a
 // ZONEMAP segment reads back from the data.
 const zoneSample = 16
@@ -247,12 +254,8 @@ const zoneSample = 16
 // checkZones checks a sample of a ZONEMAP segment's zones against the
 // rows they span (zonemap.Segment.Covers).
 func checkZones(ctx context.Context, st storage.Store, snap *table.Snapshot, sr *SegmentReport, column string, z *zonemap.Segment) error {
-	rd, err := vecdata.NewValueReader(st, snap, column)
-	if errors.Is(err, errkind.Unsupported) {
-		sr.add(Check{Name: "keys", Verdict: Skipped, Message: err.Error()})
-		return nil
-	}
-	if err != nil {
+	rd, err := keysReader(st, snap, sr, column)
+	if rd == nil {
 		return err
 	}
 	present := map[uint64]bool{}

@@ -140,6 +140,16 @@ def build_index_segment(
     )
 
 
+def _build_options(column: str, name: str, fragment_ids: Sequence[int], index_uuid: Optional[str],
+                   window_rows: Optional[int], memory_bytes: Optional[int]) -> dict[str, Any]:
+    """The kernel's build options (those given)."""
+    opts: dict[str, Any] = {"column": column, "name": name, "fragment_ids": list(fragment_ids)}
+    for key, val in (("index_uuid", index_uuid), ("window_rows", window_rows), ("memory_bytes", memory_bytes)):
+        if val is not None:
+            opts[key] = val
+    return opts
+
+
 def build_scalar_segment(
     ds: Dataset,
     column: str,
@@ -153,10 +163,8 @@ def build_scalar_segment(
     memory_bytes: Optional[int] = None,
 ) -> IndexSegment:
     """One BTREE, BITMAP or ZONEMAP segment built by the kernel (arguments checked)."""
-    opts: dict[str, Any] = {"column": column, "name": name, "index_type": index_type, "fragment_ids": list(fragment_ids)}
-    for key, val in (("index_uuid", index_uuid), ("window_rows", window_rows), ("memory_bytes", memory_bytes)):
-        if val is not None:
-            opts[key] = val
+    opts = _build_options(column, name, fragment_ids, index_uuid, window_rows, memory_bytes)
+    opts["index_type"] = index_type
     with Reporter(progress, "build") as reporter:
         out = _ffi.run_operation("BuildScalarSegment", (ds.uri, ds.options_json, ds.version, json.dumps(opts)), reporter.poll)
     seg = IndexSegment._from_kernel(json.loads(out))
@@ -177,10 +185,7 @@ def _build_segment(
     window_rows: Optional[int] = None,
     memory_bytes: Optional[int] = None,
 ) -> IndexSegment:
-    opts: dict[str, Any] = {"column": column, "name": name, "fragment_ids": list(fragment_ids)}
-    for key, val in (("index_uuid", index_uuid), ("window_rows", window_rows), ("memory_bytes", memory_bytes)):
-        if val is not None:
-            opts[key] = val
+    opts = _build_options(column, name, fragment_ids, index_uuid, window_rows, memory_bytes)
     spec, keep = model.export()
     with Reporter(progress, "build") as reporter:
         out = _ffi.run_operation("BuildSegment", (ds.uri, ds.options_json, ds.version, spec, json.dumps(opts)), reporter.poll)
