@@ -99,21 +99,28 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 		return nil, err
 	}
 	batchSize, rowsPerZone := btree.DefaultBatchSize, zonemap.DefaultRowsPerZone
-	switch {
-	case opts.IndexType == "BTREE" && existing != nil:
-		// pages of the size the index's segments have, or they do not merge
-		seg, err := btree.Open(ctx, st, existing)
+	if existing != nil && opts.IndexType != "BITMAP" {
+		// pages or zones of the size the index's segments have, or they do
+		// not merge (read where the segment lives: a shallow clone's are
+		// in its base)
+		ist, err := snap.IndexStore(ctx, st, existing)
 		if err != nil {
-			return nil, fmt.Errorf("build: reading index %q's segment %s: %w", opts.IndexName, table.IndexUUID(existing), err)
+			return nil, err
 		}
-		batchSize = seg.BatchSize
-		seg.Close()
-	case opts.IndexType == "ZONEMAP" && existing != nil:
-		seg, err := zonemap.Read(ctx, st, existing)
-		if err != nil {
-			return nil, fmt.Errorf("build: reading index %q's segment %s: %w", opts.IndexName, table.IndexUUID(existing), err)
+		if opts.IndexType == "BTREE" {
+			seg, err := btree.Open(ctx, ist, existing)
+			if err != nil {
+				return nil, fmt.Errorf("build: reading index %q's segment %s: %w", opts.IndexName, table.IndexUUID(existing), err)
+			}
+			batchSize = seg.BatchSize
+			seg.Close()
+		} else {
+			seg, err := zonemap.Read(ctx, ist, existing)
+			if err != nil {
+				return nil, fmt.Errorf("build: reading index %q's segment %s: %w", opts.IndexName, table.IndexUUID(existing), err)
+			}
+			rowsPerZone = seg.RowsPerZone
 		}
-		rowsPerZone = seg.RowsPerZone
 	}
 	frags := slices.Clone(opts.FragmentIDs)
 	var add func(w *vecdata.ValueWindow, i int) error

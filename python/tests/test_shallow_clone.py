@@ -80,3 +80,28 @@ def test_merge_and_commit_a_shallow_clone(tmp_path, stable):
     ls.optimize(clone, "vec_idx", progress=False)
     assert len(lance.dataset(clone).describe_indices()[0].segments) == 1
     assert tree(src) == before_src
+
+
+def test_scalar_builds_into_a_shallow_clones_index(tmp_path):
+    """A BTREE and a ZONEMAP segment built for rows appended to a clone,
+    whose existing segments live in the source's root: the builds read
+    their page and zone sizes there, and pylance answers as a scan."""
+    src = str(tmp_path / "src")
+    build_source(src, False)
+    ds = lance.dataset(src)
+    ds.create_scalar_index("id", "BTREE", name="id_bt")
+    lance.dataset(src).create_scalar_index("id", "ZONEMAP", name="id_zm")
+    clone = lance.dataset(src).shallow_clone(str(tmp_path / "clone"), lance.dataset(src).version).uri
+    before_src = tree(src)
+    x = lancegen.vectors(300, seed=5)
+    lance.write_dataset(lancegen.table(x, 5000), clone, mode="append")
+    new = [f.fragment_id for f in lance.dataset(clone).get_fragments()][-1:]
+    for name, typ in (("id_bt", "BTREE"), ("id_zm", "ZONEMAP")):
+        seg = ls.build_index_segment(clone, "id", typ, new, name=name)
+        ls.commit_existing_index_segments(clone, name, "id", [seg])
+    filters = ["id = 5100", "id > 5250", "id BETWEEN 90 AND 160"]
+    ds = lance.dataset(clone)
+    for f in filters:
+        assert sorted(ds.to_table(filter=f, columns=["id"])["id"].to_pylist()) == \
+            sorted(ds.to_table(filter=f, columns=["id"], use_scalar_index=False)["id"].to_pylist()), f
+    assert tree(src) == before_src
