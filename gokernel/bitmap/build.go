@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
+	"strconv"
 
 	"github.com/RoaringBitmap/roaring/v2"
 
@@ -22,20 +24,37 @@ type BuildResult struct {
 	Keys  uint64
 }
 
-// Build writes a BITMAP segment (bitmap_page_lookup.lance, at name) of
-// the (key, row address) pairs s holds, as pylance's
+// BuildOptions say what Build writes.
+type BuildOptions struct {
+	// Name is the file's path in the store (a segment's directory and
+	// FileName).
+	Name string
+	// KeyType is the keys' type: the indexed column's, or a LABEL_LIST
+	// column's item type.
+	KeyType lancefile.DataType
+	// Version is the file format (the dataset's).
+	Version lancefile.Version
+	// NullLists, set for a LABEL_LIST segment (even when it holds no
+	// rows), is the fragment -> row offsets map of the rows whose list is
+	// null: written as global buffer 1, named by lance:label_list_nulls,
+	// as pylance writes it whether or not any list is null.
+	NullLists map[uint32]*roaring.Bitmap
+}
+
+// Build writes a BITMAP or LABEL_LIST segment's bitmap_page_lookup.lance
+// of the (key, row address) pairs s holds, as pylance's
 // create_index_uncommitted writes one: a row per distinct key, ascending,
-// the null key first, each holding the row map of its rows; schema
-// metadata lance:index_stats. keyType is the indexed column's type; v the
-// file format (the dataset's). Memory is the sorter's budget, one window
-// of keys and the rows of the largest key.
-func Build(ctx context.Context, st storage.Store, s *keysort.Sorter, name string, keyType lancefile.DataType, v lancefile.Version) (*BuildResult, error) {
-	if keyType.Kind == lancefile.KindBool {
+// the null key first, each holding the row map of its rows (a row listed
+// twice under a key, as a LABEL_LIST row with a repeated label is, once);
+// schema metadata lance:index_stats. Memory is the sorter's budget, one
+// window of keys and the rows of the largest key.
+func Build(ctx context.Context, st storage.Store, s *keysort.Sorter, opts BuildOptions) (*BuildResult, error) {
+	if opts.KeyType.Kind == lancefile.KindBool {
 		return nil, fmt.Errorf("%w: bitmap build: bool keys", errkind.Unsupported)
 	}
-	w, err := createKeyWriter(ctx, st, name,
-		lancefile.NewField(keysColumn, keyType, true), lancefile.NewField(bitmapsColumn, lancefile.DataType{Kind: lancefile.KindBinary, Logical: "binary"}, true),
-		v, nil)
+	w, err := createKeyWriter(ctx, st, opts.Name,
+		lancefile.NewField(keysColumn, opts.KeyType, true), lancefile.NewField(bitmapsColumn, lancefile.DataType{Kind: lancefile.KindBinary, Logical: "binary"}, true),
+		opts.Version, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -88,9 +107,37 @@ func Build(ctx context.Context, st storage.Store, s *keysort.Sorter, name string
 	if err != nil {
 		return nil, err
 	}
+	if opts.NullLists != nil {
+		if err := w.setNullLists(opts.NullLists); err != nil {
+			return nil, err
+		}
+	}
 	files, err := w.finish()
 	if err != nil {
 		return nil, err
 	}
 	return &BuildResult{Files: files, Rows: s.Rows(), Keys: w.keys}, nil
+}
+
+// setNullLists writes the map of null-list rows as a global buffer and
+// names it in the schema metadata.
+func (kw *keyWriter) setNullLists(m map[uint32]*roaring.Bitmap) error {
+	frags := slices.Sorted(maps.Keys(m))
+	es := make([]RawEntry, 0, len(frags))
+	for _, f := range frags {
+		if m[f].IsEmpty() {
+			continue
+		}
+		bits, err := m[f].ToBytes()
+		if err != nil {
+			return fmt.Errorf("bitmap build: %w", err)
+		}
+		es = append(es, RawEntry{Frag: f, Bits: bits})
+	}
+	g, err := kw.w.AddGlobalBuffer(AppendRowMap(nil, es))
+	if err != nil {
+		return err
+	}
+	kw.w.SetMetadata(labelListNullsKey, []byte(strconv.Itoa(g)))
+	return nil
 }

@@ -19,8 +19,8 @@ func (r *Reader) readPage21(ctx context.Context, pg *pageIO, t, item DataType, a
 	if err := decodeAny(pg.page, "lance.encodings21.PageLayout", layout); err != nil {
 		return nil, err
 	}
-	if t.Kind == KindBinary {
-		return r.readVariable21(ctx, pg, layout, t, a, b)
+	if t.Kind == KindBinary || isList(t) && item.Kind == KindBinary {
+		return r.readVariable21(ctx, pg, layout, t, item, a, b)
 	}
 	switch l := layout.GetLayout().(type) {
 	case *enc21.PageLayout_MiniBlockLayout:

@@ -33,11 +33,14 @@ import (
 // offsets), n+1 offsets from that position, then the bytes. Other compressed
 // forms and lists of binary values are refused as errkind.Unsupported.
 
-func (r *Reader) readVariable21(ctx context.Context, pg *pageIO, layout *enc21.PageLayout, t DataType, a, b int) (*Array, error) {
+func (r *Reader) readVariable21(ctx context.Context, pg *pageIO, layout *enc21.PageLayout, t, item DataType, a, b int) (*Array, error) {
 	switch l := layout.GetLayout().(type) {
 	case *enc21.PageLayout_MiniBlockLayout:
-		return r.readVarMiniBlock(ctx, pg, l.MiniBlockLayout, t, a, b)
+		return r.readVarMiniBlock(ctx, pg, l.MiniBlockLayout, t, item, a, b)
 	case *enc21.PageLayout_FullZipLayout:
+		if isList(t) {
+			return nil, fmt.Errorf("%w: full-zip lists of %s", errkind.Unsupported, item)
+		}
 		return r.readVarFullZip(ctx, pg, l.FullZipLayout, t, a, b)
 	case *enc21.PageLayout_AllNullLayout:
 		rd, err := parseLayers(l.AllNullLayout.GetLayers())
@@ -180,21 +183,22 @@ func (vb *varBuilder) finish() *Array {
 	return vb.out
 }
 
-func (r *Reader) readVarMiniBlock(ctx context.Context, pg *pageIO, l *enc21.MiniBlockLayout, t DataType, a, b int) (*Array, error) {
+func (r *Reader) readVarMiniBlock(ctx context.Context, pg *pageIO, l *enc21.MiniBlockLayout, t, item DataType, a, b int) (*Array, error) {
 	rd, err := parseLayers(l.GetLayers())
 	if err != nil {
 		return nil, err
 	}
-	if rd.hasList {
-		return nil, fmt.Errorf("%w: lists of %s", errkind.Unsupported, t)
+	if rd.hasList != isList(t) {
+		return nil, fmt.Errorf("%w: page layers %v for a %s column", errkind.Corrupt, l.GetLayers(), t)
 	}
+	lt := leafType(t, item)
 	mb := miniBlock{l: l, large: l.GetHasLargeChunk(), hasRep: l.GetRepCompression() != nil,
 		hasDef: l.GetDefCompression() != nil, nbuf: int(l.GetNumBuffers()), variable: true}
 	var fs *fsstTable
 	var dict *Array
 	width := 0
 	if l.GetDictionary() != nil {
-		if dict, err = r.varDictionary(ctx, pg, l, t); err != nil {
+		if dict, err = r.varDictionary(ctx, pg, l, lt); err != nil {
 			return nil, err
 		}
 		if mb.dictBits, err = dictIndexBits(l.GetValueCompression()); err != nil {
@@ -206,11 +210,18 @@ func (r *Reader) readVarMiniBlock(ctx context.Context, pg *pageIO, l *enc21.Mini
 			return nil, err
 		}
 		if width = offsetBits(vc) / 8; width == 0 || mb.nbuf != 1 {
-			return nil, fmt.Errorf("%w: %s mini-block page of value compression %v", errkind.Unsupported, t, l.GetValueCompression())
+			return nil, fmt.Errorf("%w: %s mini-block page of value compression %v", errkind.Unsupported, lt, l.GetValueCompression())
 		}
 	}
 	if mb.nbuf <= 0 || mb.nbuf > 16 {
 		return nil, fmt.Errorf("%w: %d value buffers per chunk", errkind.Corrupt, mb.nbuf)
+	}
+	vs := varSlots{fs: fs, dict: dict, width: width, dictBits: mb.dictBits}
+	if rd.hasList {
+		if !mb.hasRep {
+			return nil, fmt.Errorf("%w: list page without repetition levels", errkind.Corrupt)
+		}
+		return r.readVarListMiniBlock(ctx, pg, l, t, item, rd, &mb, vs, a, b)
 	}
 	if mb.hasRep {
 		return nil, fmt.Errorf("%w: repetition levels in a %s page without lists", errkind.Corrupt, t)
@@ -253,54 +264,133 @@ func (r *Reader) readVarMiniBlock(ctx context.Context, pg *pageIO, l *enc21.Mini
 		if def != nil && len(def) != n {
 			return nil, fmt.Errorf("%w: chunk %d: %d definition levels for %d values", errkind.Corrupt, c, len(def), n)
 		}
-		if dict != nil {
-			if len(cv.values) < n*mb.dictBits/8 {
-				return nil, fmt.Errorf("%w: chunk %d: %d bytes of dictionary indices for %d values", errkind.Corrupt, c, len(cv.values), n)
-			}
-			for i := 0; i < n; i++ {
-				row := ct.first[c] + i
-				if row < a || row >= b {
-					continue
-				}
-				if def != nil && !rd.itemValid(def[i]) {
-					vb.add(nil, false)
-					continue
-				}
-				k := readWord(cv.values, i, mb.dictBits/8)
-				if k >= uint64(dict.Len) {
-					return nil, fmt.Errorf("%w: chunk %d: dictionary index %d of %d", errkind.Corrupt, c, k, dict.Len)
-				}
-				vb.add(dict.Values[dict.Offsets[k]:dict.Offsets[k+1]], true)
-			}
-			continue
+		if err := vs.check(cv.values, n); err != nil {
+			return nil, fmt.Errorf("chunk %d: %w", c, err)
 		}
-		buf := cv.values
-		if (n+1)*width > len(buf) {
-			return nil, fmt.Errorf("%w: chunk %d: %d offsets in a %d-byte buffer", errkind.Corrupt, c, n+1, len(buf))
-		}
-		prev := readWordN(buf, 0, width)
-		for i := 0; i < n; i++ {
-			next := readWordN(buf, i+1, width)
-			if next < prev || next > uint64(len(buf)) || prev < uint64((n+1)*width) {
-				return nil, fmt.Errorf("%w: chunk %d: value %d at [%d,%d) of a %d-byte buffer", errkind.Corrupt, c, i, prev, next, len(buf))
+		for i := max(a-ct.first[c], 0); i < min(n, b-ct.first[c]); i++ {
+			if def != nil && !rd.itemValid(def[i]) {
+				vb.add(nil, false)
+			} else if err := vs.add(vb, cv.values, n, i); err != nil {
+				return nil, fmt.Errorf("chunk %d: %w", c, err)
 			}
-			row := ct.first[c] + i
-			if row >= a && row < b {
-				if def == nil || rd.itemValid(def[i]) {
-					if err := vb.addCodes(fs, buf[prev:next]); err != nil {
-						return nil, fmt.Errorf("chunk %d: value %d: %w", c, i, err)
-					}
-				} else {
-					vb.add(nil, false)
-				}
-			}
-			prev = next
 		}
 	}
 	if vb.out.Len != b-a {
 		return nil, fmt.Errorf("%w: chunks gave %d of rows [%d,%d)", errkind.Corrupt, vb.out.Len, a, b)
 	}
 	return vb.finish(), nil
+}
+
+// varSlots reads the value slots of one chunk of a variable-width
+// mini-block page: bytes behind offsets (FSST codes when fs is set), or
+// dictionary indices.
+type varSlots struct {
+	fs       *fsstTable
+	dict     *Array
+	width    int // bytes per offset (no dictionary)
+	dictBits int // bits per dictionary index
+}
+
+// check verifies that buf holds n slots' offsets or indices.
+func (vs varSlots) check(buf []byte, n int) error {
+	if vs.dict != nil {
+		if len(buf) < n*vs.dictBits/8 {
+			return fmt.Errorf("%w: %d bytes of dictionary indices for %d values", errkind.Corrupt, len(buf), n)
+		}
+		return nil
+	}
+	if (n+1)*vs.width > len(buf) {
+		return fmt.Errorf("%w: %d offsets in a %d-byte buffer", errkind.Corrupt, n+1, len(buf))
+	}
+	return nil
+}
+
+// add appends slot j of the n slots in buf (checked) to vb.
+func (vs varSlots) add(vb *varBuilder, buf []byte, n, j int) error {
+	if vs.dict != nil {
+		k := readWord(buf, j, vs.dictBits/8)
+		if k >= uint64(vs.dict.Len) {
+			return fmt.Errorf("%w: dictionary index %d of %d", errkind.Corrupt, k, vs.dict.Len)
+		}
+		vb.add(vs.dict.Values[vs.dict.Offsets[k]:vs.dict.Offsets[k+1]], true)
+		return nil
+	}
+	lo, hi := readWordN(buf, j, vs.width), readWordN(buf, j+1, vs.width)
+	if hi < lo || hi > uint64(len(buf)) || lo < uint64((n+1)*vs.width) {
+		return fmt.Errorf("%w: value %d at [%d,%d) of a %d-byte buffer", errkind.Corrupt, j, lo, hi, len(buf))
+	}
+	return vb.addCodes(vs.fs, buf[lo:hi])
+}
+
+// readVarListMiniBlock reads rows [a, b) of a mini-block page of lists of
+// variable-width items. The chunks hold the items' value slots (null
+// items have one, null and empty lists none), the levels say which rows
+// they belong to; as for fixed-width lists, the whole page is decoded.
+func (r *Reader) readVarListMiniBlock(ctx context.Context, pg *pageIO, l *enc21.MiniBlockLayout, t, item DataType, rd repdef, mb *miniBlock, vs varSlots, a, b int) (*Array, error) {
+	ct, err := r.chunkTableOf(ctx, pg, l)
+	if err != nil {
+		return nil, err
+	}
+	lv := newLevelsOut(rd)
+	items := newVarBuilder(item, int(l.GetNumItems()))
+	if n := len(ct.offsets); n > 0 {
+		spanLen := ct.offsets[n-1] + ct.sizes[n-1]
+		span, err := pg.readInto(ctx, 1, 0, spanLen, bufpool.Default.Get(spanLen)[:spanLen])
+		if err != nil {
+			return nil, err
+		}
+		defer bufpool.Default.Put(span)
+		for c := range n {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			nv := ct.values[c]
+			rep, def, cv, err := mb.decodeChunk(span[ct.offsets[c]:ct.offsets[c]+ct.sizes[c]], nv, nil)
+			if err != nil {
+				return nil, fmt.Errorf("chunk %d: %w", c, err)
+			}
+			nLevels := max(len(rep), len(def))
+			if err := lv.add(rep, def, nLevels); err != nil {
+				return nil, fmt.Errorf("chunk %d: %w", c, err)
+			}
+			if err := vs.check(cv.values, nv); err != nil {
+				return nil, fmt.Errorf("chunk %d: %w", c, err)
+			}
+			j := 0
+			for i := range nLevels {
+				var d uint16
+				if def != nil {
+					d = def[i]
+				}
+				if !rd.visible(d) {
+					continue
+				}
+				if j == nv {
+					return nil, fmt.Errorf("%w: chunk %d: levels name more than its %d values", errkind.Corrupt, c, nv)
+				}
+				if rd.itemValid(d) {
+					if err := vs.add(items, cv.values, nv, j); err != nil {
+						return nil, fmt.Errorf("chunk %d: %w", c, err)
+					}
+				} else {
+					items.add(nil, false)
+				}
+				j++
+			}
+			if j != nv {
+				return nil, fmt.Errorf("%w: chunk %d: levels name %d of its %d values", errkind.Corrupt, c, j, nv)
+			}
+		}
+	}
+	lv.finish()
+	if b > lv.rows || lv.items != items.out.Len {
+		return nil, fmt.Errorf("%w: page levels give %d rows and %d items, want %d rows and %d items", errkind.Corrupt, lv.rows, lv.items, b, items.out.Len)
+	}
+	arr := &Array{Type: t, Len: lv.rows, Offsets: lv.offsets, Validity: lv.validity, Items: items.finish()}
+	if a == 0 && b == arr.Len {
+		return arr, nil
+	}
+	return arr.Slice(a, b), nil
 }
 
 // varDictionary decodes the dictionary of a variable-width mini-block

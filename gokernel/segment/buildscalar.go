@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/keysort"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/vecdata"
@@ -23,7 +25,7 @@ import (
 // ScalarBuildOptions tune BuildScalar.
 type ScalarBuildOptions struct {
 	// Column is the indexed column; IndexName the logical index;
-	// IndexType BTREE, BITMAP or ZONEMAP. Required.
+	// IndexType BTREE, BITMAP, LABEL_LIST or ZONEMAP. Required.
 	Column    string `json:"column"`
 	IndexName string `json:"name"`
 	IndexType string `json:"index_type"`
@@ -44,21 +46,23 @@ type ScalarBuildOptions struct {
 }
 
 // BuildableScalarTypes are the scalar index types BuildScalar builds.
-var BuildableScalarTypes = map[string]bool{"BTREE": true, "BITMAP": true, "ZONEMAP": true}
+var BuildableScalarTypes = map[string]bool{"BTREE": true, "BITMAP": true, "LABEL_LIST": true, "ZONEMAP": true}
 
 // scalarDetailsURL is the index details type pylance 14.0.2's
 // create_index_uncommitted records for each buildable type (an empty
 // message), used when the index has no segment yet.
 var scalarDetailsURL = map[string]string{
-	"BTREE":   "/lance.table.BTreeIndexDetails",
-	"BITMAP":  "/lance.table.BitmapIndexDetails",
-	"ZONEMAP": "/lance.table.ZoneMapIndexDetails",
+	"BTREE":      "/lance.table.BTreeIndexDetails",
+	"BITMAP":     "/lance.table.BitmapIndexDetails",
+	"LABEL_LIST": "/lance.table.LabelListIndexDetails",
+	"ZONEMAP":    "/lance.table.ZoneMapIndexDetails",
 }
 
-// BuildScalar writes one uncommitted BTREE, BITMAP or ZONEMAP segment over the
+// BuildScalar writes one uncommitted BTREE, BITMAP, LABEL_LIST or ZONEMAP segment over the
 // given fragments from the column's data, as pylance's
 // create_index_uncommitted writes it: deleted rows are left out, null
-// values kept (under the null key), the files in the dataset's file
+// values kept (under the null key; a LABEL_LIST row under each of its
+// labels, a null list in the map of null lists), the files in the dataset's file
 // format. It returns the segment's IndexMetadata; the manifest is not
 // touched. Memory is bounded by MemoryBytes and a window of rows whatever
 // the fragments' size (the pairs are sorted in spilled runs). On any
@@ -71,7 +75,7 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 	prog.SetStage("validate")
 	switch {
 	case !BuildableScalarTypes[opts.IndexType]:
-		return nil, fmt.Errorf("%w: build: %s segments are not built here (BTREE, BITMAP and ZONEMAP are; build others with pylance's create_index_uncommitted)", errkind.Unsupported, opts.IndexType)
+		return nil, fmt.Errorf("%w: build: %s segments are not built here (BTREE, BITMAP, LABEL_LIST and ZONEMAP are; build others with pylance's create_index_uncommitted)", errkind.Unsupported, opts.IndexType)
 	case opts.IndexName == "":
 		return nil, fmt.Errorf("%w: build: an index name is required", errkind.InvalidInput)
 	case len(opts.FragmentIDs) == 0:
@@ -90,6 +94,13 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 		return nil, err
 	}
 	col := rd.Column()
+	keyType := col.Type
+	if opts.IndexType == "LABEL_LIST" {
+		if k := col.Type.Kind; k != lancefile.KindList && k != lancefile.KindLargeList || col.Item.Kind == lancefile.KindUnknown {
+			return nil, fmt.Errorf("%w: build: a LABEL_LIST index is built over a list column; column %q is %s", errkind.InvalidInput, opts.Column, col.Type)
+		}
+		keyType = col.Item
+	}
 	existing, err := existingScalarIndex(snap, opts, col)
 	if err != nil {
 		return nil, err
@@ -99,7 +110,7 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 		return nil, err
 	}
 	batchSize, rowsPerZone := btree.DefaultBatchSize, zonemap.DefaultRowsPerZone
-	if existing != nil && opts.IndexType != "BITMAP" {
+	if existing != nil && (opts.IndexType == "BTREE" || opts.IndexType == "ZONEMAP") {
 		// pages or zones of the size the index's segments have, or they do
 		// not merge (read where the segment lives: a shallow clone's are
 		// in its base)
@@ -126,6 +137,7 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 	var add func(w *vecdata.ValueWindow, i int) error
 	var sorter *keysort.Sorter
 	var zones *zonemap.Builder
+	var nullLists map[uint32]*roaring.Bitmap
 	if opts.IndexType == "ZONEMAP" {
 		slices.Sort(frags) // zones are in fragment order
 		if zones, err = zonemap.NewBuilder(col.Type, rowsPerZone); err != nil {
@@ -135,11 +147,31 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 			return zones.Add(uint32(w.Fragment), w.Start+uint64(i), w.Values, i)
 		}
 	} else {
-		if sorter, err = keysort.New(col.Type, keysort.Options{MemoryBytes: opts.MemoryBytes, TempDir: opts.TempDir}); err != nil {
+		if sorter, err = keysort.New(keyType, keysort.Options{MemoryBytes: opts.MemoryBytes, TempDir: opts.TempDir}); err != nil {
 			return nil, fmt.Errorf("build: column %q: %w", opts.Column, err)
 		}
 		defer sorter.Close()
 		add = func(w *vecdata.ValueWindow, i int) error { return sorter.Add(w.Values, i, w.Addr(i)) }
+		if opts.IndexType == "LABEL_LIST" {
+			nullLists = map[uint32]*roaring.Bitmap{}
+			add = func(w *vecdata.ValueWindow, i int) error {
+				if !w.Values.IsValid(i) {
+					bm := nullLists[uint32(w.Fragment)]
+					if bm == nil {
+						bm = roaring.New()
+						nullLists[uint32(w.Fragment)] = bm
+					}
+					bm.Add(uint32(w.Start) + uint32(i))
+					return nil
+				}
+				for j := w.Values.Offsets[i]; j < w.Values.Offsets[i+1]; j++ {
+					if err := sorter.Add(w.Values.Items, int(j), w.Addr(i)); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+		}
 	}
 	prog.SetStage("read")
 	err = rd.ScanValues(ctx, frags, opts.WindowRows, func(w *vecdata.ValueWindow) error {
@@ -171,9 +203,9 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 			files = res.Files
 			prog.RowsWritten.Add(int64(res.RowsWritten))
 		}
-	case "BITMAP":
+	case "BITMAP", "LABEL_LIST":
 		var res *bitmap.BuildResult
-		res, err = bitmap.Build(ctx, st, sorter, dir+bitmap.FileName, col.Type, version)
+		res, err = bitmap.Build(ctx, st, sorter, bitmap.BuildOptions{Name: dir + bitmap.FileName, KeyType: keyType, Version: version, NullLists: nullLists})
 		if err == nil {
 			files = res.Files
 			prog.RowsWritten.Add(int64(res.Rows))
@@ -190,12 +222,12 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 }
 
 // scalarIndexVersion is the index version pylance 14.0.2 records for a
-// segment of typ: 0, but 1 for BTREE on a dataset with stable row ids,
+// segment of typ: 0, but 1 for LABEL_LIST, and 1 for BTREE on a dataset with stable row ids,
 // where a version-0 BTREE is read as holding stable ids and version 1 as
 // holding the row addresses pylance (and Build) write
 // (test_scalar_build.py::test_stable_row_ids_btree_builds_bitmap_refused).
 func scalarIndexVersion(snap *table.Snapshot, typ string) int32 {
-	if typ == "BTREE" && snap.HasStableRowIDs() {
+	if typ == "LABEL_LIST" || typ == "BTREE" && snap.HasStableRowIDs() {
 		return 1
 	}
 	return 0

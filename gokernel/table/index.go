@@ -163,6 +163,18 @@ func (s *Snapshot) FieldByName(name string) (*pb.Field, bool) {
 	return nil, false
 }
 
+// ChildFields returns the manifest fields whose parent is the field with
+// the given id (a list's item, a struct's members), in manifest order.
+func (s *Snapshot) ChildFields(id int32) []*pb.Field {
+	var out []*pb.Field
+	for _, f := range s.Manifest.GetFields() {
+		if f.GetParentId() == id {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
 // FieldPath returns the dotted name of the field with the given id ("vec",
 // or "a.b" for a nested field); "" if there is none.
 func (s *Snapshot) FieldPath(id int32) string {

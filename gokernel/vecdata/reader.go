@@ -36,7 +36,11 @@ type Column struct {
 	Nullable bool
 	// Type is the column's type; scalar is set for a column opened by
 	// NewValueReader (any type the file reader decodes).
-	Type   lancefile.DataType
+	Type lancefile.DataType
+	// Item is a list column's item type (Kind Unknown for other columns),
+	// itemID its field id: a 2.1 data file names only the item's field.
+	Item   lancefile.DataType
+	itemID int32
 	scalar bool
 }
 
@@ -151,7 +155,7 @@ func (r *Reader) open(ctx context.Context, id uint64) (*fragmentFile, error) {
 	}
 	var df *pb.DataFile
 	for _, d := range frag.GetFiles() {
-		if slices.Contains(d.GetFields(), r.col.FieldID) {
+		if fs := d.GetFields(); slices.Contains(fs, r.col.FieldID) || r.col.Item.Kind != lancefile.KindUnknown && slices.Contains(fs, r.col.itemID) {
 			df = d
 		}
 	}

@@ -116,6 +116,11 @@ func NewValueReader(st storage.Store, snap *table.Snapshot, name string) (*Reade
 		return nil, fmt.Errorf("%w: vecdata: the dataset has no column %q", errkind.NotFound, name)
 	}
 	col := &Column{Name: name, FieldID: f.GetId(), Nullable: f.GetNullable(), Type: lancefile.ParseLogicalType(f.GetLogicalType()), scalar: true}
+	if k := col.Type.Kind; k == lancefile.KindList || k == lancefile.KindLargeList {
+		if ch := snap.ChildFields(f.GetId()); len(ch) == 1 {
+			col.Item, col.itemID = lancefile.ParseLogicalType(ch[0].GetLogicalType()), ch[0].GetId()
+		}
+	}
 	r := &Reader{st: st, snap: snap, col: col, frags: map[uint64]*pb.DataFragment{}}
 	for _, fr := range snap.Manifest.GetFragments() {
 		r.frags[fr.GetId()] = fr

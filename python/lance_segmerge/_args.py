@@ -49,7 +49,7 @@ CHECKERS: dict[str, Callable[[Any], Any]] = {}
 _I31 = 2**31 - 1
 INDEX_TYPES = ("IVF_FLAT", "IVF_SQ", "IVF_PQ", "IVF_RQ")
 #: Scalar index types whose segments the kernel builds from a column's data.
-SCALAR_BUILD_TYPES = ("BTREE", "BITMAP", "ZONEMAP")
+SCALAR_BUILD_TYPES = ("BTREE", "BITMAP", "LABEL_LIST", "ZONEMAP")
 METRICS = ("l2", "cosine", "dot")
 EXECUTORS = ("auto", "local", "processes", "ray", "dask")
 POLICIES = ("all", "tiered")
@@ -292,7 +292,8 @@ def normalize_index_type(v: Any) -> str:
 @_register("index_type")
 def _index_type(v: Any) -> str:
     """An index type the build verbs take, any case: a vector type, or a
-    scalar type built from the column (``BTREE``, ``BITMAP``, ``ZONEMAP``)."""
+    scalar type built from the column (``BTREE``, ``BITMAP``, ``LABEL_LIST``,
+    ``ZONEMAP``)."""
     t = v.upper() if isinstance(v, str) else v
     if t not in INDEX_TYPES + SCALAR_BUILD_TYPES:
         raise InvalidInputError(f"index_type must be one of {', '.join(INDEX_TYPES + SCALAR_BUILD_TYPES)}, got {_show(v)}")

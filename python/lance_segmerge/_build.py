@@ -64,7 +64,8 @@ def build_index_segment(
     :func:`merge_existing_index_segments` and commit them with
     :func:`commit_existing_index_segments` (or pylance's own).
 
-    Scalar indices (``BTREE``, ``BITMAP``, ``ZONEMAP``; no model): reads
+    Scalar indices (``BTREE``, ``BITMAP``, ``LABEL_LIST``, ``ZONEMAP``; no
+    model): reads
     the fragments' values of ``column`` a window at a time (deleted rows
     left out, nulls kept) and writes the files pylance's
     ``create_index_uncommitted`` writes. BTREE and BITMAP sort the (value,
@@ -72,7 +73,8 @@ def build_index_segment(
     ``memory_bytes`` spill to temporary files and are merged), then write a
     BTREE's sorted pages and their lookup (pages of the size the index's
     existing segments have, else 4096 rows) or a BITMAP's row map per
-    distinct value, the null value first; ZONEMAP streams the fragments in
+    distinct value, the null value first (LABEL_LIST: a row under each of
+    its labels, null lists in a map of their own); ZONEMAP streams the fragments in
     order into zones of 8,192 live rows (or the index's zone size).
 
     Parameters
@@ -83,10 +85,10 @@ def build_index_segment(
         The vector column (fixed-size list of float32 or float16; float16
         segments are computed and stored in float16, as pylance's), or the
         scalar column (integer, floating-point, date, time, timestamp,
-        string or binary).
+        string or binary; for LABEL_LIST a list of those).
     index_type : str
         ``IVF_FLAT``, ``IVF_SQ``, ``IVF_PQ`` or ``IVF_RQ`` (the model's), or
-        ``BTREE``, ``BITMAP`` or ``ZONEMAP``.
+        ``BTREE``, ``BITMAP``, ``LABEL_LIST`` or ``ZONEMAP``.
     fragment_ids : list of int
         The fragments this segment covers.
     model : IndexModel, optional
@@ -119,8 +121,8 @@ def build_index_segment(
         fragments, a column that is not a float vector (vector), an index
         of that name on another column or of another type.
     UnsupportedError
-        Vectors of another element type, stable row ids (vector, BITMAP
-        and ZONEMAP), shallow clones, a scalar column of a type with no order
+        Vectors of another element type, stable row ids (vector, BITMAP,
+        LABEL_LIST and ZONEMAP), shallow clones, a scalar column of a type with no order
         (bool, lists, structs).
     CancelledError
         The build was cancelled; nothing it wrote is left.
@@ -162,7 +164,7 @@ def build_scalar_segment(
     window_rows: Optional[int] = None,
     memory_bytes: Optional[int] = None,
 ) -> IndexSegment:
-    """One BTREE, BITMAP or ZONEMAP segment built by the kernel (arguments checked)."""
+    """One BTREE, BITMAP, LABEL_LIST or ZONEMAP segment built by the kernel (arguments checked)."""
     opts = _build_options(column, name, fragment_ids, index_uuid, window_rows, memory_bytes)
     opts["index_type"] = index_type
     with Reporter(progress, "build") as reporter:

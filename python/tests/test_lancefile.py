@@ -250,13 +250,45 @@ def test_go_writes_bools_pylance_reads(tmp_path, version):
     check_file(path, tbl, [(0, 9000), (4095, 4097)])
 
 
-def test_lists_of_strings_are_unsupported(tmp_path):
-    # A layout this reader does not decode is UnsupportedError, never a claim
-    # that the file is damaged.
-    tbl = pa.table({"s": pa.array([[f"v{i}", "w"] for i in range(3000)])})
+@pytest.mark.parametrize("version", ["2.1", "2.2"])
+def test_read_pylance_lists_of_strings(tmp_path, version):
+    # A LABEL_LIST build reads them: mini-block pages of plain, FSST and
+    # dictionary-encoded items under repetition and definition levels
+    # (null lists, empty lists, null items), over several pages.
+    n = 30_000
+    rng = np.random.default_rng(11)
+    vocab = [f"tag-ü-{i}" for i in range(40)]
+
+    def lists(make) -> list:
+        out = []
+        for _ in range(n):
+            r = rng.random()
+            out.append(None if r < 0.05 else [] if r < 0.1 else
+                       [None if rng.random() < 0.03 else make() for _ in range(rng.integers(1, 6))])
+        return out
+
+    tbl = pa.table({
+        "few": pa.array(lists(lambda: vocab[rng.integers(0, 40)]), pa.list_(pa.string())),
+        "many": pa.array(lists(lambda: f"word-{rng.integers(0, 10**7)}-{'x' * int(rng.integers(0, 30))}"), pa.list_(pa.string())),
+        "bin": pa.array(lists(lambda: rng.bytes(int(rng.integers(0, 12)))), pa.list_(pa.binary())),
+    })
+    path = str(tmp_path / f"ls{version}.lance")
+    write(path, tbl, version)
+    layouts = {f.name: "".join(str(p.encoding) for p in c.pages) for f, c in zip(tbl.schema, LanceFileReader(path).metadata().columns)}
+    # the layouts the test is about: fail loudly if pylance stops writing them
+    assert "dictionary: Some" in layouts["few"], layouts["few"][:300]
+    assert "Fsst" in layouts["many"], layouts["many"][:300]
+    check_file(path, tbl, [(0, n), (1, 2), (4095, 4097), (12_000, 29_000), (n - 3, n)])
+
+
+def test_lists_of_long_strings_are_unsupported(tmp_path):
+    # Lists of long strings are written full-zip, a layout this reader does
+    # not decode for lists: UnsupportedError, never a claim that the file is
+    # damaged.
+    tbl = pa.table({"s": pa.array([[f"v{i}" + "x" * 400, "w" * 300] for i in range(3000)])})
     path = str(tmp_path / "l.lance")
     write(path, tbl, "2.2")
-    with pytest.raises(ls.UnsupportedError):
+    with pytest.raises(ls.UnsupportedError, match="full-zip lists"):
         go_inspect(path)
 
 

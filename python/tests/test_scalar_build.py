@@ -315,3 +315,117 @@ def test_verify_takes_pylance_zones_that_span_deleted_rows(zones_table, tmp_path
     rep = ls.verify_index(uri, "i64_idx")
     assert [s.verdict for s in rep.segments] == ["clean"], rep
     assert {c.name: c.verdict for c in rep.segments[0].checks}["keys"] == "ok"
+
+
+# -- LABEL_LIST ---------------------------------------------------------------
+
+LABEL_ROWS = 3_000
+LABEL_FILTERS = {
+    "tags": ["array_has_any(tags, [1, 3])", "array_has_all(tags, [2, 5])", "array_contains(tags, 7)",
+             "tags IS NULL", "NOT array_has_any(tags, [0, 1, 2])"],
+    "small": ["array_has_any(small, [1, 3])", "array_has_all(small, [-2, 5])", "small IS NULL"],
+    "stags": ["array_has_any(stags, ['t-ü-1', 't-ü-30'])", "array_contains(stags, 't-ü-7')",
+              "array_has_all(stags, ['t-ü-2', 't-ü-5'])", "stags IS NULL"],
+}
+
+
+def _labels(start: int, n: int, seed: int) -> pa.Table:
+    """Lists of labels: null lists, empty lists, null labels, repeated
+    labels, lists of up to six labels of a few dozen values."""
+    rng = np.random.default_rng(seed)
+    tags, small, stags, words = [], [], [], []
+    for _ in range(n):
+        r = rng.random()
+        if r < 0.05:
+            tags.append(None)
+        elif r < 0.1:
+            tags.append([])
+        else:
+            t = [int(x) for x in rng.integers(0, 40, rng.integers(1, 7))]
+            tags.append([None if rng.random() < 0.03 else x for x in t])
+        small.append(None if rng.random() < 0.02 else [int(x) for x in rng.integers(-5, 6, rng.integers(0, 4))])
+        stags.append(None if tags[-1] is None else [None if x is None else f"t-ü-{x}" for x in tags[-1]])
+        words.append([f"word-{int(x):07d}-{'x' * int(x % 50)}" for x in rng.integers(0, 10**6, rng.integers(0, 5))])
+    return pa.table({"id": pa.array(range(start, start + n), pa.int64()),
+                     "tags": pa.array(tags, pa.list_(pa.int64())),
+                     "small": pa.array(small, pa.list_(pa.int8())),
+                     "stags": pa.array(stags, pa.list_(pa.string())),
+                     "words": pa.array(words, pa.list_(pa.string()))})
+
+
+@pytest.fixture(scope="module", params=["2.1", "2.2"])
+def labels_table(request, tmp_path_factory) -> str:
+    """Three fragments of label lists in a given file format, rows deleted."""
+    uri = str(tmp_path_factory.mktemp("labels") / "t")
+    for a in range(3):
+        lance.write_dataset(_labels(a * LABEL_ROWS, LABEL_ROWS, a), uri, mode="append" if a else "create",
+                            data_storage_version=request.param)
+    lance.dataset(uri).delete("id % 89 = 0")
+    return uri
+
+
+def _labels_copy(src: str, dst) -> str:
+    shutil.copytree(src, str(dst))
+    return str(dst)
+
+
+@pytest.mark.parametrize("col", ["tags", "small", "stags", "words"])
+def test_label_list_build_writes_what_pylance_writes(labels_table, tmp_path, col):
+    """The same keys (the null label first), the same rows under each, the
+    same map of null lists (global buffer 1) and metadata as pylance's
+    create_index_uncommitted, and the same index version (1)."""
+    uri = _labels_copy(labels_table, tmp_path / "c")
+    frags = [0, 2]
+    ours = ls.build_index_segment(uri, col, "LABEL_LIST", frags, name=f"{col}_ll")
+    theirs = lance.dataset(uri).create_index_uncommitted(col, "LABEL_LIST", name=f"{col}_ll", fragment_ids=frags)
+    assert ours.index_type == "LABEL_LIST" and ours.index_version == theirs.index_version == 1
+    path = "bitmap_page_lookup.lance"
+    ra = LanceFileReader(f"{uri}/_indices/{ours.uuid}/{path}")
+    rb = LanceFileReader(f"{uri}/_indices/{theirs.uuid}/{path}")
+    a, b = ra.read_all().to_table(), rb.read_all().to_table()
+    assert a.schema == b.schema
+    assert a["keys"].equals(b["keys"])
+    assert [_row_map(x) for x in a["bitmaps"].to_pylist()] == [_row_map(x) for x in b["bitmaps"].to_pylist()]
+    assert ra.metadata().schema.metadata == rb.metadata().schema.metadata
+    assert _row_map(ra.read_global_buffer(1)) == _row_map(rb.read_global_buffer(1))
+    assert col == "words" or _row_map(rb.read_global_buffer(1)), "no null lists in the fixture"
+
+
+@pytest.mark.parametrize("col", ["tags", "stags"])
+def test_label_list_builds_commit_merge_and_answer(labels_table, tmp_path, col):
+    """One segment per fragment, committed by us: pylance answers every
+    list filter as a scan does, with the index in its plan; pylance's
+    optimize_indices merges our segments and so does ours."""
+    uri = _labels_copy(labels_table, tmp_path / "ours")
+    frags = [f.fragment_id for f in lance.dataset(uri).get_fragments()]
+    segs = [ls.build_index_segment(uri, col, "LABEL_LIST", [f], name=f"{col}_ll") for f in frags]
+    ls.commit_existing_index_segments(uri, f"{col}_ll", col, segs)
+    filters = LABEL_FILTERS[col]
+    truth = _answers(uri, filters, use_index=False)
+    assert all(truth.values()), truth
+    assert _answers(uri, filters) == truth
+    ds = lance.dataset(uri)
+    for f in filters[:3]:
+        assert "ScalarIndexQuery" in ds.scanner(filter=f).explain_plan(), f
+    theirs = _labels_copy(uri, tmp_path / "theirs")
+    lance.dataset(theirs).optimize.optimize_indices(index_names=[f"{col}_ll"], num_indices_to_merge=len(frags))
+    assert len(ls.open(theirs).list_index_segments(f"{col}_ll")) == 1
+    assert _answers(theirs, filters) == truth
+    ls.optimize(uri, f"{col}_ll", progress=False)
+    assert len(ls.open(uri).list_index_segments(f"{col}_ll")) == 1
+    assert _answers(uri, filters) == truth
+    rep = ls.verify_index(uri, f"{col}_ll")
+    assert [s.verdict for s in rep.segments] == ["clean"], rep
+
+
+def test_label_list_create_index_answers_as_create_scalar_index(labels_table, tmp_path):
+    ours = _labels_copy(labels_table, tmp_path / "ours")
+    theirs = _labels_copy(labels_table, tmp_path / "theirs")
+    ls.create_index(ours, "small", "LABEL_LIST", executor="processes", max_workers=2, fragments_per_task=1, progress=False)
+    lance.dataset(theirs).create_scalar_index("small", "LABEL_LIST")
+    segs = ls.open(ours).list_index_segments("small_idx")
+    assert len(segs) == 1 and segs[0].index_type == "LABEL_LIST"
+    filters = LABEL_FILTERS["small"]
+    assert _answers(ours, filters) == _answers(theirs, filters) == _answers(ours, filters, use_index=False)
+    with pytest.raises(ls.InvalidInputError, match="list column"):
+        ls.build_index_segment(ours, "id", "LABEL_LIST", [0], name="id_ll")
