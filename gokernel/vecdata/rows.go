@@ -134,6 +134,28 @@ type Value struct {
 	Null    bool
 	Bytes   []byte // the value's bytes (fixed-width little-endian, or binary)
 	Missing bool   // deleted, past its fragment's end, or of no fragment of the version
+	// Items are a valid list's items (Bytes is then nil).
+	Items []Value
+}
+
+// valueAt is row k of arr (valid), its bytes copied.
+func valueAt(arr *lancefile.Array, k int) Value {
+	var v Value
+	switch {
+	case !arr.IsValid(k):
+		v.Null = true
+	case arr.Type.Kind == lancefile.KindList || arr.Type.Kind == lancefile.KindLargeList:
+		v.Items = make([]Value, 0, arr.Offsets[k+1]-arr.Offsets[k])
+		for j := arr.Offsets[k]; j < arr.Offsets[k+1]; j++ {
+			v.Items = append(v.Items, valueAt(arr.Items, int(j)))
+		}
+	case arr.Type.Kind == lancefile.KindBinary:
+		v.Bytes = slices.Clone(arr.Values[arr.Offsets[k]:arr.Offsets[k+1]])
+	default:
+		w := arr.Type.ValueBits() / 8
+		v.Bytes = slices.Clone(arr.Values[k*w : (k+1)*w])
+	}
+	return v
 }
 
 // ReadValues reads the values of the given row addresses, sorted and
@@ -143,7 +165,6 @@ func (r *Reader) ReadValues(ctx context.Context, addrs []uint64) ([]Value, error
 		return nil, fmt.Errorf("%w: vecdata: ReadValues of a vector reader", errkind.InvalidInput)
 	}
 	out := make([]Value, 0, len(addrs))
-	width := r.col.Type.ValueBits() / 8
 	absent := func(rows []uint64) {
 		for _, a := range rows {
 			out = append(out, Value{Addr: a, Missing: true})
@@ -158,18 +179,11 @@ func (r *Reader) ReadValues(ctx context.Context, addrs []uint64) ([]Value, error
 			return fmt.Errorf("%w: vecdata: fragment %d: read %d rows for [%d, %d)", errkind.Corrupt, frag, arr.Len, lo, hi)
 		}
 		for _, x := range rows {
-			k := int(uint64(uint32(x)) - lo)
-			v := Value{Addr: x}
-			switch {
-			case ff.deleted != nil && ff.deleted.Contains(uint32(x)):
-				v.Missing = true
-			case !arr.IsValid(k):
-				v.Null = true
-			case arr.Type.Kind == lancefile.KindBinary:
-				v.Bytes = slices.Clone(arr.Values[arr.Offsets[k]:arr.Offsets[k+1]])
-			default:
-				v.Bytes = slices.Clone(arr.Values[k*width : (k+1)*width])
+			v := Value{Missing: true}
+			if ff.deleted == nil || !ff.deleted.Contains(uint32(x)) {
+				v = valueAt(arr, int(uint64(uint32(x))-lo))
 			}
+			v.Addr = x
 			out = append(out, v)
 		}
 		return nil

@@ -75,3 +75,31 @@ def test_zonemap_bounds_that_are_not_the_data_are_damage(tmp_path):
         assert checks["structure"].verdict == "ok" and seg.verdict == "damaged"
         assert checks["keys"].damage == "keys_mismatch" and "zone 0 (fragment 0, rows 0+8192)" in checks["keys"].message
         assert shown in checks["keys"].message, checks["keys"].message
+
+
+def test_label_list_labels_that_are_not_the_data_are_damage(tmp_path):
+    """LABEL_LIST pairs are checked as labels of the row's list: pylance's
+    own segment checks clean; another list column's labels swapped in are
+    damage naming the row, its label and its list."""
+    uri = str(tmp_path / "l")
+    i = np.arange(3000)
+    ds = lance.write_dataset(pa.table({
+        "la": pa.array([[f"t{x % 40}", f"t{(x + 1) % 40}"] if x % 11 else None for x in i], pa.list_(pa.string())),
+        "lb": pa.array([[f"t{(x + 20) % 40}"] for x in i], pa.list_(pa.string())),
+    }), uri)
+    for col in ("la", "lb"):
+        ds.create_scalar_index(col, "LABEL_LIST")
+    rep = ls.verify_index(uri, "la_idx")
+    checks = {c.name: c for c in rep.segments[0].checks}
+    assert rep.segments[0].verdict == "clean" and checks["keys"].verdict == "ok", rep
+    assert checks["keys"].numbers["checked"] > 100
+    uuids = {n: ls.open(uri).list_index_segments(n)[0].uuid for n in ("la_idx", "lb_idx")}
+    shutil.copy(f"{uri}/_indices/{uuids['lb_idx']}/bitmap_page_lookup.lance",
+                f"{uri}/_indices/{uuids['la_idx']}/bitmap_page_lookup.lance")
+    (seg,) = ls.verify_index(uri, "la_idx").segments
+    checks = {c.name: c for c in seg.checks}
+    assert checks["structure"].verdict == "ok" and seg.verdict == "damaged"
+    assert checks["keys"].damage == "keys_mismatch"
+    # row 1 holds ["t1", "t2"]; lb's segment lists it under "t21"
+    assert 'row 1 (fragment 0, offset 1) is under label "t21", its list is ["t1", "t2"]' in checks["keys"].message, \
+        checks["keys"].message
