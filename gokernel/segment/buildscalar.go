@@ -25,7 +25,7 @@ import (
 // ScalarBuildOptions tune BuildScalar.
 type ScalarBuildOptions struct {
 	// Column is the indexed column; IndexName the logical index;
-	// IndexType BTREE, BITMAP, LABEL_LIST or ZONEMAP. Required.
+	// IndexType BTREE, BITMAP, LABEL_LIST, ZONEMAP or BLOOMFILTER. Required.
 	Column    string `json:"column"`
 	IndexName string `json:"name"`
 	IndexType string `json:"index_type"`
@@ -46,19 +46,20 @@ type ScalarBuildOptions struct {
 }
 
 // BuildableScalarTypes are the scalar index types BuildScalar builds.
-var BuildableScalarTypes = map[string]bool{"BTREE": true, "BITMAP": true, "LABEL_LIST": true, "ZONEMAP": true}
+var BuildableScalarTypes = map[string]bool{"BTREE": true, "BITMAP": true, "LABEL_LIST": true, "ZONEMAP": true, "BLOOMFILTER": true}
 
 // scalarDetailsURL is the index details type pylance 14.0.2's
 // create_index_uncommitted records for each buildable type (an empty
 // message), used when the index has no segment yet.
 var scalarDetailsURL = map[string]string{
-	"BTREE":      "/lance.table.BTreeIndexDetails",
-	"BITMAP":     "/lance.table.BitmapIndexDetails",
-	"LABEL_LIST": "/lance.table.LabelListIndexDetails",
-	"ZONEMAP":    "/lance.table.ZoneMapIndexDetails",
+	"BTREE":       "/lance.table.BTreeIndexDetails",
+	"BITMAP":      "/lance.table.BitmapIndexDetails",
+	"LABEL_LIST":  "/lance.table.LabelListIndexDetails",
+	"ZONEMAP":     "/lance.table.ZoneMapIndexDetails",
+	"BLOOMFILTER": "/lance.index.pb.BloomFilterIndexDetails",
 }
 
-// BuildScalar writes one uncommitted BTREE, BITMAP, LABEL_LIST or ZONEMAP segment over the
+// BuildScalar writes one uncommitted BTREE, BITMAP, LABEL_LIST, ZONEMAP or BLOOMFILTER segment over the
 // given fragments from the column's data, as pylance's
 // create_index_uncommitted writes it: deleted rows are left out, null
 // values kept (under the null key; a LABEL_LIST row under each of its
@@ -75,7 +76,7 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 	prog.SetStage("validate")
 	switch {
 	case !BuildableScalarTypes[opts.IndexType]:
-		return nil, fmt.Errorf("%w: build: %s segments are not built here (BTREE, BITMAP, LABEL_LIST and ZONEMAP are; build others with pylance's create_index_uncommitted)", errkind.Unsupported, opts.IndexType)
+		return nil, fmt.Errorf("%w: build: %s segments are not built here (BTREE, BITMAP, LABEL_LIST, ZONEMAP and BLOOMFILTER are; build others with pylance's create_index_uncommitted)", errkind.Unsupported, opts.IndexType)
 	case opts.IndexName == "":
 		return nil, fmt.Errorf("%w: build: an index name is required", errkind.InvalidInput)
 	case len(opts.FragmentIDs) == 0:
@@ -109,8 +110,8 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 	if err != nil {
 		return nil, err
 	}
-	batchSize, rowsPerZone := btree.DefaultBatchSize, zonemap.DefaultRowsPerZone
-	if existing != nil && (opts.IndexType == "BTREE" || opts.IndexType == "ZONEMAP") {
+	batchSize, rowsPerZone, probability := btree.DefaultBatchSize, zonemap.DefaultRowsPerZone, zonemap.DefaultProbability
+	if existing != nil && opts.IndexType != "BITMAP" && opts.IndexType != "LABEL_LIST" {
 		// pages or zones of the size the index's segments have, or they do
 		// not merge (read where the segment lives: a shallow clone's are
 		// in its base)
@@ -126,11 +127,18 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 			batchSize = seg.BatchSize
 			seg.Close()
 		} else {
-			seg, err := zonemap.Read(ctx, ist, existing)
+			kind := zonemap.ZoneMap
+			if opts.IndexType == "BLOOMFILTER" {
+				kind = zonemap.BloomFilter
+			}
+			seg, err := zonemap.ReadKind(ctx, ist, existing, kind)
 			if err != nil {
 				return nil, fmt.Errorf("build: reading index %q's segment %s: %w", opts.IndexName, table.IndexUUID(existing), err)
 			}
 			rowsPerZone = seg.RowsPerZone
+			if p, ok := seg.Metadata["bloomfilter_probability"]; ok {
+				probability = string(p)
+			}
 		}
 	}
 	frags := slices.Clone(opts.FragmentIDs)
@@ -138,9 +146,14 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 	var sorter *keysort.Sorter
 	var zones *zonemap.Builder
 	var nullLists map[uint32]*roaring.Bitmap
-	if opts.IndexType == "ZONEMAP" {
+	if opts.IndexType == "ZONEMAP" || opts.IndexType == "BLOOMFILTER" {
 		slices.Sort(frags) // zones are in fragment order
-		if zones, err = zonemap.NewBuilder(col.Type, rowsPerZone); err != nil {
+		if opts.IndexType == "ZONEMAP" {
+			zones, err = zonemap.NewBuilder(col.Type, rowsPerZone)
+		} else {
+			zones, err = zonemap.NewBloomBuilder(col.Type, rowsPerZone, probability)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("build: column %q: %w", opts.Column, err)
 		}
 		add = func(w *vecdata.ValueWindow, i int) error {
@@ -212,9 +225,11 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 		}
 	case "ZONEMAP":
 		files, err = zones.Write(ctx, st, dir+zonemap.FileName, version)
+	case "BLOOMFILTER":
+		files, err = zones.Write(ctx, st, dir+zonemap.BloomFilter.File, version)
 	}
 	if err != nil {
-		removeOutput(ctx, st, dir, btree.DataFile, btree.LookupFile, bitmap.FileName, zonemap.FileName)
+		removeOutput(ctx, st, dir, btree.DataFile, btree.LookupFile, bitmap.FileName, zonemap.FileName, zonemap.BloomFilter.File)
 		return nil, err
 	}
 	prog.SetStage("done")

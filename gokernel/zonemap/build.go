@@ -30,6 +30,7 @@ type builtZone struct {
 	minKey, maxKey    uint64 // fixed-width bounds' order (lancefile.SortKey)
 	min, max          []byte
 	nan               []byte // the first NaN's bytes: a zone with one has it as its max
+	filter            []byte // BLOOMFILTER: the zone's split block bloom filter
 }
 
 // Builder builds the zones of a ZONEMAP segment from a column's live rows,
@@ -51,6 +52,7 @@ type Builder struct {
 	nullFrag    uint32
 	nullRows    *roaring.Bitmap
 	nulls       []bitmap.RawEntry
+	bloom       *bloomParams // set for a BLOOMFILTER segment's zones
 }
 
 // NewBuilder starts the zones of keys of type t: fixed-width numbers,
@@ -84,6 +86,9 @@ func (b *Builder) Add(frag uint32, off uint64, a *lancefile.Array, i int) error 
 	}
 	if z == nil || z.frag != uint64(frag) || z.rows == b.rowsPerZone {
 		z = &builtZone{frag: uint64(frag), start: off}
+		if b.bloom != nil {
+			z.filter = make([]byte, b.bloom.bytes)
+		}
 		b.zones = append(b.zones, z)
 		b.cur = z
 	}
@@ -103,6 +108,10 @@ func (b *Builder) Add(frag uint32, off uint64, a *lancefile.Array, i int) error 
 		v = a.Values[a.Offsets[i]:a.Offsets[i+1]]
 	} else {
 		v = a.Values[i*b.width : (i+1)*b.width]
+	}
+	if b.bloom != nil {
+		bloomInsert(z.filter, v)
+		return nil
 	}
 	if b.isNaN(v) {
 		if z.nans == 0 {
@@ -147,6 +156,9 @@ func (b *Builder) Zones() int { return len(b.zones) }
 // Write writes the segment's file, name, in file format v.
 func (b *Builder) Write(ctx context.Context, st storage.Store, name string, v lancefile.Version) ([]*pb.IndexFile, error) {
 	b.endNulls()
+	if b.bloom != nil {
+		return b.writeBloom(ctx, st, name, v)
+	}
 	n := len(b.zones)
 	fields := make([]*lancefile.Field, len(columns))
 	out := make([]*lancefile.Array, len(columns))
@@ -199,34 +211,7 @@ func (b *Builder) Write(ctx context.Context, st storage.Store, name string, v la
 			out[c].Validity = valid[c]
 		}
 	}
-	sw, err := st.Create(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	defer sw.Abort()
-	cw := &storage.CountingWriter{W: sw}
-	w, err := lancefile.NewWriter(cw, fields, lancefile.WriterOptions{Version: v})
-	if err != nil {
-		return nil, err
-	}
-	w.SetMetadata(ZoneMap.sizeKey, []byte(strconv.Itoa(b.rowsPerZone)))
-	g, err := w.AddGlobalBuffer(bitmap.AppendRowMap(nil, b.nulls))
-	if err != nil {
-		return nil, err
-	}
-	w.SetMetadata("null_bitmap", []byte(strconv.Itoa(g)))
-	if n > 0 {
-		if err := w.Write(out); err != nil {
-			return nil, err
-		}
-	}
-	if err := w.Finish(); err != nil {
-		return nil, err
-	}
-	if err := sw.Finish(); err != nil {
-		return nil, err
-	}
-	return []*pb.IndexFile{{Path: FileName, SizeBytes: uint64(cw.N)}}, nil
+	return b.writeFile(ctx, st, name, v, fields, out, map[string]string{ZoneMap.sizeKey: strconv.Itoa(b.rowsPerZone)})
 }
 
 // Details is the ZoneMapIndexDetails message pylance 14.0.2 records for a

@@ -429,3 +429,58 @@ def test_label_list_create_index_answers_as_create_scalar_index(labels_table, tm
     assert _answers(ours, filters) == _answers(theirs, filters) == _answers(ours, filters, use_index=False)
     with pytest.raises(ls.InvalidInputError, match="list column"):
         ls.build_index_segment(ours, "id", "LABEL_LIST", [0], name="id_ll")
+
+
+# -- BLOOMFILTER --------------------------------------------------------------
+
+@pytest.mark.parametrize("col", ["i64", "f64", "s", "d", "none"])
+def test_bloomfilter_build_writes_what_pylance_writes(zones_table, tmp_path, col):
+    """Byte-equal files: zones placed as ZONEMAP's, each a split block bloom
+    filter (xxHash64 of the value's bytes, 32 KiB for 8,192 values at
+    0.00057) and has_null; the same metadata and map of null rows."""
+    uri = str(tmp_path / "b")
+    shutil.copytree(zones_table, uri)
+    ds = lance.dataset(uri)
+    ours = ls.build_index_segment(uri, col, "BLOOMFILTER", [1, 0], name=f"{col}_bf")
+    theirs = ds.create_index_uncommitted(col, "BLOOMFILTER", name=f"{col}_bf", fragment_ids=[0, 1])
+    assert ours.index_type == "BLOOMFILTER" and ours.index_version == theirs.index_version == 0
+    assert ours._entry_dict()["index_details"] == __import__("base64").b64encode(theirs.index_details[1]).decode()
+    a = LanceFileReader(f"{uri}/_indices/{ours.uuid}/bloomfilter.lance")
+    b = LanceFileReader(f"{uri}/_indices/{theirs.uuid}/bloomfilter.lance")
+    ta, tb = a.read_all().to_table(), b.read_all().to_table()
+    assert ta.schema == tb.schema and len(ta) >= 5
+    assert ta.drop_columns(["bloom_filter_data"]).equals(tb.drop_columns(["bloom_filter_data"]))
+    for z, (x, y) in enumerate(zip(ta["bloom_filter_data"].to_pylist(), tb["bloom_filter_data"].to_pylist())):
+        assert len(x) == len(y) == 32768 and x == y, f"zone {z}"
+    assert a.metadata().schema.metadata == b.metadata().schema.metadata
+    assert a.read_global_buffer(1) == b.read_global_buffer(1)
+
+
+def test_bloomfilter_builds_commit_answer_and_merge(zones_table, tmp_path):
+    """Per-fragment segments committed by us: pylance answers equality and
+    IN as a scan does, with the index in its plan; its optimize_indices
+    merges ours; create_index on processes answers as create_scalar_index."""
+    uri = str(tmp_path / "ours")
+    shutil.copytree(zones_table, uri)
+    filters = ["i64 = 7", "i64 IN (-3, 500, 999)", "s = 'k12'", "s IN ('k1', 'k900', 'nope')", "i64 IS NULL"]
+    truth = _answers(uri, filters, use_index=False)
+    for col in ("i64", "s"):
+        segs = [ls.build_index_segment(uri, col, "BLOOMFILTER", [f], name=f"{col}_bf") for f in (0, 1)]
+        ls.commit_existing_index_segments(uri, f"{col}_bf", col, segs)
+    assert _answers(uri, filters) == truth
+    ds = lance.dataset(uri)
+    for f in filters[:4]:
+        assert "ScalarIndexQuery" in ds.scanner(filter=f).explain_plan(), f
+    theirs = str(tmp_path / "theirs")
+    shutil.copytree(uri, theirs)
+    lance.dataset(theirs).optimize.optimize_indices(index_names=["i64_bf"], num_indices_to_merge=2)
+    assert len(ls.open(theirs).list_index_segments("i64_bf")) == 1
+    assert _answers(theirs, filters) == truth
+    ls.optimize(uri, "s_bf", progress=False)
+    assert _answers(uri, filters) == truth
+    assert [s.verdict for s in ls.verify_index(uri, "s_bf").segments] == ["clean"]
+    fresh = str(tmp_path / "fresh")
+    shutil.copytree(zones_table, fresh)
+    ls.create_index(fresh, "i64", "BLOOMFILTER", executor="processes", max_workers=2, fragments_per_task=1, progress=False)
+    assert len(ls.open(fresh).list_index_segments("i64_idx")) == 1
+    assert _answers(fresh, filters) == truth

@@ -1,0 +1,155 @@
+package zonemap
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/bits"
+	"strconv"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/bitmap"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
+)
+
+// DefaultProbability is the false-positive probability pylance 14.0.2
+// builds BLOOMFILTER zones with, as its metadata spells it.
+const DefaultProbability = "0.00057"
+
+// Split block bloom filters (the Parquet spec's, which Lance uses): blocks
+// of eight 32-bit words; a value's xxHash64 (seed 0) of its little-endian
+// bytes (a string's or binary's own bytes) picks a block with its high
+// half and sets one bit per word with its low half times a salt.
+var bloomSalt = [8]uint32{0x47b6137b, 0x44974d91, 0x8824ad5b, 0xa2b7289d, 0x705495c7, 0x2df1424b, 0x9efc4947, 0x5c6bfb31}
+
+const (
+	bloomMinBytes = 32
+	bloomMaxBytes = 128 << 20
+)
+
+// BloomBytes is the size of a zone's filter for ndv distinct values at
+// false-positive probability fpp: m = -8·ndv / ln(1 - fpp^(1/8)) bits, in
+// bytes, rounded up to a power of two within [32 B, 128 MiB]. pylance
+// sizes every zone for bloomfilter_item values (8192 at 0.00057: 32 KiB).
+func BloomBytes(ndv uint64, fpp float64) int {
+	n := uint64(-8 * float64(ndv) / math.Log(1-math.Pow(fpp, 1.0/8)) / 8)
+	n = min(max(n, bloomMinBytes), bloomMaxBytes)
+	if n&(n-1) != 0 {
+		n = 1 << bits.Len64(n)
+	}
+	return int(n)
+}
+
+// bloomInsert sets value v's bits in filter f (len a multiple of 32).
+func bloomInsert(f []byte, v []byte) {
+	h := xxhash.Sum64(v)
+	blocks := uint64(len(f) / 32)
+	b := f[((h>>32)*blocks)>>32*32:]
+	x := uint32(h)
+	for i, s := range bloomSalt {
+		w := binary.LittleEndian.Uint32(b[4*i:])
+		binary.LittleEndian.PutUint32(b[4*i:], w|1<<((x*s)>>27))
+	}
+}
+
+// NewBloomBuilder starts the zones of a BLOOMFILTER segment over keys of
+// type t: placed as a ZONEMAP's are (at most rowsPerZone live rows of one
+// fragment, from the first live row to the last, null rows in the map of
+// null rows), each zone a filter of every non-null value's bytes (NaN
+// included) and whether it holds a null. probability is the
+// bloomfilter_probability metadata, kept as written.
+func NewBloomBuilder(t lancefile.DataType, rowsPerZone int, probability string) (*Builder, error) {
+	if !lancefile.Orderable(t.Kind) && t.Kind != lancefile.KindBinary {
+		return nil, fmt.Errorf("%w: bloomfilter build: keys of type %s (integer, floating-point, date, time, string and binary are built)", errkind.Unsupported, t)
+	}
+	fpp, err := strconv.ParseFloat(probability, 64)
+	if err != nil || !(fpp > 0 && fpp < 1) {
+		return nil, fmt.Errorf("%w: bloomfilter build: probability %q is not in (0, 1)", errkind.InvalidInput, probability)
+	}
+	b, err := NewBuilder(t, rowsPerZone)
+	if err != nil {
+		return nil, err
+	}
+	b.bloom = &bloomParams{bytes: BloomBytes(uint64(b.rowsPerZone), fpp), probability: probability}
+	return b, nil
+}
+
+type bloomParams struct {
+	bytes       int
+	probability string
+}
+
+// writeBloom writes a BLOOMFILTER segment's file: a row per zone.
+func (b *Builder) writeBloom(ctx context.Context, st storage.Store, name string, v lancefile.Version) ([]*pb.IndexFile, error) {
+	n := len(b.zones)
+	u64 := lancefile.Primitive(lancefile.KindUint64)
+	types := []lancefile.DataType{u64, u64, u64, lancefile.Primitive(lancefile.KindBool), {Kind: lancefile.KindBinary, Logical: "binary"}}
+	fields := make([]*lancefile.Field, len(types))
+	out := make([]*lancefile.Array, len(types))
+	for i, t := range types {
+		fields[i] = lancefile.NewField(BloomFilter.columns[i], t, false)
+		out[i] = &lancefile.Array{Type: t, Len: n}
+	}
+	out[4].Offsets = make([]int64, 1, n+1)
+	out[4].Values = make([]byte, 0, n*b.bloom.bytes)
+	for _, z := range b.zones {
+		out[0].Values = binary.LittleEndian.AppendUint64(out[0].Values, z.frag)
+		out[1].Values = binary.LittleEndian.AppendUint64(out[1].Values, z.start)
+		out[2].Values = binary.LittleEndian.AppendUint64(out[2].Values, z.last-z.start+1)
+		hasNull := byte(0)
+		if z.nulls > 0 {
+			hasNull = 1
+		}
+		out[3].Values = append(out[3].Values, hasNull)
+		out[4].Values = append(out[4].Values, z.filter...)
+		out[4].Offsets = append(out[4].Offsets, int64(len(out[4].Values)))
+	}
+	return b.writeFile(ctx, st, name, v, fields, out, map[string]string{
+		BloomFilter.sizeKey:       strconv.Itoa(b.rowsPerZone),
+		"bloomfilter_probability": b.bloom.probability,
+	})
+}
+
+// writeFile writes the zones' columns, the given metadata and the map of
+// null rows (global buffer 1, named by null_bitmap).
+func (b *Builder) writeFile(ctx context.Context, st storage.Store, name string, v lancefile.Version, fields []*lancefile.Field, out []*lancefile.Array, meta map[string]string) ([]*pb.IndexFile, error) {
+	sw, err := st.Create(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer sw.Abort()
+	cw := &storage.CountingWriter{W: sw}
+	w, err := lancefile.NewWriter(cw, fields, lancefile.WriterOptions{Version: v})
+	if err != nil {
+		return nil, err
+	}
+	for k, val := range meta {
+		w.SetMetadata(k, []byte(val))
+	}
+	g, err := w.AddGlobalBuffer(bitmap.AppendRowMap(nil, b.nulls))
+	if err != nil {
+		return nil, err
+	}
+	w.SetMetadata("null_bitmap", []byte(strconv.Itoa(g)))
+	if len(b.zones) > 0 {
+		if err := w.Write(out); err != nil {
+			return nil, err
+		}
+	}
+	if err := w.Finish(); err != nil {
+		return nil, err
+	}
+	if err := sw.Finish(); err != nil {
+		return nil, err
+	}
+	file := ZoneMap.File
+	if b.bloom != nil {
+		file = BloomFilter.File
+	}
+	return []*pb.IndexFile{{Path: file, SizeBytes: uint64(cw.N)}}, nil
+}
