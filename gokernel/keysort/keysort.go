@@ -91,30 +91,44 @@ func (s *Sorter) Runs() int { return len(s.runs) }
 // Add adds row i of a (a value of the Sorter's type, or null) under row id
 // row. Past the memory budget, the pairs held are spilled as a run.
 func (s *Sorter) Add(a *lancefile.Array, i int, row uint64) error {
-	e := entry{row: row, off: uint32(len(s.vals)), valid: a.IsValid(i)}
-	if e.valid {
-		var v []byte
-		if s.binary {
-			v = a.Values[a.Offsets[i]:a.Offsets[i+1]]
-			if len(v) > maxValueBytes {
-				return fmt.Errorf("%w: keysort: a value of %d bytes (at most %d)", errkind.Unsupported, len(v), maxValueBytes)
-			}
-			var w [8]byte
-			copy(w[:], v)
-			e.key = binary.BigEndian.Uint64(w[:])
-		} else {
-			v = a.Values[i*s.width : (i+1)*s.width]
-			e.key = lancefile.SortKey(s.t.Kind, v)
-		}
-		if len(s.vals)+len(v) > 1<<32-1 {
-			if err := s.spill(); err != nil {
-				return err
-			}
-			e.off = 0
-		}
-		s.vals = append(s.vals, v...)
-		e.n = uint32(len(v))
+	if !a.IsValid(i) {
+		return s.add(entry{row: row, off: uint32(len(s.vals))}, nil)
 	}
+	if s.binary {
+		return s.AddValue(a.Values[a.Offsets[i]:a.Offsets[i+1]], row)
+	}
+	return s.AddValue(a.Values[i*s.width:(i+1)*s.width], row)
+}
+
+// AddValue adds a (non-null) value of the Sorter's type, its bytes as an
+// Array holds them, under row id row.
+func (s *Sorter) AddValue(v []byte, row uint64) error {
+	e := entry{row: row, off: uint32(len(s.vals)), valid: true}
+	if s.binary {
+		if len(v) > maxValueBytes {
+			return fmt.Errorf("%w: keysort: a value of %d bytes (at most %d)", errkind.Unsupported, len(v), maxValueBytes)
+		}
+		var w [8]byte
+		copy(w[:], v)
+		e.key = binary.BigEndian.Uint64(w[:])
+	} else {
+		if len(v) != s.width {
+			return fmt.Errorf("%w: keysort: a %d-byte value of %s", errkind.InvalidInput, len(v), s.t)
+		}
+		e.key = lancefile.SortKey(s.t.Kind, v)
+	}
+	return s.add(e, v)
+}
+
+func (s *Sorter) add(e entry, v []byte) error {
+	if len(s.vals)+len(v) > 1<<32-1 {
+		if err := s.spill(); err != nil {
+			return err
+		}
+		e.off = 0
+	}
+	s.vals = append(s.vals, v...)
+	e.n = uint32(len(v))
 	s.entries = append(s.entries, e)
 	s.rows++
 	if len(s.entries)*32+len(s.vals) >= s.opts.MemoryBytes {

@@ -2,6 +2,7 @@ package segment
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/keysort"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/ngram"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/vecdata"
@@ -25,7 +27,7 @@ import (
 // ScalarBuildOptions tune BuildScalar.
 type ScalarBuildOptions struct {
 	// Column is the indexed column; IndexName the logical index;
-	// IndexType BTREE, BITMAP, LABEL_LIST, ZONEMAP or BLOOMFILTER. Required.
+	// IndexType BTREE, BITMAP, LABEL_LIST, ZONEMAP, BLOOMFILTER or NGRAM. Required.
 	Column    string `json:"column"`
 	IndexName string `json:"name"`
 	IndexType string `json:"index_type"`
@@ -46,7 +48,7 @@ type ScalarBuildOptions struct {
 }
 
 // BuildableScalarTypes are the scalar index types BuildScalar builds.
-var BuildableScalarTypes = map[string]bool{"BTREE": true, "BITMAP": true, "LABEL_LIST": true, "ZONEMAP": true, "BLOOMFILTER": true}
+var BuildableScalarTypes = map[string]bool{"BTREE": true, "BITMAP": true, "LABEL_LIST": true, "ZONEMAP": true, "BLOOMFILTER": true, "NGRAM": true}
 
 // scalarDetailsURL is the index details type pylance 14.0.2's
 // create_index_uncommitted records for each buildable type (an empty
@@ -57,9 +59,10 @@ var scalarDetailsURL = map[string]string{
 	"LABEL_LIST":  "/lance.table.LabelListIndexDetails",
 	"ZONEMAP":     "/lance.table.ZoneMapIndexDetails",
 	"BLOOMFILTER": "/lance.index.pb.BloomFilterIndexDetails",
+	"NGRAM":       "/lance.table.NGramIndexDetails",
 }
 
-// BuildScalar writes one uncommitted BTREE, BITMAP, LABEL_LIST, ZONEMAP or BLOOMFILTER segment over the
+// BuildScalar writes one uncommitted BTREE, BITMAP, LABEL_LIST, ZONEMAP, BLOOMFILTER or NGRAM segment over the
 // given fragments from the column's data, as pylance's
 // create_index_uncommitted writes it: deleted rows are left out, null
 // values kept (under the null key; a LABEL_LIST row under each of its
@@ -76,7 +79,7 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 	prog.SetStage("validate")
 	switch {
 	case !BuildableScalarTypes[opts.IndexType]:
-		return nil, fmt.Errorf("%w: build: %s segments are not built here (BTREE, BITMAP, LABEL_LIST, ZONEMAP and BLOOMFILTER are; build others with pylance's create_index_uncommitted)", errkind.Unsupported, opts.IndexType)
+		return nil, fmt.Errorf("%w: build: %s segments are not built here (BTREE, BITMAP, LABEL_LIST, ZONEMAP, BLOOMFILTER and NGRAM are; build others with pylance's create_index_uncommitted)", errkind.Unsupported, opts.IndexType)
 	case opts.IndexName == "":
 		return nil, fmt.Errorf("%w: build: an index name is required", errkind.InvalidInput)
 	case len(opts.FragmentIDs) == 0:
@@ -102,6 +105,12 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 		}
 		keyType = col.Item
 	}
+	if opts.IndexType == "NGRAM" {
+		if col.Type.Kind != lancefile.KindBinary || col.Type.Logical != "string" && col.Type.Logical != "large_string" {
+			return nil, fmt.Errorf("%w: build: an NGRAM index is built over a string column; column %q is %s", errkind.InvalidInput, opts.Column, col.Type)
+		}
+		keyType = lancefile.Primitive(lancefile.KindUint32)
+	}
 	existing, err := existingScalarIndex(snap, opts, col)
 	if err != nil {
 		return nil, err
@@ -111,7 +120,7 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 		return nil, err
 	}
 	batchSize, rowsPerZone, probability := btree.DefaultBatchSize, zonemap.DefaultRowsPerZone, zonemap.DefaultProbability
-	if existing != nil && opts.IndexType != "BITMAP" && opts.IndexType != "LABEL_LIST" {
+	if existing != nil && (opts.IndexType == "BTREE" || opts.IndexType == "ZONEMAP" || opts.IndexType == "BLOOMFILTER") {
 		// pages or zones of the size the index's segments have, or they do
 		// not merge (read where the segment lives: a shallow clone's are
 		// in its base)
@@ -165,6 +174,23 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 		}
 		defer sorter.Close()
 		add = func(w *vecdata.ValueWindow, i int) error { return sorter.Add(w.Values, i, w.Addr(i)) }
+		if opts.IndexType == "NGRAM" {
+			var tok [4]byte
+			add = func(w *vecdata.ValueWindow, i int) error {
+				addr := w.Addr(i)
+				visit := func(t uint32) error {
+					binary.LittleEndian.PutUint32(tok[:], t)
+					return sorter.AddValue(tok[:], addr)
+				}
+				if !w.Values.IsValid(i) {
+					return visit(ngram.NullToken)
+				}
+				if err := ngram.Tokens(w.Values.Values[w.Values.Offsets[i]:w.Values.Offsets[i+1]], visit); err != nil {
+					return fmt.Errorf("build: column %q, row %d of fragment %d: %w", opts.Column, w.Start+uint64(i), w.Fragment, err)
+				}
+				return nil
+			}
+		}
 		if opts.IndexType == "LABEL_LIST" {
 			nullLists = map[uint32]*roaring.Bitmap{}
 			add = func(w *vecdata.ValueWindow, i int) error {
@@ -227,9 +253,16 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 		files, err = zones.Write(ctx, st, dir+zonemap.FileName, version)
 	case "BLOOMFILTER":
 		files, err = zones.Write(ctx, st, dir+zonemap.BloomFilter.File, version)
+	case "NGRAM":
+		var res *ngram.Result
+		res, err = ngram.Build(ctx, st, sorter, dir+ngram.FileName, version)
+		if err == nil {
+			files = res.Files
+			prog.RowsWritten.Add(int64(res.RowsWritten))
+		}
 	}
 	if err != nil {
-		removeOutput(ctx, st, dir, btree.DataFile, btree.LookupFile, bitmap.FileName, zonemap.FileName, zonemap.BloomFilter.File)
+		removeOutput(ctx, st, dir, btree.DataFile, btree.LookupFile, bitmap.FileName, zonemap.FileName, zonemap.BloomFilter.File, ngram.FileName)
 		return nil, err
 	}
 	prog.SetStage("done")

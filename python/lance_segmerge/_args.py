@@ -49,7 +49,7 @@ CHECKERS: dict[str, Callable[[Any], Any]] = {}
 _I31 = 2**31 - 1
 INDEX_TYPES = ("IVF_FLAT", "IVF_SQ", "IVF_PQ", "IVF_RQ")
 #: Scalar index types whose segments the kernel builds from a column's data.
-SCALAR_BUILD_TYPES = ("BTREE", "BITMAP", "LABEL_LIST", "ZONEMAP", "BLOOMFILTER")
+SCALAR_BUILD_TYPES = ("BTREE", "BITMAP", "LABEL_LIST", "ZONEMAP", "BLOOMFILTER", "NGRAM")
 METRICS = ("l2", "cosine", "dot")
 EXECUTORS = ("auto", "local", "processes", "ray", "dask")
 POLICIES = ("all", "tiered")

@@ -194,7 +194,7 @@ def test_bad_builds_are_refused_and_leave_the_dataset(copy):
     with pytest.raises(ls.InvalidInputError, match="no model"):
         ls.train_index_model(uri, "i64", "BTREE", num_partitions=2)
     with pytest.raises(ls.InvalidInputError, match="index_type"):
-        ls.build_index_segment(uri, "i64", "NGRAM", [0], **model_free)
+        ls.build_index_segment(uri, "i64", "INVERTED", [0], **model_free)
     with pytest.raises(ls.InvalidInputError, match="fragment"):
         ls.build_index_segment(uri, "i64", "BTREE", [0, 77], **model_free)
     with pytest.raises(ls.NotFoundError, match="nope"):
@@ -484,3 +484,80 @@ def test_bloomfilter_builds_commit_answer_and_merge(zones_table, tmp_path):
     ls.create_index(fresh, "i64", "BLOOMFILTER", executor="processes", max_workers=2, fragments_per_task=1, progress=False)
     assert len(ls.open(fresh).list_index_segments("i64_idx")) == 1
     assert _answers(fresh, filters) == truth
+
+
+# -- NGRAM --------------------------------------------------------------------
+
+# Every character of the ranges whose folding the kernel knows, upper and
+# lower case, between two ASCII letters: pylance's tokens show what each
+# folds to (nothing, one letter or digit, or several).
+FOLD_RANGES = [(0x00A0, 0x017F), (0x0370, 0x03FF), (0x0400, 0x04FF), (0x0590, 0x05FF), (0x0600, 0x06FF),
+               (0x0900, 0x097F), (0x3040, 0x30FF), (0x4E00, 0x9FFF), (0xAC00, 0xD7A3)]
+
+
+def _ngram_texts() -> list:
+    texts = [f"q{chr(c)}z" for lo, hi in FOLD_RANGES for c in range(lo, hi + 1)]
+    rng = np.random.default_rng(4)
+    words = ["Hello", "WORLD", "straße", "Über", "naïve", "café", "x9y", "a-b", "日本語abc", "İstanbul", "Ωmega", "ab", ""]
+    texts += [" ".join(rng.choice(words, rng.integers(0, 6))) for _ in range(3000)]
+    texts += [None] * 50 + ["The quick brown fox, 1234567890!"] * 5000  # a token of more than 4,096 rows
+    return texts
+
+
+@pytest.fixture(scope="module")
+def ngram_table(tmp_path_factory) -> str:
+    uri = str(tmp_path_factory.mktemp("ngram") / "t")
+    texts = _ngram_texts()
+    half = len(texts) // 2
+    for k, part in enumerate((texts[:half], texts[half:])):
+        lance.write_dataset(pa.table({"id": pa.array(range(k * half, k * half + len(part)), pa.int64()),
+                                      "s": pa.array(part, pa.string())}), uri, mode="append" if k else "create")
+    lance.dataset(uri).delete("id % 41 = 0")
+    return uri
+
+
+def test_ngram_build_writes_what_pylance_writes(ngram_table, tmp_path):
+    """The same tokens and posting lists, byte for byte, as pylance's
+    create_index_uncommitted: trigrams of lower-cased, ASCII-folded text
+    (every character of the folded ranges checked), a null text under
+    token 0, deleted rows left out."""
+    uri = str(tmp_path / "n")
+    shutil.copytree(ngram_table, uri)
+    ours = ls.build_index_segment(uri, "s", "NGRAM", [1, 0], name="s_ng")
+    theirs = lance.dataset(uri).create_index_uncommitted("s", "NGRAM", name="s_ng", fragment_ids=[0, 1])
+    assert ours.index_type == "NGRAM" and ours.index_version == theirs.index_version == 0
+    ta = _read(f"{uri}/_indices/{ours.uuid}/ngram_postings.lance")
+    tb = _read(f"{uri}/_indices/{theirs.uuid}/ngram_postings.lance")
+    assert ta.schema == tb.schema
+    assert ta["tokens"].equals(tb["tokens"]), sorted(set(ta["tokens"].to_pylist()) ^ set(tb["tokens"].to_pylist()))[:20]
+    bad = [t for t, x, y in zip(ta["tokens"].to_pylist(), ta["posting_list"].to_pylist(), tb["posting_list"].to_pylist()) if x != y]
+    assert not bad, f"{len(bad)} tokens' posting lists differ, e.g. {bad[:5]}"
+
+
+def test_ngram_builds_commit_answer_and_merge(ngram_table, tmp_path):
+    uri = str(tmp_path / "ours")
+    shutil.copytree(ngram_table, uri)
+    filters = ["contains(s, 'hello')", "contains(s, 'strasse')", "contains(s, 'quick brown')", "contains(s, 'cafe')",
+               "contains(s, 'x9y')", "s IS NULL"]
+    truth = _answers(uri, filters, use_index=False)
+    segs = [ls.build_index_segment(uri, "s", "NGRAM", [f], name="s_ng") for f in (0, 1)]
+    ls.commit_existing_index_segments(uri, "s_ng", "s", segs)
+    assert _answers(uri, filters) == truth
+    assert "ScalarIndexQuery" in lance.dataset(uri).scanner(filter=filters[0]).explain_plan()
+    theirs = str(tmp_path / "theirs")
+    shutil.copytree(uri, theirs)
+    lance.dataset(theirs).optimize.optimize_indices(index_names=["s_ng"], num_indices_to_merge=2)
+    assert len(ls.open(theirs).list_index_segments("s_ng")) == 1
+    assert _answers(theirs, filters) == truth
+    ls.optimize(uri, "s_ng", progress=False)
+    assert _answers(uri, filters) == truth
+    assert [s.verdict for s in ls.verify_index(uri, "s_ng").segments] == ["clean"]
+
+
+def test_ngram_build_refuses_characters_it_cannot_fold(tmp_path):
+    uri = str(tmp_path / "t")
+    lance.write_dataset(pa.table({"s": ["plain", "ﬁne ligature"]}), uri)  # U+FB01 folds to "fi" upstream
+    before = sorted(p.name for p in __import__("pathlib").Path(uri).rglob("*"))
+    with pytest.raises(ls.UnsupportedError, match="U\\+FB01"):
+        ls.build_index_segment(uri, "s", "NGRAM", [0], name="s_ng")
+    assert sorted(p.name for p in __import__("pathlib").Path(uri).rglob("*")) == before

@@ -1,0 +1,236 @@
+package ngram
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/RoaringBitmap/roaring/v2/roaring64"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/keysort"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
+)
+
+// NullToken is the token pylance 14.0.2 files a null text under.
+const NullToken = 0
+
+// How pylance 14.0.2 turns a text into tokens: the whole text lower-cased
+// and ASCII-folded (tantivy's LowerCaser and AsciiFoldingFilter), then
+// every run of three consecutive characters made only of ASCII letters
+// and digits is a token, numbered in base 37 (digits 1-10, letters
+// 11-36, the first character most significant). Texts shorter than three
+// characters have none; a null text has NullToken.
+//
+// Folding is a table of thousands of characters upstream. We reproduce
+// it for the characters of foldRanges, where test_ngram_build.py checks
+// every character against pylance (those of the Latin ranges fold by
+// latinFold, the others are letters of scripts that do not fold); a text
+// with any other non-ASCII character is refused, never guessed.
+
+// foldRanges are the code points whose folding is known here.
+var foldRanges = []struct{ lo, hi rune }{
+	{0x00A0, 0x017F}, // Latin-1 Supplement, Latin Extended-A
+	{0x0370, 0x03FF}, // Greek
+	{0x0400, 0x04FF}, // Cyrillic
+	{0x0590, 0x05FF}, // Hebrew
+	{0x0600, 0x06FF}, // Arabic
+	{0x0900, 0x097F}, // Devanagari
+	{0x3040, 0x30FF}, // Hiragana, Katakana
+	{0x4E00, 0x9FFF}, // CJK Unified Ideographs
+	{0xAC00, 0xD7A3}, // Hangul syllables
+}
+
+func knownFold(r rune) bool {
+	for _, g := range foldRanges {
+		if r >= g.lo && r <= g.hi {
+			return true
+		}
+	}
+	return false
+}
+
+// latinFold is what a lower-cased Latin-1 or Latin Extended-A character
+// folds to, where that is made of ASCII letters and digits (others fold
+// to punctuation or not at all, and end every token they are part of).
+var latinFold = map[rune]string{}
+
+func init() {
+	add := func(to string, rs string) {
+		for _, r := range rs {
+			latinFold[r] = to
+		}
+	}
+	add("a", "àáâãäåāăąª")
+	add("ae", "æ")
+	add("c", "çćĉċč")
+	add("d", "ðďđ")
+	add("e", "èéêëēĕėęě")
+	add("g", "ĝğġģ")
+	add("h", "ĥħ")
+	add("i", "ìíîïĩīĭįı")
+	add("ij", "ĳ")
+	add("j", "ĵ")
+	add("k", "ķĸ")
+	add("l", "ĺļľŀł")
+	add("n", "ñńņňŉŋ")
+	add("o", "òóôõöøōŏőº")
+	add("oe", "œ")
+	add("r", "ŕŗř")
+	add("s", "śŝşšſ")
+	add("ss", "ß")
+	add("t", "ţťŧ")
+	add("th", "þ")
+	add("u", "ùúûüũūŭůűų")
+	add("w", "ŵ")
+	add("y", "ýÿŷ")
+	add("z", "źżž")
+	add("1", "¹")
+	add("2", "²")
+	add("3", "³")
+	add("14", "¼") // as pylance 14.0.2 folds them: no fraction slash
+	add("12", "½")
+	add("34", "¾")
+}
+
+// Tokens calls visit with the token of each trigram of text (a token may
+// come more than once). errkind.Unsupported for a character whose folding
+// is not known here, InvalidInput for text that is not UTF-8.
+func Tokens(text []byte, visit func(uint32) error) error {
+	// the folded text, one byte per character: an ASCII letter or digit,
+	// or 0 for any other character (it ends every trigram it is part of)
+	var buf [256]byte
+	chars := buf[:0]
+	emit := func(c byte) {
+		switch {
+		case c >= 'A' && c <= 'Z':
+			chars = append(chars, c+'a'-'A')
+		case c >= 'a' && c <= 'z' || c >= '0' && c <= '9':
+			chars = append(chars, c)
+		default:
+			chars = append(chars, 0)
+		}
+	}
+	for i := 0; i < len(text); {
+		c := text[i]
+		if c < utf8.RuneSelf {
+			emit(c)
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRune(text[i:])
+		if r == utf8.RuneError && size == 1 {
+			return fmt.Errorf("%w: ngram: text is not UTF-8 (byte %d)", errkind.InvalidInput, i)
+		}
+		i += size
+		if !knownFold(r) {
+			return fmt.Errorf("%w: ngram build: character %U (pylance folds text with tantivy's ASCII folding table, which is reproduced here for Latin-1, Latin Extended-A and the letters of scripts that do not fold)", errkind.Unsupported, r)
+		}
+		if r == 'İ' { // lower-cased to "i" and a combining dot
+			chars = append(chars, 'i', 0)
+			continue
+		}
+		f, ok := latinFold[unicode.ToLower(r)]
+		if !ok {
+			chars = append(chars, 0)
+			continue
+		}
+		for j := 0; j < len(f); j++ {
+			emit(f[j])
+		}
+	}
+	for i := 0; i+3 <= len(chars); i++ {
+		a, b, c := chars[i], chars[i+1], chars[i+2]
+		if a == 0 || b == 0 || c == 0 {
+			continue
+		}
+		if err := visit(digit(a)*37*37 + digit(b)*37 + digit(c)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func digit(c byte) uint32 {
+	if c <= '9' {
+		return uint32(c-'0') + 1
+	}
+	return uint32(c-'a') + 11
+}
+
+// Build writes an NGRAM segment's ngram_postings.lance (at name, in file
+// format v) of the (token, row address) pairs s holds (a uint32 sorter):
+// a row per token, ascending, each with the 64-bit roaring bitmap of its
+// rows, as pylance's create_index_uncommitted writes one. Memory is the
+// sorter's budget, a window of tokens and the rows of the largest token.
+func Build(ctx context.Context, st storage.Store, s *keysort.Sorter, name string, v lancefile.Version) (*Result, error) {
+	sw, err := st.Create(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer sw.Abort()
+	cw := &storage.CountingWriter{W: sw}
+	post := lancefile.NewField(postingsColumn, lancefile.DataType{Kind: lancefile.KindBinary, Logical: "binary"}, false)
+	post.Metadata = map[string][]byte{compressionKey: []byte("none")}
+	lw, err := lancefile.NewWriter(cw, []*lancefile.Field{lancefile.NewField(tokensColumn, lancefile.Primitive(lancefile.KindUint32), true), post},
+		lancefile.WriterOptions{Version: v})
+	if err != nil {
+		return nil, err
+	}
+	w := &writer{w: lw}
+	w.reset()
+	res := &Result{}
+	var (
+		cur  uint32
+		have bool
+		bm   = roaring64.New()
+	)
+	flush := func() error {
+		if !have {
+			return nil
+		}
+		b, err := bm.ToBytes()
+		if err != nil {
+			return fmt.Errorf("ngram build: %w", err)
+		}
+		res.RowsWritten += bm.GetCardinality()
+		bm.Clear()
+		return w.add(cur, b)
+	}
+	err = s.Sort(ctx, func(valid bool, value []byte, row uint64) error {
+		if !valid || len(value) != 4 {
+			return fmt.Errorf("%w: ngram build: a token of %d bytes", errkind.InvalidInput, len(value))
+		}
+		tok := binary.LittleEndian.Uint32(value)
+		if !have || tok != cur {
+			if err := flush(); err != nil {
+				return err
+			}
+			cur, have = tok, true
+		}
+		bm.Add(row)
+		return nil
+	})
+	if err == nil {
+		err = flush()
+	}
+	if err == nil {
+		err = w.flush()
+	}
+	if err == nil {
+		err = lw.Finish()
+	}
+	if err == nil {
+		err = sw.Finish()
+	}
+	if err != nil {
+		return nil, err
+	}
+	res.TokensWritten = w.rows
+	res.Files = []*pb.IndexFile{{Path: FileName, SizeBytes: uint64(cw.N)}}
+	return res, nil
+}
