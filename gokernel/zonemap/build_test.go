@@ -139,3 +139,21 @@ func TestCoversTellsBoundsThatDoNotHold(t *testing.T) {
 		}
 	}
 }
+
+func TestBloomBytes(t *testing.T) {
+	for _, tc := range []struct {
+		ndv  uint64
+		fpp  float64
+		want int
+	}{
+		{8192, 0.00057, 32768}, // pylance 14.0.2's default zone
+		{0, 0.01, 32},
+		{10, 0.1, 32},
+		{1000, 0.01, 2048},
+		{1 << 40, 0.001, 128 << 20},
+	} {
+		if got := BloomBytes(tc.ndv, tc.fpp); got != tc.want {
+			t.Errorf("BloomBytes(%d, %g) = %d, want %d", tc.ndv, tc.fpp, got, tc.want)
+		}
+	}
+}

@@ -293,7 +293,7 @@ def normalize_index_type(v: Any) -> str:
 def _index_type(v: Any) -> str:
     """An index type the build verbs take, any case: a vector type, or a
     scalar type built from the column (``BTREE``, ``BITMAP``, ``LABEL_LIST``,
-    ``ZONEMAP``)."""
+    ``ZONEMAP``, ``BLOOMFILTER``, ``NGRAM``)."""
     t = v.upper() if isinstance(v, str) else v
     if t not in INDEX_TYPES + SCALAR_BUILD_TYPES:
         raise InvalidInputError(f"index_type must be one of {', '.join(INDEX_TYPES + SCALAR_BUILD_TYPES)}, got {_show(v)}")

@@ -64,8 +64,8 @@ def build_index_segment(
     :func:`merge_existing_index_segments` and commit them with
     :func:`commit_existing_index_segments` (or pylance's own).
 
-    Scalar indices (``BTREE``, ``BITMAP``, ``LABEL_LIST``, ``ZONEMAP``; no
-    model): reads
+    Scalar indices (``BTREE``, ``BITMAP``, ``LABEL_LIST``, ``ZONEMAP``,
+    ``BLOOMFILTER``, ``NGRAM``; no model): reads
     the fragments' values of ``column`` a window at a time (deleted rows
     left out, nulls kept) and writes the files pylance's
     ``create_index_uncommitted`` writes. BTREE and BITMAP sort the (value,
@@ -74,8 +74,12 @@ def build_index_segment(
     BTREE's sorted pages and their lookup (pages of the size the index's
     existing segments have, else 4096 rows) or a BITMAP's row map per
     distinct value, the null value first (LABEL_LIST: a row under each of
-    its labels, null lists in a map of their own); ZONEMAP streams the fragments in
-    order into zones of 8,192 live rows (or the index's zone size).
+    its labels, null lists in a map of their own); NGRAM sorts (trigram
+    token, row) pairs the same way and writes a posting list per token
+    (text is lower-cased and ASCII-folded as pylance does; a character
+    whose folding is not reproduced here is refused); ZONEMAP and
+    BLOOMFILTER stream the fragments in order into zones of 8,192 live rows
+    (or the index's zone size), each with its bounds or its bloom filter.
 
     Parameters
     ----------
@@ -88,7 +92,8 @@ def build_index_segment(
         string or binary; for LABEL_LIST a list of those).
     index_type : str
         ``IVF_FLAT``, ``IVF_SQ``, ``IVF_PQ`` or ``IVF_RQ`` (the model's), or
-        ``BTREE``, ``BITMAP``, ``LABEL_LIST`` or ``ZONEMAP``.
+        ``BTREE``, ``BITMAP``, ``LABEL_LIST``, ``ZONEMAP``, ``BLOOMFILTER`` or
+        ``NGRAM`` (a string column).
     fragment_ids : list of int
         The fragments this segment covers.
     model : IndexModel, optional
@@ -122,7 +127,8 @@ def build_index_segment(
         of that name on another column or of another type.
     UnsupportedError
         Vectors of another element type, stable row ids (vector, BITMAP,
-        LABEL_LIST and ZONEMAP), shallow clones, a scalar column of a type with no order
+        LABEL_LIST, ZONEMAP, BLOOMFILTER and NGRAM), NGRAM text with a
+        character whose folding is not reproduced, shallow clones, a scalar column of a type with no order
         (bool, lists, structs).
     CancelledError
         The build was cancelled; nothing it wrote is left.
@@ -164,7 +170,7 @@ def build_scalar_segment(
     window_rows: Optional[int] = None,
     memory_bytes: Optional[int] = None,
 ) -> IndexSegment:
-    """One BTREE, BITMAP, LABEL_LIST or ZONEMAP segment built by the kernel (arguments checked)."""
+    """One scalar segment built by the kernel (arguments checked)."""
     opts = _build_options(column, name, fragment_ids, index_uuid, window_rows, memory_bytes)
     opts["index_type"] = index_type
     with Reporter(progress, "build") as reporter:

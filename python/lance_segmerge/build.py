@@ -61,7 +61,8 @@ def create_index(
     uncommitted segment per group of fragments on ``executor``'s workers,
     merges them with the tree merge of :func:`optimize` (the query layout
     is applied once, at the last level), and commits the result as one new
-    version. Scalar indices (``BTREE``, ``BITMAP``, ``LABEL_LIST``, ``ZONEMAP``) are built the same
+    version. Scalar indices (``BTREE``, ``BITMAP``, ``LABEL_LIST``, ``ZONEMAP``,
+    ``BLOOMFILTER``, ``NGRAM``) are built the same
     way without a model: each worker sorts its fragments' values in
     bounded memory (see :func:`build_index_segment`), and the segments are
     merged by the k-way merges of :func:`optimize`. On any failure or
@@ -73,10 +74,11 @@ def create_index(
     dataset : Dataset, str, os.PathLike or lance.LanceDataset
     column : str
         The vector column, or the scalar column of a BTREE, BITMAP or
-        ZONEMAP (a list column for LABEL_LIST).
+        ZONEMAP, BLOOMFILTER (a list column for LABEL_LIST, a string column
+        for NGRAM).
     index_type : str
         ``IVF_FLAT``, ``IVF_SQ``, ``IVF_PQ``, ``IVF_RQ``, ``BTREE``,
-        ``BITMAP``, ``LABEL_LIST`` or ``ZONEMAP``.
+        ``BITMAP``, ``LABEL_LIST``, ``ZONEMAP``, ``BLOOMFILTER`` or ``NGRAM``.
     name : str, optional
         Index name; ``<column>_idx`` when omitted. It must not exist yet.
     metric : str, default "l2"
