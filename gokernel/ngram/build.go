@@ -155,6 +155,26 @@ func Tokens(text []byte, visit func(uint32) error) error {
 	return nil
 }
 
+// TokenText is the trigram a token stands for ("" for NullToken).
+func TokenText(t uint32) string {
+	if t == NullToken {
+		return ""
+	}
+	b := make([]byte, 0, 3)
+	for _, m := range []uint32{37 * 37, 37, 1} {
+		d := t / m % 37
+		switch {
+		case d == 0:
+			b = append(b, '?')
+		case d <= 10:
+			b = append(b, byte('0'+d-1))
+		default:
+			b = append(b, byte('a'+d-11))
+		}
+	}
+	return string(b)
+}
+
 func digit(c byte) uint32 {
 	if c <= '9' {
 		return uint32(c-'0') + 1
@@ -168,21 +188,11 @@ func digit(c byte) uint32 {
 // rows, as pylance's create_index_uncommitted writes one. Memory is the
 // sorter's budget, a window of tokens and the rows of the largest token.
 func Build(ctx context.Context, st storage.Store, s *keysort.Sorter, name string, v lancefile.Version) (*Result, error) {
-	sw, err := st.Create(ctx, name)
+	w, err := createPostings(ctx, st, name, v, true)
 	if err != nil {
 		return nil, err
 	}
-	defer sw.Abort()
-	cw := &storage.CountingWriter{W: sw}
-	post := lancefile.NewField(postingsColumn, lancefile.DataType{Kind: lancefile.KindBinary, Logical: "binary"}, false)
-	post.Metadata = map[string][]byte{compressionKey: []byte("none")}
-	lw, err := lancefile.NewWriter(cw, []*lancefile.Field{lancefile.NewField(tokensColumn, lancefile.Primitive(lancefile.KindUint32), true), post},
-		lancefile.WriterOptions{Version: v})
-	if err != nil {
-		return nil, err
-	}
-	w := &writer{w: lw}
-	w.reset()
+	defer w.sw.Abort()
 	res := &Result{}
 	var (
 		cur  uint32
@@ -219,18 +229,54 @@ func Build(ctx context.Context, st storage.Store, s *keysort.Sorter, name string
 		err = flush()
 	}
 	if err == nil {
-		err = w.flush()
-	}
-	if err == nil {
-		err = lw.Finish()
-	}
-	if err == nil {
-		err = sw.Finish()
+		res.Files, err = w.finish()
 	}
 	if err != nil {
 		return nil, err
 	}
 	res.TokensWritten = w.rows
-	res.Files = []*pb.IndexFile{{Path: FileName, SizeBytes: uint64(cw.N)}}
 	return res, nil
+}
+
+// TokenRow is a (token, row) pair of a segment.
+type TokenRow struct {
+	Token uint32
+	RowID uint64
+}
+
+// Sample streams a segment and returns up to perToken rows of about
+// n/perToken of its tokens, evenly spread, to check against the column's
+// data.
+func Sample(ctx context.Context, st storage.Store, im *pb.IndexMetadata, n, perToken int) ([]TokenRow, error) {
+	s, err := Open(ctx, st, im)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	step := max(uint64(1), s.Tokens*uint64(perToken)/uint64(max(n, 1)))
+	var out []TokenRow
+	c := &cursor{seg: s}
+	for k := uint64(0); k < s.Tokens; k++ {
+		if c.i++; c.i >= c.n {
+			ok, err := c.fill(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				break
+			}
+		}
+		if k%step != 0 {
+			continue
+		}
+		bm, err := DecodePosting(c.posting())
+		if err != nil {
+			return nil, fmt.Errorf("token %d: %w", c.token(), err)
+		}
+		it := bm.Iterator()
+		for j := 0; j < perToken && it.HasNext(); j++ {
+			out = append(out, TokenRow{Token: c.token(), RowID: it.Next()})
+		}
+	}
+	return out, nil
 }

@@ -8,20 +8,6 @@ import (
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 )
 
-func tokenText(t uint32) string {
-	b := make([]byte, 3)
-	for i, m := range []uint32{37 * 37, 37, 1} {
-		d := t/m - 1
-		t %= m
-		if d < 10 {
-			b[i] = byte('0' + d)
-		} else {
-			b[i] = byte('a' + d - 10)
-		}
-	}
-	return string(b)
-}
-
 func TestTokens(t *testing.T) {
 	for _, tc := range []struct {
 		text string
@@ -42,7 +28,7 @@ func TestTokens(t *testing.T) {
 	} {
 		var got []string
 		err := Tokens([]byte(tc.text), func(tok uint32) error {
-			got = append(got, tokenText(tok))
+			got = append(got, TokenText(tok))
 			return nil
 		})
 		if tc.err != nil {

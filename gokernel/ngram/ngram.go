@@ -160,12 +160,48 @@ type Result struct {
 
 // writer accumulates output rows and writes them a window at a time.
 type writer struct {
+	sw     storage.Writer
+	cw     *storage.CountingWriter
 	w      *lancefile.Writer
 	tokens []byte
 	vals   []byte
 	offs   []int64
 	n      int
 	rows   uint64
+}
+
+// createPostings starts a segment file at name in file format v (its
+// tokens nullable as pylance's builds write them, not as its merges do);
+// the caller aborts w.sw unless finish succeeds.
+func createPostings(ctx context.Context, st storage.Store, name string, v lancefile.Version, nullableTokens bool) (*writer, error) {
+	sw, err := st.Create(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	w := &writer{sw: sw, cw: &storage.CountingWriter{W: sw}}
+	post := lancefile.NewField(postingsColumn, lancefile.DataType{Kind: lancefile.KindBinary, Logical: "binary"}, false)
+	post.Metadata = map[string][]byte{compressionKey: []byte("none")}
+	if w.w, err = lancefile.NewWriter(w.cw, []*lancefile.Field{lancefile.NewField(tokensColumn, lancefile.Primitive(lancefile.KindUint32), nullableTokens), post},
+		lancefile.WriterOptions{Version: v}); err != nil {
+		sw.Abort()
+		return nil, err
+	}
+	w.reset()
+	return w, nil
+}
+
+// finish writes the last window and publishes the file.
+func (w *writer) finish() ([]*pb.IndexFile, error) {
+	if err := w.flush(); err != nil {
+		return nil, err
+	}
+	if err := w.w.Finish(); err != nil {
+		return nil, err
+	}
+	if err := w.sw.Finish(); err != nil {
+		return nil, err
+	}
+	return []*pb.IndexFile{{Path: FileName, SizeBytes: uint64(w.cw.N)}}, nil
 }
 
 func (w *writer) reset() {
@@ -221,21 +257,11 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 		segs = append(segs, s)
 	}
 	dir := table.IndexDir(&pb.IndexMetadata{Uuid: &pb.UUID{Uuid: opts.IndexUUID[:]}})
-	sw, err := st.Create(ctx, dir+FileName)
+	w, err := createPostings(ctx, st, dir+FileName, segs[0].Version, false)
 	if err != nil {
 		return nil, err
 	}
-	defer sw.Abort()
-	cw := &storage.CountingWriter{W: sw}
-	post := lancefile.NewField(postingsColumn, lancefile.DataType{Kind: lancefile.KindBinary, Logical: "binary"}, false)
-	post.Metadata = map[string][]byte{compressionKey: []byte("none")}
-	lw, err := lancefile.NewWriter(cw, []*lancefile.Field{lancefile.NewField(tokensColumn, lancefile.Primitive(lancefile.KindUint32), false), post},
-		lancefile.WriterOptions{Version: segs[0].Version})
-	if err != nil {
-		return nil, err
-	}
-	w := &writer{w: lw}
-	w.reset()
+	defer w.sw.Abort()
 	res := &Result{}
 	var h []*cursor
 	for i, s := range segs {
@@ -301,17 +327,10 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 			return nil, err
 		}
 	}
-	if err := w.flush(); err != nil {
-		return nil, err
-	}
-	if err := lw.Finish(); err != nil {
-		return nil, err
-	}
-	if err := sw.Finish(); err != nil {
+	if res.Files, err = w.finish(); err != nil {
 		return nil, err
 	}
 	res.TokensWritten = w.rows
-	res.Files = []*pb.IndexFile{{Path: FileName, SizeBytes: uint64(cw.N)}}
 	return res, nil
 }
 

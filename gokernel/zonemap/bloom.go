@@ -153,3 +153,53 @@ func (b *Builder) writeFile(ctx context.Context, st storage.Store, name string, 
 	}
 	return []*pb.IndexFile{{Path: file, SizeBytes: uint64(cw.N)}}, nil
 }
+
+// bloomContains reports whether filter f may hold value v.
+func bloomContains(f []byte, v []byte) bool {
+	h := xxhash.Sum64(v)
+	blocks := uint64(len(f) / 32)
+	b := f[((h>>32)*blocks)>>32*32:]
+	x := uint32(h)
+	for i, s := range bloomSalt {
+		if binary.LittleEndian.Uint32(b[4*i:])&(1<<((x*s)>>27)) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// coversBloom checks zone z of a BLOOMFILTER segment against the live
+// rows of its span: its filter may hold each non-null value, and it has a
+// null if any row is null.
+func (s *Segment) coversBloom(z int, rows *lancefile.Array, live func(i int) bool) (string, error) {
+	hasNull, filters := s.cols[3], s.cols[4]
+	if hasNull.Type.Kind != lancefile.KindBool || filters.Type.Kind != lancefile.KindBinary {
+		return "", fmt.Errorf("%w: bloomfilter segment: has_null of type %s, filters of type %s", errkind.Corrupt, hasNull.Type, filters.Type)
+	}
+	f := filters.Values[filters.Offsets[z]:filters.Offsets[z+1]]
+	if len(f) == 0 || len(f)%32 != 0 {
+		return fmt.Sprintf("its bloom filter is %d bytes (not a positive multiple of 32)", len(f)), nil
+	}
+	width := rows.Type.ValueBits() / 8
+	for i := range rows.Len {
+		if !live(i) {
+			continue
+		}
+		if !rows.IsValid(i) {
+			if hasNull.Values[z] == 0 {
+				return fmt.Sprintf("row %d of its span is null, has_null is false", i), nil
+			}
+			continue
+		}
+		var v []byte
+		if rows.Type.Kind == lancefile.KindBinary {
+			v = rows.Values[rows.Offsets[i]:rows.Offsets[i+1]]
+		} else {
+			v = rows.Values[i*width : (i+1)*width]
+		}
+		if !bloomContains(f, v) {
+			return fmt.Sprintf("its span holds %s (row %d), which its bloom filter does not", show(rows.Type, v), i), nil
+		}
+	}
+	return "", nil
+}

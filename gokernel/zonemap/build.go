@@ -234,13 +234,16 @@ func Details(t lancefile.DataType, rowsPerZone int) []byte {
 // Place is where zone z lies: its fragment, first row and span of rows.
 func (s *Segment) Place(z int) (frag, start, rows uint64) { return s.place(z) }
 
-// Covers checks zone z of a ZONEMAP segment against the live rows of its
+// Covers checks zone z of a ZONEMAP or BLOOMFILTER segment against the live rows of its
 // span (rows, of fragment frag from the zone's start; live says which are
 // not deleted): their non-null, non-NaN values lie within [min, max], a
 // NaN among them has a NaN max, and the zone counts at least their nulls
 // and NaNs (rows deleted since the build only make its bounds and counts
 // wider). It returns what does not hold ("" when all do).
 func (s *Segment) Covers(z int, rows *lancefile.Array, live func(i int) bool) (string, error) {
+	if s.Kind == BloomFilter {
+		return s.coversBloom(z, rows, live)
+	}
 	if s.Kind != ZoneMap {
 		return "", fmt.Errorf("%w: zonemap: Covers of a %s segment", errkind.InvalidInput, s.Kind.Name)
 	}

@@ -84,6 +84,23 @@ def _roaring_cardinality(b: bytes) -> int:
     return sum(struct.unpack_from("<HH", b, 8 + 4 * i)[1] + 1 for i in range(size))
 
 
+def _both_merges_answer(uri: str, tmp_path, name: str, filters: list[str], truth: dict) -> None:
+    """pylance's optimize_indices merges our committed segments of ``name``
+    (on a copy) and so does our optimize: both answer as the data says,
+    and ours verifies clean."""
+    theirs = str(tmp_path / "theirs")
+    shutil.copytree(uri, theirs)
+    n = len(ls.open(theirs).list_index_segments(name))
+    lance.dataset(theirs).optimize.optimize_indices(index_names=[name], num_indices_to_merge=n)
+    assert len(ls.open(theirs).list_index_segments(name)) == 1
+    assert _answers(theirs, filters) == truth
+    ls.optimize(uri, name, progress=False)
+    assert len(ls.open(uri).list_index_segments(name)) == 1
+    assert _answers(uri, filters) == truth
+    rep = ls.verify_index(uri, name)
+    assert [s.verdict for s in rep.segments] == ["clean"], rep
+
+
 @pytest.mark.parametrize("col", BTREE_COLS)
 def test_btree_build_writes_what_pylance_writes(copy, col):
     uri = copy()
@@ -124,7 +141,7 @@ def test_bitmap_build_writes_what_pylance_writes(copy, col):
 
 
 @pytest.mark.parametrize("typ,col", [("BTREE", c) for c in ("i64", "f64", "hs", "bn")] + [("BITMAP", c) for c in ("s", "d")])
-def test_per_fragment_builds_commit_merge_and_answer(copy, typ, col):
+def test_per_fragment_builds_commit_merge_and_answer(copy, tmp_path, typ, col):
     """One segment per fragment, committed by us: pylance answers as the
     data says; pylance's own optimize_indices merges them, and so does ours,
     and both still answer the same."""
@@ -141,17 +158,7 @@ def test_per_fragment_builds_commit_merge_and_answer(copy, typ, col):
     assert _answers(uri, filters) == truth
     for f in filters:
         assert "ScalarIndexQuery" in ds.scanner(filter=f).explain_plan(), f
-    theirs = copy("theirs")
-    shutil.rmtree(theirs)
-    shutil.copytree(uri, theirs)
-    lance.dataset(theirs).optimize.optimize_indices(index_names=[name], num_indices_to_merge=len(frags))
-    assert len(ls.open(theirs).list_index_segments(name)) == 1
-    assert _answers(theirs, filters) == truth
-    ls.optimize(uri, name, progress=False)
-    assert len(ls.open(uri).list_index_segments(name)) == 1
-    assert _answers(uri, filters) == truth
-    rep = ls.verify_index(uri, name)
-    assert [s.verdict for s in rep.segments] == ["clean"], rep
+    _both_merges_answer(uri, tmp_path, name, filters, truth)
 
 
 @pytest.mark.parametrize("typ,col", [("BTREE", "hs"), ("BITMAP", "s")])
@@ -407,15 +414,7 @@ def test_label_list_builds_commit_merge_and_answer(labels_table, tmp_path, col):
     ds = lance.dataset(uri)
     for f in filters[:3]:
         assert "ScalarIndexQuery" in ds.scanner(filter=f).explain_plan(), f
-    theirs = _labels_copy(uri, tmp_path / "theirs")
-    lance.dataset(theirs).optimize.optimize_indices(index_names=[f"{col}_ll"], num_indices_to_merge=len(frags))
-    assert len(ls.open(theirs).list_index_segments(f"{col}_ll")) == 1
-    assert _answers(theirs, filters) == truth
-    ls.optimize(uri, f"{col}_ll", progress=False)
-    assert len(ls.open(uri).list_index_segments(f"{col}_ll")) == 1
-    assert _answers(uri, filters) == truth
-    rep = ls.verify_index(uri, f"{col}_ll")
-    assert [s.verdict for s in rep.segments] == ["clean"], rep
+    _both_merges_answer(uri, tmp_path, f"{col}_ll", filters, truth)
 
 
 def test_label_list_create_index_answers_as_create_scalar_index(labels_table, tmp_path):
@@ -471,14 +470,9 @@ def test_bloomfilter_builds_commit_answer_and_merge(zones_table, tmp_path):
     ds = lance.dataset(uri)
     for f in filters[:4]:
         assert "ScalarIndexQuery" in ds.scanner(filter=f).explain_plan(), f
-    theirs = str(tmp_path / "theirs")
-    shutil.copytree(uri, theirs)
-    lance.dataset(theirs).optimize.optimize_indices(index_names=["i64_bf"], num_indices_to_merge=2)
-    assert len(ls.open(theirs).list_index_segments("i64_bf")) == 1
-    assert _answers(theirs, filters) == truth
+    _both_merges_answer(uri, tmp_path, "i64_bf", filters, truth)
     ls.optimize(uri, "s_bf", progress=False)
     assert _answers(uri, filters) == truth
-    assert [s.verdict for s in ls.verify_index(uri, "s_bf").segments] == ["clean"]
     fresh = str(tmp_path / "fresh")
     shutil.copytree(zones_table, fresh)
     ls.create_index(fresh, "i64", "BLOOMFILTER", executor="processes", max_workers=2, fragments_per_task=1, progress=False)
@@ -544,14 +538,7 @@ def test_ngram_builds_commit_answer_and_merge(ngram_table, tmp_path):
     ls.commit_existing_index_segments(uri, "s_ng", "s", segs)
     assert _answers(uri, filters) == truth
     assert "ScalarIndexQuery" in lance.dataset(uri).scanner(filter=filters[0]).explain_plan()
-    theirs = str(tmp_path / "theirs")
-    shutil.copytree(uri, theirs)
-    lance.dataset(theirs).optimize.optimize_indices(index_names=["s_ng"], num_indices_to_merge=2)
-    assert len(ls.open(theirs).list_index_segments("s_ng")) == 1
-    assert _answers(theirs, filters) == truth
-    ls.optimize(uri, "s_ng", progress=False)
-    assert _answers(uri, filters) == truth
-    assert [s.verdict for s in ls.verify_index(uri, "s_ng").segments] == ["clean"]
+    _both_merges_answer(uri, tmp_path, "s_ng", filters, truth)
 
 
 def test_ngram_build_refuses_characters_it_cannot_fold(tmp_path):

@@ -103,3 +103,49 @@ def test_label_list_labels_that_are_not_the_data_are_damage(tmp_path):
     # row 1 holds ["t1", "t2"]; lb's segment lists it under "t21"
     assert 'row 1 (fragment 0, offset 1) is under label "t21", its list is ["t1", "t2"]' in checks["keys"].message, \
         checks["keys"].message
+
+
+def test_bloomfilter_values_that_are_not_the_data_are_damage(tmp_path):
+    """BLOOMFILTER zones are checked against the rows they span: every
+    value must be in the zone's filter. pylance's own segment checks clean;
+    another column's filters swapped in are damage naming the value."""
+    uri = str(tmp_path / "b")
+    i = np.arange(20_000)
+    ds = lance.write_dataset(pa.table({"ba": i, "bb": i + 50_000}), uri)
+    for col in ("ba", "bb"):
+        ds.create_scalar_index(col, "BLOOMFILTER")
+    rep = ls.verify_index(uri, "ba_idx")
+    checks = {c.name: c for c in rep.segments[0].checks}
+    assert rep.segments[0].verdict == "clean" and checks["keys"].verdict == "ok", rep
+    assert checks["keys"].numbers["zones_checked"] == 3
+    uuids = {n: ls.open(uri).list_index_segments(n)[0].uuid for n in ("ba_idx", "bb_idx")}
+    shutil.copy(f"{uri}/_indices/{uuids['bb_idx']}/bloomfilter.lance", f"{uri}/_indices/{uuids['ba_idx']}/bloomfilter.lance")
+    (seg,) = ls.verify_index(uri, "ba_idx").segments
+    checks = {c.name: c for c in seg.checks}
+    assert checks["structure"].verdict == "ok" and seg.verdict == "damaged"
+    assert checks["keys"].damage == "keys_mismatch"
+    assert "which its bloom filter does not" in checks["keys"].message, checks["keys"].message
+
+
+def test_ngram_tokens_that_are_not_the_data_are_damage(tmp_path):
+    """NGRAM pairs are checked as trigrams of the row's text: pylance's own
+    segment checks clean; another column's postings swapped in are damage
+    naming the row, its token and its text."""
+    uri = str(tmp_path / "n")
+    i = np.arange(3000)
+    ds = lance.write_dataset(pa.table({"na": [f"alpha {x % 97} Größe" if x % 13 else None for x in i],
+                                       "nb": [f"omega {x % 89}" for x in i]}), uri)
+    for col in ("na", "nb"):
+        ds.create_scalar_index(col, "NGRAM")
+    rep = ls.verify_index(uri, "na_idx")
+    checks = {c.name: c for c in rep.segments[0].checks}
+    assert rep.segments[0].verdict == "clean" and checks["keys"].verdict == "ok", rep
+    assert checks["keys"].numbers["checked"] > 20 and checks["keys"].numbers["unknown_characters"] == 0
+    uuids = {n: ls.open(uri).list_index_segments(n)[0].uuid for n in ("na_idx", "nb_idx")}
+    shutil.copy(f"{uri}/_indices/{uuids['nb_idx']}/ngram_postings.lance", f"{uri}/_indices/{uuids['na_idx']}/ngram_postings.lance")
+    (seg,) = ls.verify_index(uri, "na_idx").segments
+    checks = {c.name: c for c in seg.checks}
+    assert checks["structure"].verdict == "ok" and seg.verdict == "damaged"
+    assert checks["keys"].damage == "keys_mismatch"
+    msg = checks["keys"].message
+    assert "is under token" in msg and any(f'("{t}")' in msg for t in ("ome", "meg", "ega")), msg
