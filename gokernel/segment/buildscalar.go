@@ -212,6 +212,23 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 			}
 		}
 	}
+	id, dir, err := outputDir(ctx, st, opts.IndexUUID)
+	if err != nil {
+		return nil, err
+	}
+	done := false
+	defer func() {
+		if !done {
+			removeOutput(ctx, st, dir, btree.DataFile, btree.LookupFile, bitmap.FileName, zonemap.FileName, zonemap.BloomFilter.File, ngram.FileName)
+		}
+	}()
+	if opts.IndexType == "BLOOMFILTER" {
+		// a zone's filter (32 KiB at the defaults) is written when the zone ends
+		if err := zones.StreamTo(ctx, st, dir+zonemap.BloomFilter.File, version); err != nil {
+			return nil, err
+		}
+		defer zones.Close()
+	}
 	prog.SetStage("read")
 	err = rd.ScanValues(ctx, frags, opts.WindowRows, func(w *vecdata.ValueWindow) error {
 		for i := range w.Values.Len {
@@ -225,10 +242,6 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 		prog.RowsRead.Add(int64(w.Values.Len))
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	id, dir, err := outputDir(ctx, st, opts.IndexUUID)
 	if err != nil {
 		return nil, err
 	}
@@ -262,9 +275,9 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 		}
 	}
 	if err != nil {
-		removeOutput(ctx, st, dir, btree.DataFile, btree.LookupFile, bitmap.FileName, zonemap.FileName, zonemap.BloomFilter.File, ngram.FileName)
 		return nil, err
 	}
+	done = true
 	prog.SetStage("done")
 	return scalarEntry(id, snap, opts, col, existing, files, rowsPerZone)
 }

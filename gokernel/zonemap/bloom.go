@@ -82,22 +82,72 @@ func NewBloomBuilder(t lancefile.DataType, rowsPerZone int, probability string) 
 type bloomParams struct {
 	bytes       int
 	probability string
+	// the file being written when the builder streams (StreamTo)
+	sw      storage.Writer
+	cw      *storage.CountingWriter
+	w       *lancefile.Writer
+	name    string
+	version lancefile.Version
 }
 
-// writeBloom writes a BLOOMFILTER segment's file: a row per zone.
-func (b *Builder) writeBloom(ctx context.Context, st storage.Store, name string, v lancefile.Version) ([]*pb.IndexFile, error) {
-	n := len(b.zones)
-	u64 := lancefile.Primitive(lancefile.KindUint64)
-	types := []lancefile.DataType{u64, u64, u64, lancefile.Primitive(lancefile.KindBool), {Kind: lancefile.KindBinary, Logical: "binary"}}
-	fields := make([]*lancefile.Field, len(types))
-	out := make([]*lancefile.Array, len(types))
-	for i, t := range types {
+// streamZones is how many ended zones a streaming builder holds before
+// writing them (2 MiB of filters at the defaults).
+const streamZones = 64
+
+// StreamTo makes a BLOOMFILTER builder write its zones to the file name
+// (in file format v) as they end, so that it holds at most streamZones of
+// them; Write then finishes the file. Close aborts it unless Write did.
+func (b *Builder) StreamTo(ctx context.Context, st storage.Store, name string, v lancefile.Version) error {
+	if b.bloom == nil {
+		return fmt.Errorf("%w: zonemap: StreamTo of a ZONEMAP builder", errkind.InvalidInput)
+	}
+	return b.bloom.open(ctx, st, name, v, b.rowsPerZone)
+}
+
+func (p *bloomParams) open(ctx context.Context, st storage.Store, name string, v lancefile.Version, rowsPerZone int) error {
+	sw, err := st.Create(ctx, name)
+	if err != nil {
+		return err
+	}
+	p.sw, p.cw, p.name, p.version = sw, &storage.CountingWriter{W: sw}, name, v
+	fields := make([]*lancefile.Field, len(bloomTypes))
+	for i, t := range bloomTypes {
 		fields[i] = lancefile.NewField(BloomFilter.columns[i], t, false)
+	}
+	if p.w, err = lancefile.NewWriter(p.cw, fields, lancefile.WriterOptions{Version: v}); err != nil {
+		sw.Abort()
+		p.sw = nil
+		return err
+	}
+	p.w.SetMetadata(BloomFilter.sizeKey, []byte(strconv.Itoa(rowsPerZone)))
+	p.w.SetMetadata("bloomfilter_probability", []byte(p.probability))
+	return nil
+}
+
+// Close aborts a streamed file that Write did not finish.
+func (b *Builder) Close() {
+	if b.bloom != nil && b.bloom.sw != nil {
+		b.bloom.sw.Abort()
+		b.bloom.sw = nil
+	}
+}
+
+var bloomTypes = []lancefile.DataType{lancefile.Primitive(lancefile.KindUint64), lancefile.Primitive(lancefile.KindUint64),
+	lancefile.Primitive(lancefile.KindUint64), lancefile.Primitive(lancefile.KindBool), {Kind: lancefile.KindBinary, Logical: "binary"}}
+
+// writeZones writes zones (ended) as rows of the streamed file.
+func (p *bloomParams) writeZones(zones []*builtZone) error {
+	n := len(zones)
+	if n == 0 {
+		return nil
+	}
+	out := make([]*lancefile.Array, len(bloomTypes))
+	for i, t := range bloomTypes {
 		out[i] = &lancefile.Array{Type: t, Len: n}
 	}
 	out[4].Offsets = make([]int64, 1, n+1)
-	out[4].Values = make([]byte, 0, n*b.bloom.bytes)
-	for _, z := range b.zones {
+	out[4].Values = make([]byte, 0, n*p.bytes)
+	for _, z := range zones {
 		out[0].Values = binary.LittleEndian.AppendUint64(out[0].Values, z.frag)
 		out[1].Values = binary.LittleEndian.AppendUint64(out[1].Values, z.start)
 		out[2].Values = binary.LittleEndian.AppendUint64(out[2].Values, z.last-z.start+1)
@@ -109,10 +159,38 @@ func (b *Builder) writeBloom(ctx context.Context, st storage.Store, name string,
 		out[4].Values = append(out[4].Values, z.filter...)
 		out[4].Offsets = append(out[4].Offsets, int64(len(out[4].Values)))
 	}
-	return b.writeFile(ctx, st, name, v, fields, out, map[string]string{
-		BloomFilter.sizeKey:       strconv.Itoa(b.rowsPerZone),
-		"bloomfilter_probability": b.bloom.probability,
-	})
+	return p.w.Write(out)
+}
+
+// writeBloom writes a BLOOMFILTER segment's file (the rest of it, when
+// streamed): a row per zone, the map of null rows, and the metadata.
+func (b *Builder) writeBloom(ctx context.Context, st storage.Store, name string, v lancefile.Version) ([]*pb.IndexFile, error) {
+	p := b.bloom
+	if p.sw == nil {
+		if err := p.open(ctx, st, name, v, b.rowsPerZone); err != nil {
+			return nil, err
+		}
+	} else if name != p.name || v != p.version {
+		return nil, fmt.Errorf("%w: zonemap: Write to %s, streamed to %s", errkind.InvalidInput, name, p.name)
+	}
+	defer b.Close()
+	if err := p.writeZones(b.zones); err != nil {
+		return nil, err
+	}
+	b.zones = b.zones[:0]
+	g, err := p.w.AddGlobalBuffer(bitmap.AppendRowMap(nil, b.nulls))
+	if err != nil {
+		return nil, err
+	}
+	p.w.SetMetadata("null_bitmap", []byte(strconv.Itoa(g)))
+	if err := p.w.Finish(); err != nil {
+		return nil, err
+	}
+	if err := p.sw.Finish(); err != nil {
+		return nil, err
+	}
+	p.sw = nil
+	return []*pb.IndexFile{{Path: BloomFilter.File, SizeBytes: uint64(p.cw.N)}}, nil
 }
 
 // writeFile writes the zones' columns, the given metadata and the map of
@@ -147,11 +225,7 @@ func (b *Builder) writeFile(ctx context.Context, st storage.Store, name string, 
 	if err := sw.Finish(); err != nil {
 		return nil, err
 	}
-	file := ZoneMap.File
-	if b.bloom != nil {
-		file = BloomFilter.File
-	}
-	return []*pb.IndexFile{{Path: file, SizeBytes: uint64(cw.N)}}, nil
+	return []*pb.IndexFile{{Path: ZoneMap.File, SizeBytes: uint64(cw.N)}}, nil
 }
 
 // bloomContains reports whether filter f may hold value v.

@@ -87,6 +87,13 @@ func (b *Builder) Add(frag uint32, off uint64, a *lancefile.Array, i int) error 
 	if z == nil || z.frag != uint64(frag) || z.rows == b.rowsPerZone {
 		z = &builtZone{frag: uint64(frag), start: off}
 		if b.bloom != nil {
+			if b.bloom.sw != nil && len(b.zones) >= streamZones {
+				// every zone held has ended: write them
+				if err := b.bloom.writeZones(b.zones); err != nil {
+					return err
+				}
+				b.zones = b.zones[:0]
+			}
 			z.filter = make([]byte, b.bloom.bytes)
 		}
 		b.zones = append(b.zones, z)

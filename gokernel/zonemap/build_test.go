@@ -1,9 +1,12 @@
 package zonemap
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -155,5 +158,91 @@ func TestBloomBytes(t *testing.T) {
 		if got := BloomBytes(tc.ndv, tc.fpp); got != tc.want {
 			t.Errorf("BloomBytes(%d, %g) = %d, want %d", tc.ndv, tc.fpp, got, tc.want)
 		}
+	}
+}
+
+// TestBloomStreamedEqualsHeld builds the same BLOOMFILTER zones twice,
+// once held until Write and once streamed (more zones than a streaming
+// builder holds, so written in several batches), and compares what the
+// files hold; a streamed build closed without Write leaves no file.
+func TestBloomStreamedEqualsHeld(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	st := storage.NewLocal(root, root)
+	vals := make([]any, 5000)
+	for i := range vals {
+		if i%37 != 0 {
+			vals[i] = float64(i % 701)
+		}
+	}
+	a := f64s(vals)
+	build := func(name string, stream bool) (cols []*lancefile.Array, meta map[string][]byte, nulls []byte) {
+		b, err := NewBloomBuilder(a.Type, 16, DefaultProbability)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		if stream {
+			if err := b.StreamTo(ctx, st, name, lancefile.V2_1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range a.Len {
+			if err := b.Add(uint32(i/3000), uint64(i%3000), a, i); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := b.Write(ctx, st, name, lancefile.V2_1); err != nil {
+			t.Fatal(err)
+		}
+		obj, err := st.Open(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer obj.Close()
+		r, err := lancefile.Open(ctx, obj, name, lancefile.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range BloomFilter.columns {
+			arr, err := r.Read(ctx, c, 0, r.NumRows())
+			if err != nil {
+				t.Fatal(err)
+			}
+			cols = append(cols, arr)
+		}
+		if nulls, err = r.GlobalBuffer(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		return cols, r.Metadata(), nulls
+	}
+	hc, hm, hn := build("held.lance", false)
+	sc, sm, sn := build("streamed.lance", true)
+	if hc[0].Len < 4*streamZones || hc[0].Len != sc[0].Len {
+		t.Fatalf("%d zones held, %d streamed", hc[0].Len, sc[0].Len)
+	}
+	for i, c := range BloomFilter.columns {
+		if string(hc[i].Values) != string(sc[i].Values) || !slices.Equal(hc[i].Offsets, sc[i].Offsets) {
+			t.Errorf("column %s differs", c)
+		}
+	}
+	if !maps.EqualFunc(hm, sm, bytes.Equal) || !bytes.Equal(hn, sn) || len(hn) < 8 {
+		t.Errorf("metadata %v / %v, null maps of %d / %d bytes", hm, sm, len(hn), len(sn))
+	}
+	b, err := NewBloomBuilder(a.Type, 16, DefaultProbability)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.StreamTo(ctx, st, "aborted.lance", lancefile.V2_1); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2000 {
+		if err := b.Add(0, uint64(i), a, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.Close()
+	if _, err := st.Open(ctx, "aborted.lance"); err == nil {
+		t.Fatal("a closed streamed build left its file")
 	}
 }
