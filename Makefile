@@ -132,7 +132,7 @@ proto:
 
 # Run every fuzz target for a while; `make test` runs each for CI_FUZZTIME.
 FUZZTIME ?= 30s
-CI_FUZZTIME ?= 3s
+CI_FUZZTIME ?= 1s
 fuzz:
 	GO=$(GO) FUZZTIME=$(FUZZTIME) sh tools/fuzz.sh
 

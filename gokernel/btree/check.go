@@ -85,6 +85,13 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered 
 		return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
 	}
 	ids := rowset.New(s.Rows)
+	// The next window is decoded while this one is checked.
+	ctx, cancel := context.WithCancel(ctx)
+	windows, wait := readAhead(ctx, newCursor(s, maxWindowRows))
+	defer func() {
+		cancel()
+		wait() // the reader reads s's files, closed when Check returns
+	}()
 	c := newCursor(s, maxWindowRows)
 	var prevNull = true
 	var prevKey uint64
@@ -107,14 +114,11 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered 
 				page, uint64(page)*uint64(s.BatchSize), row-1, LookupFile, u32(nullCounts, page), u32(pageIdx, page))
 		}
 	}
-	for {
-		ok, err := c.fill(ctx)
-		if err != nil {
-			return nil, err
+	for w := range windows {
+		if w.err != nil {
+			return nil, w.err
 		}
-		if !ok {
-			break
-		}
+		c.vals, c.ids, c.keys, c.n = w.vals, w.ids, w.keys, w.vals.Len
 		for c.i = 0; c.i < c.n; c.i++ {
 			valid, key := c.key()
 			if !valid {
@@ -163,4 +167,42 @@ func valueAt(a *lancefile.Array, i, width int) []byte {
 		return a.Values[a.Offsets[i]:a.Offsets[i+1]]
 	}
 	return a.Values[i*width : (i+1)*width]
+}
+
+// aheadWindow is a window of rows a readAhead goroutine decoded, or the
+// error that stopped it.
+type aheadWindow struct {
+	vals, ids *lancefile.Array
+	keys      []uint64
+	err       error
+}
+
+// readAhead decodes c's windows on a goroutine, one ahead of the reader
+// of the channel, which ends after the last window or an error. wait
+// returns once the goroutine has stopped (cancel ctx first to stop it
+// early).
+func readAhead(ctx context.Context, c *cursor) (<-chan aheadWindow, func()) {
+	out := make(chan aheadWindow, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(out)
+		for {
+			ok, err := c.fill(ctx)
+			if !ok && err == nil {
+				return
+			}
+			w := aheadWindow{vals: c.vals, ids: c.ids, keys: c.keys, err: err}
+			c.keys = nil // the window's keys are the reader's now
+			select {
+			case out <- w:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return out, func() { <-done }
 }
