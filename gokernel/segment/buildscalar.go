@@ -176,17 +176,21 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 		add = func(w *vecdata.ValueWindow, i int) error { return sorter.Add(w.Values, i, w.Addr(i)) }
 		if opts.IndexType == "NGRAM" {
 			var tok [4]byte
+			var toks []uint32 // a row's tokens, each passed to the sorter once
+			collect := func(t uint32) error { toks = append(toks, t); return nil }
 			add = func(w *vecdata.ValueWindow, i int) error {
-				addr := w.Addr(i)
-				visit := func(t uint32) error {
-					binary.LittleEndian.PutUint32(tok[:], t)
-					return sorter.AddValue(tok[:], addr)
-				}
+				toks = toks[:0]
 				if !w.Values.IsValid(i) {
-					return visit(ngram.NullToken)
-				}
-				if err := ngram.Tokens(w.Values.Values[w.Values.Offsets[i]:w.Values.Offsets[i+1]], visit); err != nil {
+					toks = append(toks, ngram.NullToken)
+				} else if err := ngram.Tokens(w.Values.Values[w.Values.Offsets[i]:w.Values.Offsets[i+1]], collect); err != nil {
 					return fmt.Errorf("build: column %q, row %d of fragment %d: %w", opts.Column, w.Start+uint64(i), w.Fragment, err)
+				}
+				slices.Sort(toks)
+				for _, t := range slices.Compact(toks) {
+					binary.LittleEndian.PutUint32(tok[:], t)
+					if err := sorter.AddValue(tok[:], w.Addr(i)); err != nil {
+						return err
+					}
 				}
 				return nil
 			}
