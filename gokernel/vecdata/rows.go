@@ -138,7 +138,7 @@ type Value struct {
 	Items []Value
 }
 
-// valueAt is row k of arr (valid), its bytes copied.
+// valueAt is row k of arr (null, a list of values, or a value), its bytes copied.
 func valueAt(arr *lancefile.Array, k int) Value {
 	var v Value
 	switch {
