@@ -16,15 +16,7 @@ import (
 func BenchmarkMerge(b *testing.B) {
 	root := b.TempDir()
 	st := storage.NewLocal(root, root)
-	rng := rand.New(rand.NewPCG(7, 8))
-	var metas []*pb.IndexMetadata
-	for f := uint32(0); f < 100; f++ {
-		rows := make([]row, 20000)
-		for i := range rows {
-			rows[i] = row{v: rng.Int64N(2e9) - 1e9, null: rng.IntN(100) == 0, id: uint64(f)<<32 | uint64(i)}
-		}
-		metas = append(metas, writeSegment(b, st, rows, DefaultBatchSize, f))
-	}
+	metas := benchSegments(b, st)
 	b.ResetTimer()
 	for range b.N {
 		if _, err := Merge(context.Background(), st, metas, MergeOptions{IndexUUID: uuid.New().String()}); err != nil {
@@ -38,15 +30,7 @@ func BenchmarkMerge(b *testing.B) {
 func BenchmarkCheck(b *testing.B) {
 	root := b.TempDir()
 	st := storage.NewLocal(root, root)
-	rng := rand.New(rand.NewPCG(7, 8))
-	var metas []*pb.IndexMetadata
-	for f := uint32(0); f < 100; f++ {
-		rows := make([]row, 20000)
-		for i := range rows {
-			rows[i] = row{v: rng.Int64N(2e9) - 1e9, null: rng.IntN(100) == 0, id: uint64(f)<<32 | uint64(i)}
-		}
-		metas = append(metas, writeSegment(b, st, rows, DefaultBatchSize, f))
-	}
+	metas := benchSegments(b, st)
 	id := uuid.New()
 	res, err := Merge(context.Background(), st, metas, MergeOptions{IndexUUID: id.String()})
 	if err != nil {
@@ -60,4 +44,19 @@ func BenchmarkCheck(b *testing.B) {
 			b.Fatal(err, cr)
 		}
 	}
+}
+
+// benchSegments writes 100 segments of 20,000 int64 keys (1% null), the
+// shape of bench/bench_btree.py's medium preset.
+func benchSegments(b *testing.B, st storage.Store) []*pb.IndexMetadata {
+	rng := rand.New(rand.NewPCG(7, 8))
+	var metas []*pb.IndexMetadata
+	for f := uint32(0); f < 100; f++ {
+		rows := make([]row, 20000)
+		for i := range rows {
+			rows[i] = row{v: rng.Int64N(2e9) - 1e9, null: rng.IntN(100) == 0, id: uint64(f)<<32 | uint64(i)}
+		}
+		metas = append(metas, writeSegment(b, st, rows, DefaultBatchSize, f))
+	}
+	return metas
 }

@@ -45,12 +45,18 @@ func BloomBytes(ndv uint64, fpp float64) int {
 	return int(n)
 }
 
-// bloomInsert sets value v's bits in filter f (len a multiple of 32).
-func bloomInsert(f []byte, v []byte) {
+// bloomBlock is the block of filter f (len a positive multiple of 32)
+// that value v's hash picks, and the hash's low half, which picks a bit
+// of each of the block's words.
+func bloomBlock(f []byte, v []byte) ([]byte, uint32) {
 	h := xxhash.Sum64(v)
 	blocks := uint64(len(f) / 32)
-	b := f[((h>>32)*blocks)>>32*32:]
-	x := uint32(h)
+	return f[((h>>32)*blocks)>>32*32:], uint32(h)
+}
+
+// bloomInsert sets value v's bits in filter f (len a multiple of 32).
+func bloomInsert(f []byte, v []byte) {
+	b, x := bloomBlock(f, v)
 	for i, s := range bloomSalt {
 		w := binary.LittleEndian.Uint32(b[4*i:])
 		binary.LittleEndian.PutUint32(b[4*i:], w|1<<((x*s)>>27))
@@ -230,10 +236,7 @@ func (b *Builder) writeFile(ctx context.Context, st storage.Store, name string, 
 
 // bloomContains reports whether filter f may hold value v.
 func bloomContains(f []byte, v []byte) bool {
-	h := xxhash.Sum64(v)
-	blocks := uint64(len(f) / 32)
-	b := f[((h>>32)*blocks)>>32*32:]
-	x := uint32(h)
+	b, x := bloomBlock(f, v)
 	for i, s := range bloomSalt {
 		if binary.LittleEndian.Uint32(b[4*i:])&(1<<((x*s)>>27)) == 0 {
 			return false

@@ -17,6 +17,28 @@ import pytest
 import lance_segmerge as ls
 
 
+def _clean_keys(uri: str, name: str) -> dict:
+    """verify_index's checks of the index's one segment, which must be
+    clean with its keys check ok."""
+    rep = ls.verify_index(uri, name)
+    checks = {c.name: c for c in rep.segments[0].checks}
+    assert rep.segments[0].verdict == "clean" and checks["keys"].verdict == "ok", rep
+    return checks
+
+
+def _swapped_keys(uri: str, src: str, dst: str, file: str):
+    """Copies index src's segment file over index dst's and verifies dst:
+    its structure still checks out, it is damaged by its keys; returns the
+    keys check."""
+    uuids = {n: ls.open(uri).list_index_segments(n)[0].uuid for n in (src, dst)}
+    shutil.copy(f"{uri}/_indices/{uuids[src]}/{file}", f"{uri}/_indices/{uuids[dst]}/{file}")
+    (seg,) = ls.verify_index(uri, dst).segments
+    checks = {c.name: c for c in seg.checks}
+    assert checks["structure"].verdict == "ok" and seg.verdict == "damaged"
+    assert checks["keys"].damage == "keys_mismatch"
+    return checks["keys"]
+
+
 @pytest.fixture
 def swapped(tmp_path):
     uri = str(tmp_path / "t")
@@ -89,20 +111,11 @@ def test_label_list_labels_that_are_not_the_data_are_damage(tmp_path):
     }), uri)
     for col in ("la", "lb"):
         ds.create_scalar_index(col, "LABEL_LIST")
-    rep = ls.verify_index(uri, "la_idx")
-    checks = {c.name: c for c in rep.segments[0].checks}
-    assert rep.segments[0].verdict == "clean" and checks["keys"].verdict == "ok", rep
+    checks = _clean_keys(uri, "la_idx")
     assert checks["keys"].numbers["checked"] > 100
-    uuids = {n: ls.open(uri).list_index_segments(n)[0].uuid for n in ("la_idx", "lb_idx")}
-    shutil.copy(f"{uri}/_indices/{uuids['lb_idx']}/bitmap_page_lookup.lance",
-                f"{uri}/_indices/{uuids['la_idx']}/bitmap_page_lookup.lance")
-    (seg,) = ls.verify_index(uri, "la_idx").segments
-    checks = {c.name: c for c in seg.checks}
-    assert checks["structure"].verdict == "ok" and seg.verdict == "damaged"
-    assert checks["keys"].damage == "keys_mismatch"
+    keys = _swapped_keys(uri, "lb_idx", "la_idx", "bitmap_page_lookup.lance")
     # row 1 holds ["t1", "t2"]; lb's segment lists it under "t21"
-    assert 'row 1 (fragment 0, offset 1) is under label "t21", its list is ["t1", "t2"]' in checks["keys"].message, \
-        checks["keys"].message
+    assert 'row 1 (fragment 0, offset 1) is under label "t21", its list is ["t1", "t2"]' in keys.message, keys.message
 
 
 def test_bloomfilter_values_that_are_not_the_data_are_damage(tmp_path):
@@ -114,17 +127,10 @@ def test_bloomfilter_values_that_are_not_the_data_are_damage(tmp_path):
     ds = lance.write_dataset(pa.table({"ba": i, "bb": i + 50_000}), uri)
     for col in ("ba", "bb"):
         ds.create_scalar_index(col, "BLOOMFILTER")
-    rep = ls.verify_index(uri, "ba_idx")
-    checks = {c.name: c for c in rep.segments[0].checks}
-    assert rep.segments[0].verdict == "clean" and checks["keys"].verdict == "ok", rep
+    checks = _clean_keys(uri, "ba_idx")
     assert checks["keys"].numbers["zones_checked"] == 3
-    uuids = {n: ls.open(uri).list_index_segments(n)[0].uuid for n in ("ba_idx", "bb_idx")}
-    shutil.copy(f"{uri}/_indices/{uuids['bb_idx']}/bloomfilter.lance", f"{uri}/_indices/{uuids['ba_idx']}/bloomfilter.lance")
-    (seg,) = ls.verify_index(uri, "ba_idx").segments
-    checks = {c.name: c for c in seg.checks}
-    assert checks["structure"].verdict == "ok" and seg.verdict == "damaged"
-    assert checks["keys"].damage == "keys_mismatch"
-    assert "which its bloom filter does not" in checks["keys"].message, checks["keys"].message
+    keys = _swapped_keys(uri, "bb_idx", "ba_idx", "bloomfilter.lance")
+    assert "which its bloom filter does not" in keys.message, keys.message
 
 
 def test_ngram_tokens_that_are_not_the_data_are_damage(tmp_path):
@@ -137,15 +143,8 @@ def test_ngram_tokens_that_are_not_the_data_are_damage(tmp_path):
                                        "nb": [f"omega {x % 89}" for x in i]}), uri)
     for col in ("na", "nb"):
         ds.create_scalar_index(col, "NGRAM")
-    rep = ls.verify_index(uri, "na_idx")
-    checks = {c.name: c for c in rep.segments[0].checks}
-    assert rep.segments[0].verdict == "clean" and checks["keys"].verdict == "ok", rep
+    checks = _clean_keys(uri, "na_idx")
     assert checks["keys"].numbers["checked"] > 20 and checks["keys"].numbers["unknown_characters"] == 0
-    uuids = {n: ls.open(uri).list_index_segments(n)[0].uuid for n in ("na_idx", "nb_idx")}
-    shutil.copy(f"{uri}/_indices/{uuids['nb_idx']}/ngram_postings.lance", f"{uri}/_indices/{uuids['na_idx']}/ngram_postings.lance")
-    (seg,) = ls.verify_index(uri, "na_idx").segments
-    checks = {c.name: c for c in seg.checks}
-    assert checks["structure"].verdict == "ok" and seg.verdict == "damaged"
-    assert checks["keys"].damage == "keys_mismatch"
-    msg = checks["keys"].message
+    keys = _swapped_keys(uri, "nb_idx", "na_idx", "ngram_postings.lance")
+    msg = keys.message
     assert "is under token" in msg and any(f'("{t}")' in msg for t in ("ome", "meg", "ega")), msg
