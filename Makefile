@@ -27,7 +27,7 @@ PY_DEPS := pybindgen==0.22.1 "setuptools>=68" wheel \
            "moto[server]>=5.1" boto3 "matplotlib>=3.8" \
            "pandas>=2.0" "ipywidgets>=8.1" "nbclient>=0.10" "nbformat>=5.9" "ipykernel>=6.29"
 
-.PHONY: all venv build test test-go test-py test-compat vet demo notebook bench bench-scale bench-drift proto fuzz clean emulators
+.PHONY: all venv build test test-go test-py test-compat vet demo wheel test-wheel notebook bench bench-scale bench-drift proto fuzz clean emulators
 
 all: build
 
@@ -94,7 +94,19 @@ test-compat: build
 	  $(PY) -m pytest -q -rs python/tests/test_compat_releases.py
 
 demo: build
-	PYTHONPATH=python $(PY) -m lance_segmerge.demo
+	PYTHONPATH=python $(PY) -m lance_segmerge demo
+
+# manylinux wheels (CPython 3.10-3.13, x86_64 and aarch64) into dist/, the C
+# side compiled by zig from PyPI for glibc 2.17 (tools/build_wheels.py);
+# test-wheel installs each x86_64 wheel where no Go or C compiler is on
+# PATH and runs the small demo and a slice of the tests against it
+# (python/tests/test_wheel.py). Neither is part of `make test`.
+WHEEL_PYTHONS ?= 3.10,3.11,3.12,3.13
+WHEEL_ARCH    ?= x86_64,aarch64
+wheel: venv
+	$(PY) tools/build_wheels.py --pythons $(WHEEL_PYTHONS) --arch $(WHEEL_ARCH) --dist dist
+test-wheel: wheel
+	PYTHONPATH=python SEGMERGE_WHEEL_DIR=$(abspath dist) $(PY) -m pytest -q -rs python/tests/test_wheel.py
 
 # Execute examples/quickstart.ipynb headless (make test does too, in
 # python/tests/test_notebook.py) and keep the executed copy, with its

@@ -23,10 +23,13 @@ class BuildWithNative(build_py):
         super().run()
         here = os.path.dirname(os.path.abspath(__file__))
         dest = os.path.join(os.path.abspath(self.build_lib), "lance_segmerge", "_native")
-        subprocess.run(
-            [sys.executable, os.path.join(here, "tools", "build_native.py"), "--python", sys.executable, "--dest", dest],
-            check=True,
-        )
+        cmd = [sys.executable, os.path.join(here, "tools", "build_native.py"), "--python", sys.executable, "--dest", dest]
+        # tools/build_wheels.py compiles the kernel for each target itself
+        # (cross C compiler, old glibc) and hands the result over here.
+        prebuilt = os.environ.get("SEGMERGE_PREBUILT_NATIVE")
+        if prebuilt:
+            cmd += ["--prebuilt", prebuilt]
+        subprocess.run(cmd, check=True)
 
 
 setup(distclass=BinaryDistribution, cmdclass={"build_py": BuildWithNative})

@@ -19,7 +19,7 @@ import sys
 import traceback
 from typing import Any, Callable, NoReturn, Optional, Sequence
 
-from . import _ffi, errors, plot
+from . import _ffi, demo, errors, plot
 from ._display import compact_ids, human_bytes
 from ._health import health
 from ._version import __version__
@@ -499,6 +499,11 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--sample-rows", type=int, default=1024)
     rp.add_argument("--json", action="store_true", help="print JSON")
     rp.set_defaults(fn=cmd_repair)
+
+    dm = sub.add_parser("demo", help="build a dataset with many delta segments, merge it, compare with pylance "
+                                     "(needs the lance extra; --small for a quick look)")
+    demo.add_arguments(dm)
+    dm.set_defaults(fn=demo.run)
 
     cl = sub.add_parser("cleanup", parents=[store], help="find (and with --delete remove) segment directories no version references")
     cl.add_argument("uri")
