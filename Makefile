@@ -21,28 +21,35 @@ GO     ?= go
 # also runs (GOEXPERIMENT= ...). GOEXPERIMENT= make build builds without it.
 export GOEXPERIMENT ?= simd
 
-PY_DEPS := pybindgen==0.22.1 "setuptools>=68" wheel \
-           pylance==14.0.2 "pyarrow>=17" "numpy>=1.24" "pytest>=8" "mypy>=1.10" \
+# Two sets: what building the extension and `make demo` need, and the rest
+# (tests, executors, emulators, notebooks), so that the demo's set-up on a
+# fresh clone does not wait for Ray, Dask and Jupyter.
+PY_CORE := pybindgen==0.22.1 "setuptools>=68" wheel pylance==14.0.2 "pyarrow>=17" "numpy>=1.24"
+PY_DEPS := "pytest>=8" "mypy>=1.10" \
            "ray>=2.40" "dask>=2024.1" "distributed>=2024.1" "tqdm>=4.60" \
            "moto[server]>=5.1" boto3 "matplotlib>=3.8" \
            "pandas>=2.0" "ipywidgets>=8.1" "nbclient>=0.10" "nbformat>=5.9" "ipykernel>=6.29"
 
-.PHONY: all venv build test test-go test-py test-compat vet demo wheel test-wheel notebook bench bench-scale bench-drift proto fuzz clean emulators
+.PHONY: all venv venv-core build test test-go test-py test-compat vet demo wheel test-wheel notebook bench bench-scale bench-drift proto fuzz clean emulators
 
 all: build
 
-$(VENV)/.deps: Makefile
+$(VENV)/.core: Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(PY_CORE)
+	touch $@
+$(VENV)/.deps: $(VENV)/.core
 	$(PY) -m pip install -q $(PY_DEPS)
 	touch $@
 
+venv-core: $(VENV)/.core
 venv: $(VENV)/.deps
 
 # Generate and compile the gopy extension into python/lance_segmerge/_native,
 # with the test suite's tools (pybind/testtools_*.go); wheels and the sdist
 # build without them.
-build: venv
+build: venv-core
 	$(PY) tools/build_native.py --python $(abspath $(PY)) --tags segmerge_testtools
 
 vet:
@@ -61,7 +68,7 @@ test-go: vet venv emulators
 	GOEXPERIMENT= $(GO) test ./gokernel/hnsw/ ./gokernel/vecmath/ ./gokernel/encode/ ./gokernel/train/
 	$(MAKE) fuzz FUZZTIME=$(CI_FUZZTIME)
 
-test-py: build emulators
+test-py: build venv emulators
 	$(PY) -m mypy
 	PYTHONPATH=python $(PY) tools/with_emulators.py -- $(PY) -m pytest -q
 
@@ -89,7 +96,7 @@ test: test-go test-py
 # run installs them all (a few minutes), a run takes about 20 minutes.
 # `make test` runs the slice in that file (0.23.2, 0.27.1, 2.0.1).
 COMPAT_RELEASES ?= 0.20.0,0.23.2,0.27.1,0.30.0,0.33.0,0.36.0,0.39.0,1.0.4,2.0.1,4.0.2,6.1.0,8.0.1,10.0.0,12.0.0,13.0.0,lancedb-0.40.0
-test-compat: build
+test-compat: build venv
 	PYTHONPATH=python SEGMERGE_COMPAT_RELEASES=$(COMPAT_RELEASES) SEGMERGE_COMPAT_CASES=all \
 	  $(PY) -m pytest -q -rs python/tests/test_compat_releases.py
 
@@ -103,15 +110,15 @@ demo: build
 # (python/tests/test_wheel.py). Neither is part of `make test`.
 WHEEL_PYTHONS ?= 3.10,3.11,3.12,3.13
 WHEEL_ARCH    ?= x86_64,aarch64
-wheel: venv
+wheel: venv-core
 	$(PY) tools/build_wheels.py --pythons $(WHEEL_PYTHONS) --arch $(WHEEL_ARCH) --dist dist
-test-wheel: wheel
+test-wheel: wheel venv
 	PYTHONPATH=python SEGMERGE_WHEEL_DIR=$(abspath dist) $(PY) -m pytest -q -rs python/tests/test_wheel.py
 
 # Execute examples/quickstart.ipynb headless (make test does too, in
 # python/tests/test_notebook.py) and keep the executed copy, with its
 # tables and pictures, in _build/.
-notebook: build
+notebook: build venv
 	mkdir -p _build
 	$(PY) tools/run_notebook.py examples/quickstart.ipynb --output _build/quickstart.ipynb
 
@@ -119,7 +126,7 @@ notebook: build
 # default preset (2M rows, ~200 deltas; tens of minutes), BENCH_PRESET=small
 # or smoke for less.
 BENCH_PRESET ?= default
-bench: build
+bench: build venv
 	PYTHONPATH=python $(PY) bench/bench_merge.py --preset $(BENCH_PRESET)
 
 # Merge speed where real indices live (bench/bench_scale.py, issue 17):
@@ -127,14 +134,14 @@ bench: build
 # cold (10M rows, page cache dropped; about 40), s3 (moto behind a 20 ms
 # proxy; moto-bound, over 35 on 2 cores), smoke (seconds; make test runs it).
 SCALE_PRESET ?= partitions
-bench-scale: build
+bench-scale: build venv
 	PYTHONPATH=python $(PY) bench/bench_scale.py --preset $(SCALE_PRESET)
 
 # Recall on moving data (bench/drift.py, issue 29): 50 appends, pylance's
 # optimize_indices against maintain with and without retrain="auto"
 # (about 10 minutes on 2 cores); DRIFT_PRESET=smoke for seconds.
 DRIFT_PRESET ?= default
-bench-drift: build
+bench-drift: build venv
 	PYTHONPATH=python $(PY) bench/drift.py --preset $(DRIFT_PRESET)
 
 # Regenerate the protobuf Go code (needs protoc, e.g. Debian's

@@ -86,7 +86,7 @@ def build(
     return x
 
 
-def recall(uri: str, x: Any, nprobes: int, queries: int = 50, k: int = 10) -> tuple[float, float]:
+def recall(uri: str, x: Any, nprobes: int, queries: int = 20, k: int = 10) -> tuple[float, float]:
     """Recall@k against numpy brute force, and mean query latency in ms
     (pylance's search alone; the brute force is not timed)."""
     np = _need("numpy")
