@@ -106,13 +106,17 @@ demo: build
 # manylinux wheels (CPython 3.10-3.13, x86_64 and aarch64) into dist/, the C
 # side compiled by zig from PyPI for glibc 2.17 (tools/build_wheels.py);
 # test-wheel installs each x86_64 wheel where no Go or C compiler is on
-# PATH and runs the small demo and a slice of the tests against it
-# (python/tests/test_wheel.py). Neither is part of `make test`.
+# PATH and runs the small demo and a slice of the tests against it, and
+# merges with the 3.11 wheels under statically linked interpreters:
+# Debian's, and Debian's aarch64 one under qemu-user when
+# tools/aarch64_python.sh can install it (python/tests/test_wheel.py).
+# Neither is part of `make test`.
 WHEEL_PYTHONS ?= 3.10,3.11,3.12,3.13
 WHEEL_ARCH    ?= x86_64,aarch64
 wheel: venv-core
 	$(PY) tools/build_wheels.py --pythons $(WHEEL_PYTHONS) --arch $(WHEEL_ARCH) --dist dist
 test-wheel: wheel venv
+	sh tools/aarch64_python.sh || echo "warning: no aarch64 interpreter under qemu; the aarch64 wheels will be built, not run" >&2
 	PYTHONPATH=python SEGMERGE_WHEEL_DIR=$(abspath dist) $(PY) -m pytest -q -rs python/tests/test_wheel.py
 
 # Execute examples/quickstart.ipynb headless (make test does too, in

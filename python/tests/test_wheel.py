@@ -5,8 +5,11 @@ toolchain and no C compiler installs the wheel (with the ``lance`` extra
 from PyPI), then runs ``lance-segmerge --version``, the small demo and a
 short slice of this test suite against that installation. The aarch64
 wheels are checked with auditwheel and by their ELF headers; they are run
-only where an aarch64 interpreter can be started (not on this machine
-kind, which has no emulator installed).
+under qemu-user with Debian 12's aarch64 python3.11
+(tools/aarch64_python.sh installs both where it can), and the x86_64
+wheel of 3.11 under Debian's own /usr/bin/python3.11: both interpreters
+are linked statically to libpython, which is what proves the extension
+needs no shared libpython.
 
 `make test-wheel` builds the wheels and runs this file with
 SEGMERGE_WHEEL_DIR pointing at them; `make test` does not (a build of the
@@ -24,6 +27,9 @@ import sys
 import zipfile
 from pathlib import Path
 
+import lance
+import lancegen
+import numpy as np
 import pytest
 from conftest import REPO
 from lance_segmerge._version import __version__
@@ -42,6 +48,7 @@ PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
 SLICE = ["test_plan.py", "test_btree.py", "test_errors.py", "test_merge.py"]
 NEEDS_TEST_TOOLS = ["test_rq_128d_merge_agrees_with_pylance_optimize"]  # reads files with DescribeIVF
 NEWEST_POLICY = (2, 28)  # the issue: no newer than manylinux_2_28
+AARCH64_ROOT = Path(os.environ.get("SEGMERGE_AARCH64_ROOT", os.path.join(WORK, "aarch64-root")))
 
 
 def wheel_for(version: str, arch: str) -> Path:
@@ -122,3 +129,68 @@ def test_wheel_installs_and_runs_without_go(version, tmp_path):
     deselect = " and ".join(f"not {name}" for name in NEEDS_TEST_TOOLS)
     out = run(py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", deselect, *tests, cwd=REPO, timeout=1200)
     assert re.search(r"\d+ passed", out) and "failed" not in out, out[-2000:]
+
+
+def unpack(wheel: Path, tmp: Path) -> Path:
+    site = tmp / "site"
+    with zipfile.ZipFile(wheel) as z:
+        z.extractall(site)
+    return site
+
+
+def three_deltas(tmp: Path) -> tuple[str, str]:
+    """A pylance-written IVF_PQ index of a base and three deltas, and a
+    copy that pylance's own optimize_indices merged."""
+    x = lancegen.vectors(4000, seed=5)
+    uri = str(tmp / "ds")
+    ds = lance.write_dataset(lancegen.table(x[:2500]), uri)
+    ds.create_index("vec", "IVF_PQ", name="vec_idx", num_partitions=4, num_sub_vectors=4)
+    for lo in (2500, 3000, 3500):
+        ds = lance.write_dataset(lancegen.table(x[lo : lo + 500], lo), uri, mode="append")
+        ds.optimize.optimize_indices(num_indices_to_merge=0)
+    theirs = str(tmp / "theirs")
+    shutil.copytree(uri, theirs)
+    lance.dataset(theirs).optimize.optimize_indices(num_indices_to_merge=4)
+    return uri, theirs
+
+
+def answers(uri: str) -> list[list[int]]:
+    ds = lance.dataset(uri)
+    qs = lancegen.vectors(8, seed=6)
+    return [ds.to_table(nearest={"column": "vec", "q": q, "k": 10, "nprobes": 2}, columns=["id"])["id"].to_pylist()
+            for q in qs.astype(np.float32)]
+
+
+def merge_under(interpreter: list[str], machine: str, site: Path, tmp: Path) -> None:
+    """Our optimize, run by `interpreter` from the unpacked wheel, merges
+    pylance's four segments into one that answers as pylance's merge."""
+    uri, theirs = three_deltas(tmp)
+    script = (
+        f"import sys; sys.path.insert(0, {str(site)!r})\n"
+        "import platform, lance_segmerge as ls\n"
+        f"ds = ls.optimize({uri!r}, 'vec_idx', executor='local', progress=False)\n"
+        "print(platform.machine(), ls.kernel_version(), len(ds.list_index_segments('vec_idx')))\n"
+    )
+    out = subprocess.run([*interpreter, "-c", script], capture_output=True, text=True, timeout=600,
+                         env={"PATH": "/usr/bin:/bin", "HOME": str(tmp)})
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert out.stdout.split() == [machine, __version__, "1"], out.stdout
+    assert len(lance.dataset(uri).describe_indices()[0].segments) == 1
+    assert answers(uri) == answers(theirs)
+
+
+def test_x86_64_wheel_loads_in_a_static_interpreter(tmp_path):
+    debian = Path("/usr/bin/python3.11")
+    if not debian.exists():
+        pytest.skip("no /usr/bin/python3.11 (Debian's statically linked interpreter) here")
+    assert "libpython" not in subprocess.run(["readelf", "-d", str(debian)], capture_output=True, text=True).stdout
+    merge_under([str(debian)], "x86_64", unpack(wheel_for("3.11", "x86_64"), tmp_path), tmp_path)
+
+
+def test_aarch64_wheel_merges_under_emulation(tmp_path):
+    qemu = shutil.which("qemu-aarch64-static")
+    python = AARCH64_ROOT / "usr" / "bin" / "python3.11"
+    if qemu is None or not python.exists():
+        pytest.skip(f"the aarch64 wheels are built, not run: no qemu-aarch64-static or no {python} "
+                    "(sh tools/aarch64_python.sh installs them with apt)")
+    merge_under([qemu, "-L", str(AARCH64_ROOT), str(python)], "aarch64", unpack(wheel_for("3.11", "aarch64"), tmp_path), tmp_path)
