@@ -18,7 +18,8 @@ Steps:
    the `#cgo` lines gopy writes (the generating interpreter's -I, -L and
    -lpython) are replaced by our own flags;
 3. `setup.py bdist_wheel` in a build environment of each CPython, with
-   SEGMERGE_PREBUILT_NATIVE pointing at that extension;
+   SEGMERGE_PREBUILT_NATIVE pointing at that extension (and, at the end,
+   `setup.py sdist`: the Go sources, built from source by pip);
 4. `auditwheel repair` to the oldest manylinux policy the wheel meets
    (an error if newer than manylinux_2_28), whose name is printed in the
    closing table.
@@ -203,6 +204,17 @@ def repair(tools_python: str, wheel: str, dist: str) -> tuple[str, str]:
     return target, verdict.group(0).split('"')[1]
 
 
+def make_sdist(build_python: str, dist: str) -> str:
+    """The source distribution (MANIFEST.in: the Go module and the build
+    script, no compiled extension); pip builds it with Go and a C compiler."""
+    for old in glob.glob(os.path.join(dist, "lance_segmerge-*.tar.gz")):
+        os.remove(old)
+    subprocess.run([build_python, "setup.py", "-q", "sdist", "--dist-dir", dist], cwd=ROOT, check=True)
+    shutil.rmtree(os.path.join(ROOT, "python", "lance_segmerge.egg-info"), ignore_errors=True)
+    (sdist,) = glob.glob(os.path.join(dist, "lance_segmerge-*.tar.gz"))
+    return sdist
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pythons", default=",".join(PYTHONS), help="CPython lines to build for (default: %(default)s)")
@@ -245,7 +257,8 @@ def main() -> int:
             rows.append((os.path.basename(wheel), f"{os.path.getsize(wheel) / 2**20:.1f} MiB", verdict,
                          f"{time.perf_counter() - t:.0f}s"))
             print(f"built {rows[-1][0]}", flush=True)
-    print(f"\n{len(rows)} wheels in {args.dist} ({time.perf_counter() - t0:.0f}s):")
+    sdist = make_sdist(build_python, args.dist)
+    print(f"\n{len(rows)} wheels and the sdist {os.path.basename(sdist)} in {args.dist} ({time.perf_counter() - t0:.0f}s):")
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for r in rows:
         print("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)))

@@ -194,3 +194,22 @@ def test_aarch64_wheel_merges_under_emulation(tmp_path):
         pytest.skip(f"the aarch64 wheels are built, not run: no qemu-aarch64-static or no {python} "
                     "(sh tools/aarch64_python.sh installs them with apt)")
     merge_under([qemu, "-L", str(AARCH64_ROOT), str(python)], "aarch64", unpack(wheel_for("3.11", "aarch64"), tmp_path), tmp_path)
+
+
+def test_sdist_builds_the_kernel_from_source(tmp_path):
+    # Unlike the wheels, the sdist compiles the kernel where it is
+    # installed (Go and a C compiler needed), without the test tools.
+    (sdist,) = glob.glob(os.path.join(WHEELS or "", f"lance_segmerge-{__version__}.tar.gz"))
+    env_dir = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(env_dir)], check=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    py = str(env_dir / "bin" / "python")
+    subprocess.run([py, "-m", "pip", "install", "-q", sdist], check=True, env=env, cwd=tmp_path, timeout=900)
+    script = (
+        "import lance_segmerge as ls, lance_segmerge._ffi as f, importlib.resources as r\n"
+        "native = sorted(p.name for p in r.files('lance_segmerge._native').iterdir() if p.name.endswith('.so'))\n"
+        f"segs = ls.open({str(REPO / 'testdata' / 'lance-compat' / 'v0.27.1' / 'pq_in_schema')!r}).list_index_segments()\n"
+        "print(ls.kernel_version(), len(native), hasattr(f.native(), 'DescribeIVF'), segs[0].index_type)\n"
+    )
+    out = subprocess.run([py, "-c", script], check=True, env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert out.stdout.split() == [__version__, "1", "False", "IVF_PQ"], out.stdout
