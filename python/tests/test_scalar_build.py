@@ -480,6 +480,39 @@ def test_bloomfilter_builds_commit_answer_and_merge(zones_table, tmp_path):
     assert _answers(fresh, filters) == truth
 
 
+def test_bloomfilter_streamed_build_of_many_zones(tmp_path):
+    """A build of more zones than the builder holds at once (64) writes
+    them in pages as it goes. The index's zone size (32 rows, from
+    pylance's IndexConfig) is taken from its first segment; our segment of
+    the two appended fragments (188 zones) equals pylance's build of them
+    byte for byte, and pylance answers from both segments as a scan."""
+    from lance.indices import IndexConfig
+
+    config = IndexConfig("bloomfilter", {"number_of_items": 32, "probability": 0.01})
+    uri = str(tmp_path / "t")
+    rng = np.random.default_rng(9)
+    for k in range(3):
+        v = rng.integers(0, 50_000, 3000)
+        t = pa.table({"id": pa.array(np.arange(k * 3000, (k + 1) * 3000)), "v": pa.array(v, mask=rng.random(3000) < 0.01)})
+        lance.write_dataset(t, uri, mode="append" if k else "create")
+        if k == 0:
+            lance.dataset(uri).create_scalar_index("v", config, name="v_bf")
+    ours = ls.build_index_segment(uri, "v", "BLOOMFILTER", [1, 2], name="v_bf")
+    theirs = lance.dataset(uri).create_index_uncommitted("v", config, name="v_bf_theirs", fragment_ids=[1, 2])
+    a = LanceFileReader(f"{uri}/_indices/{ours.uuid}/bloomfilter.lance")
+    b = LanceFileReader(f"{uri}/_indices/{theirs.uuid}/bloomfilter.lance")
+    ta, tb = a.read_all().to_table(), b.read_all().to_table()
+    assert len(ta) == 2 * -(-3000 // 32) and ta.equals(tb)
+    assert a.metadata().schema.metadata == b.metadata().schema.metadata
+    assert a.metadata().schema.metadata[b"bloomfilter_item"] == b"32"
+    filters = [f"v = {int(x)}" for x in rng.integers(0, 50_000, 5)] + ["v IN (7, 49999, 123)", "v IS NULL"]
+    truth = _answers(uri, filters, use_index=False)
+    ls.commit_existing_index_segments(uri, "v_bf", "v", [ours])
+    assert len(ls.open(uri).list_index_segments("v_bf")) == 2
+    assert _answers(uri, filters) == truth and truth["v IS NULL"]
+    assert "ScalarIndexQuery" in lance.dataset(uri).scanner(filter=filters[0]).explain_plan()
+
+
 # -- NGRAM --------------------------------------------------------------------
 
 # Every character of the ranges whose folding the kernel knows, upper and
