@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/RoaringBitmap/roaring/v2/roaring64"
+	"golang.org/x/text/unicode/norm"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
@@ -35,6 +36,7 @@ const NullToken = 0
 // foldRanges are the code points whose folding is known here.
 var foldRanges = []struct{ lo, hi rune }{
 	{0x00A0, 0x017F}, // Latin-1 Supplement, Latin Extended-A
+	{0x1E00, 0x1EFF}, // Latin Extended Additional (Vietnamese, Welsh...)
 	{0x0370, 0x03FF}, // Greek
 	{0x0400, 0x04FF}, // Cyrillic
 	{0x0590, 0x05FF}, // Hebrew
@@ -95,6 +97,26 @@ func init() {
 	add("14", "¼") // as pylance 14.0.2 folds them: no fraction slash
 	add("12", "½")
 	add("34", "¾")
+	// Latin Extended Additional: each letter is a Latin letter with
+	// diacritics, and folds to the ASCII letters of its compatibility
+	// decomposition, marks dropped (ẚ is "a" and a modifier letter, which
+	// only NFKD splits; ẛ decomposes to ſ, folded above). The letters
+	// without a decomposition (ẜ, ẝ, ẟ, Ỻ, Ỽ, Ỿ...) do not fold, in
+	// pylance 14.0.2 as here.
+	for r := rune(0x1E00); r <= 0x1EFF; r++ {
+		var to []byte
+		for _, d := range norm.NFKD.String(string(unicode.ToLower(r))) {
+			switch {
+			case d < utf8.RuneSelf && (unicode.IsLetter(d) || unicode.IsDigit(d)):
+				to = append(to, byte(d))
+			case latinFold[d] != "":
+				to = append(to, latinFold[d]...)
+			}
+		}
+		if len(to) > 0 {
+			latinFold[unicode.ToLower(r)] = string(to)
+		}
+	}
 }
 
 // Tokens calls visit with the token of each trigram of text (a token may
@@ -128,7 +150,7 @@ func Tokens(text []byte, visit func(uint32) error) error {
 		}
 		i += size
 		if !knownFold(r) {
-			return fmt.Errorf("%w: ngram build: character %U (pylance folds text with tantivy's ASCII folding table, which is reproduced here for Latin-1, Latin Extended-A and the letters of scripts that do not fold)", errkind.Unsupported, r)
+			return fmt.Errorf("%w: ngram build: character %U (pylance folds text with tantivy's ASCII folding table, which is reproduced here for Latin-1, Latin Extended-A, Latin Extended Additional and the letters of scripts that do not fold)", errkind.Unsupported, r)
 		}
 		if r == 'İ' { // lower-cased to "i" and a combining dot
 			chars = append(chars, 'i', 0)
