@@ -28,15 +28,15 @@ const NullToken = 0
 // characters have none; a null text has NullToken.
 //
 // Folding is a table of thousands of characters upstream. We reproduce
-// it for the characters of foldRanges, where test_ngram_build.py checks
-// every character against pylance (those of the Latin ranges fold by
-// latinFold, the others are letters of scripts that do not fold); a text
-// with any other non-ASCII character is refused, never guessed.
+// it for the characters of foldRanges and decomposedRanges, where
+// test_scalar_build.py checks every character against pylance (Latin-1
+// and Extended-A fold by latinFold's table, decomposedRanges by NFKD, the
+// rest are letters of scripts that do not fold); a text with any other
+// non-ASCII character is refused, never guessed.
 
 // foldRanges are the code points whose folding is known here.
 var foldRanges = []struct{ lo, hi rune }{
 	{0x00A0, 0x017F}, // Latin-1 Supplement, Latin Extended-A
-	{0x1E00, 0x1EFF}, // Latin Extended Additional (Vietnamese, Welsh...)
 	{0x0370, 0x03FF}, // Greek
 	{0x0400, 0x04FF}, // Cyrillic
 	{0x0590, 0x05FF}, // Hebrew
@@ -47,8 +47,28 @@ var foldRanges = []struct{ lo, hi rune }{
 	{0xAC00, 0xD7A3}, // Hangul syllables
 }
 
+// decomposedRanges fold to the ASCII letters and digits of each
+// character's compatibility decomposition (NFKD), marks and other
+// characters dropped; pylance 14.0.2 folds every one of them so
+// (test_ngram_build_writes_what_pylance_writes). They count as known.
+var decomposedRanges = []struct{ lo, hi rune }{
+	{0x0180, 0x024F}, // Latin Extended-B (Romanian, Pinyin tones...)
+	{0x1E00, 0x1EFF}, // Latin Extended Additional (Vietnamese, Welsh...)
+	{0x0250, 0x02AF}, // IPA Extensions
+	{0x2070, 0x209F}, // superscripts and subscripts
+	{0x2C60, 0x2C7C}, // Latin Extended-C (pylance folds U+2C7D otherwise)
+	{0xA720, 0xA7F0}, // Latin Extended-D (and U+A7F1 on otherwise)
+	{0xFB00, 0xFB06}, // Latin ligatures (ﬁ is "fi")
+	{0xFF00, 0xFFEF}, // halfwidth and fullwidth forms (Ａ is "a")
+}
+
 func knownFold(r rune) bool {
 	for _, g := range foldRanges {
+		if r >= g.lo && r <= g.hi {
+			return true
+		}
+	}
+	for _, g := range decomposedRanges {
 		if r >= g.lo && r <= g.hi {
 			return true
 		}
@@ -97,24 +117,23 @@ func init() {
 	add("14", "¼") // as pylance 14.0.2 folds them: no fraction slash
 	add("12", "½")
 	add("34", "¾")
-	// Latin Extended Additional: each letter is a Latin letter with
-	// diacritics, and folds to the ASCII letters of its compatibility
-	// decomposition, marks dropped (ẚ is "a" and a modifier letter, which
-	// only NFKD splits; ẛ decomposes to ſ, folded above). The letters
-	// without a decomposition (ẜ, ẝ, ẟ, Ỻ, Ỽ, Ỿ...) do not fold, in
-	// pylance 14.0.2 as here.
-	for r := rune(0x1E00); r <= 0x1EFF; r++ {
-		var to []byte
-		for _, d := range norm.NFKD.String(string(unicode.ToLower(r))) {
-			switch {
-			case d < utf8.RuneSelf && (unicode.IsLetter(d) || unicode.IsDigit(d)):
-				to = append(to, byte(d))
-			case latinFold[d] != "":
-				to = append(to, latinFold[d]...)
+	// NFKD splits ẚ into "a" and a modifier letter (NFD keeps it whole);
+	// ẛ decomposes to ſ, folded above. Characters without a
+	// decomposition (ƀ, ƒ, ẜ, Ỻ...) do not fold, in pylance as here.
+	for _, g := range decomposedRanges {
+		for r := g.lo; r <= g.hi; r++ {
+			var to []byte
+			for _, d := range norm.NFKD.String(string(unicode.ToLower(r))) {
+				switch {
+				case d < utf8.RuneSelf && (unicode.IsLetter(d) || unicode.IsDigit(d)):
+					to = append(to, byte(d))
+				case latinFold[d] != "":
+					to = append(to, latinFold[d]...)
+				}
 			}
-		}
-		if len(to) > 0 {
-			latinFold[unicode.ToLower(r)] = string(to)
+			if len(to) > 0 {
+				latinFold[unicode.ToLower(r)] = string(to)
+			}
 		}
 	}
 }
@@ -150,7 +169,7 @@ func Tokens(text []byte, visit func(uint32) error) error {
 		}
 		i += size
 		if !knownFold(r) {
-			return fmt.Errorf("%w: ngram build: character %U (pylance folds text with tantivy's ASCII folding table, which is reproduced here for Latin-1, Latin Extended-A, Latin Extended Additional and the letters of scripts that do not fold)", errkind.Unsupported, r)
+			return fmt.Errorf("%w: ngram build: character %U (pylance folds text with tantivy's ASCII folding table, which is reproduced here for the Latin blocks, IPA, super- and subscripts, ligatures, fullwidth forms and the letters of scripts that do not fold; build this index with pylance)", errkind.Unsupported, r)
 		}
 		if r == 'İ' { // lower-cased to "i" and a combining dot
 			chars = append(chars, 'i', 0)

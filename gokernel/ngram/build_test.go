@@ -23,7 +23,9 @@ func TestTokens(t *testing.T) {
 		{"İst", nil, nil}, // "i" and a combining dot: no trigram
 		{"xİstan", []string{"sta", "tan"}, nil},
 		{"q½z", []string{"q12", "12z"}, nil},
-		{"ﬁne", nil, errkind.Unsupported},
+		{"ﬁne Ｌａｎｃｅ", []string{"fin", "ine", "lan", "anc", "nce"}, nil},
+		{"Việt", []string{"vie", "iet"}, nil},
+		{"ℂ", nil, errkind.Unsupported}, // letterlike symbols: pylance's folding of them is not known here
 		{"\xff\xfe", nil, errkind.InvalidInput},
 	} {
 		var got []string
