@@ -40,7 +40,8 @@ func newColWriter(w *Writer, f *Field) (*colWriter, error) {
 		if len(f.Children) != 1 || f.Children[0].Type.ValueBits() == 0 || f.Children[0].Type.ValueBits()%8 != 0 {
 			return nil, fmt.Errorf("%w: lancefile: writing list field %q of %v", errkind.Unsupported, f.Name, f.Children)
 		}
-	case f.Type.Kind == KindBinary || f.Type.Kind == KindBool:
+	case f.Type.Kind == KindBinary:
+	case f.Type.Kind == KindBool:
 		if w.opts.Version == V2_0 {
 			return nil, fmt.Errorf("%w: lancefile: writing %s field %q in a 2.0 file", errkind.Unsupported, f.Type, f.Name)
 		}
@@ -441,7 +442,32 @@ func values20(a *Array) (*enc20.ArrayEncoding, [][]byte) {
 	return enc, [][]byte{sliceBits(a.Validity, 0, a.Len), a.Values}
 }
 
+// binary20 encodes strings and binaries as pylance's 2.0 writer does for
+// many distinct values: Binary{u64 end offsets from the page's first byte,
+// a null's plus null_adjustment = bytes + 1; the bytes}, no Nullable around
+// it. (pylance dictionary-encodes low-cardinality pages; both read alike.)
+func binary20(a *Array) (*enc20.ArrayEncoding, [][]byte) {
+	base := a.Offsets[0]
+	data := a.Values[base:a.Offsets[a.Len]]
+	adj := uint64(len(data)) + 1
+	ends := make([]byte, 8*a.Len)
+	for i := 0; i < a.Len; i++ {
+		v := uint64(a.Offsets[i+1] - base)
+		if !a.IsValid(i) {
+			v += adj
+		}
+		binary.LittleEndian.PutUint64(ends[8*i:], v)
+	}
+	enc := &enc20.ArrayEncoding{ArrayEncoding: &enc20.ArrayEncoding_Binary{Binary: &enc20.Binary{
+		Indices: noNull20(flat20(64, 0)), Bytes: flat20(8, 1), NullAdjustment: adj}}}
+	return enc, [][]byte{ends, data}
+}
+
 func (c *colWriter) flush20(a *Array) error {
+	if a.Type.Kind == KindBinary {
+		enc, bufs := binary20(a)
+		return c.page(0, typeURLArrayEncoding, enc, bufs, a.Len, 0)
+	}
 	if !isList(a.Type) {
 		enc, bufs := values20(a)
 		return c.page(0, typeURLArrayEncoding, enc, bufs, a.Len, 0)

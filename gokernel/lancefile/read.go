@@ -74,9 +74,6 @@ func (r *Reader) ReadInto(ctx context.Context, name string, start, end uint64, d
 			return r.readList20(ctx, cols, t, it, int(start), int(end))
 		}
 	case t.Kind == KindBinary:
-		if r.foot.version == V2_0 {
-			return nil, fmt.Errorf("%w: lancefile: %s: reading %s columns of a 2.0 file", errkind.Unsupported, r.name, t)
-		}
 	default:
 		if t.ValueBits() == 0 || t.ValueBits()%8 != 0 {
 			return nil, fmt.Errorf("%w: lancefile: %s: reading %s columns", errkind.Unsupported, r.name, t)

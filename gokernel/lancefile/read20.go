@@ -18,6 +18,9 @@ func (r *Reader) readPage20(ctx context.Context, pg *pageIO, t DataType, a, b in
 		return nil, err
 	}
 	d := decoder20{ctx: ctx, pg: pg}
+	if t.Kind == KindBinary {
+		return d.binary(enc, t, a, b)
+	}
 	out := &Array{Type: t, Len: b - a}
 	var err error
 	out.Values, out.Validity, out.ItemValidity, err = d.decode(enc, t, a, b)
@@ -72,6 +75,149 @@ func (d decoder20) decode(enc *enc20.ArrayEncoding, t DataType, a, b int) (value
 	default:
 		return nil, nil, nil, fmt.Errorf("%w: 2.0 array encoding %T", errkind.Unsupported, e)
 	}
+}
+
+// binary reads rows [a, b) of a 2.0 string or binary page: a Binary (u64
+// end offsets counted from the page's first byte, a null's plus
+// null_adjustment, then the bytes) or a Dictionary (an index per row, 0 for
+// null and k for item k-1, over a Binary of the items), either possibly
+// under a Nullable.
+func (d decoder20) binary(enc *enc20.ArrayEncoding, t DataType, a, b int) (*Array, error) {
+	switch e := enc.GetArrayEncoding().(type) {
+	case *enc20.ArrayEncoding_Nullable:
+		switch n := e.Nullable.GetNullability().(type) {
+		case *enc20.Nullable_NoNulls:
+			return d.binary(n.NoNulls.GetValues(), t, a, b)
+		case *enc20.Nullable_SomeNulls:
+			validity, err := d.bits(n.SomeNulls.GetValidity(), a, b)
+			if err != nil {
+				return nil, err
+			}
+			out, err := d.binary(n.SomeNulls.GetValues(), t, a, b)
+			if err != nil {
+				return nil, err
+			}
+			for i := range validity {
+				out.Validity[i] &= validity[i]
+			}
+			return out, nil
+		case *enc20.Nullable_AllNulls:
+			return &Array{Type: t, Len: b - a, Offsets: make([]int64, b-a+1), Values: []byte{}, Validity: make([]byte, (b-a+7)/8)}, nil
+		default:
+			return nil, fmt.Errorf("%w: 2.0 nullable encoding without nullability", errkind.Corrupt)
+		}
+	case *enc20.ArrayEncoding_Binary:
+		return d.plainBinary(e.Binary, t, a, b)
+	case *enc20.ArrayEncoding_Dictionary:
+		return d.dictionary(e.Dictionary, t, a, b)
+	default:
+		return nil, fmt.Errorf("%w: 2.0 %s page encoded as %T", errkind.Unsupported, t, e)
+	}
+}
+
+// fixed reads rows [a, b) of a Flat buffer of bits-wide unsigned values
+// (bits 8, 16, 32 or 64), under at most a no-null Nullable.
+func (d decoder20) fixed(enc *enc20.ArrayEncoding, a, b int) ([]uint64, error) {
+	if nn := enc.GetNullable().GetNoNulls(); nn != nil {
+		enc = nn.GetValues()
+	}
+	f := enc.GetFlat()
+	bits := int(f.GetBitsPerValue())
+	if f == nil || bits != 8 && bits != 16 && bits != 32 && bits != 64 {
+		return nil, fmt.Errorf("%w: 2.0 offsets or indices encoded as %v", errkind.Unsupported, enc)
+	}
+	raw, err := d.flat(f, a*bits/8, (b-a)*bits/8)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]uint64, b-a)
+	for i := range out {
+		switch bits {
+		case 8:
+			out[i] = uint64(raw[i])
+		case 16:
+			out[i] = uint64(binary.LittleEndian.Uint16(raw[2*i:]))
+		case 32:
+			out[i] = uint64(binary.LittleEndian.Uint32(raw[4*i:]))
+		default:
+			out[i] = binary.LittleEndian.Uint64(raw[8*i:])
+		}
+	}
+	return out, nil
+}
+
+func (d decoder20) plainBinary(e *enc20.Binary, t DataType, a, b int) (*Array, error) {
+	lo := max(a-1, 0)
+	ends, err := d.fixed(e.GetIndices(), lo, b)
+	if err != nil {
+		return nil, err
+	}
+	adj := e.GetNullAdjustment()
+	end := func(v uint64) (uint64, bool) {
+		if adj > 0 && v >= adj {
+			return v - adj, false
+		}
+		return v, true
+	}
+	first := uint64(0)
+	if a > 0 {
+		first, _ = end(ends[0])
+		ends = ends[1:]
+	}
+	out := &Array{Type: t, Len: b - a, Offsets: make([]int64, 1, b-a+1), Validity: make([]byte, (b-a+7)/8)}
+	prev := first
+	for i, v := range ends {
+		e, valid := end(v)
+		if e < prev {
+			return nil, fmt.Errorf("%w: 2.0 binary offsets go back (%d after %d)", errkind.Corrupt, e, prev)
+		}
+		prev = e
+		out.Offsets = append(out.Offsets, int64(e-first))
+		if valid {
+			out.Validity[i/8] |= 1 << (i % 8)
+		}
+	}
+	if limit := uint64(d.pg.r.opts.MaxReadBytes); prev-first > limit {
+		return nil, fmt.Errorf("%w: 2.0 binary rows [%d,%d) hold %d bytes, above the %d-byte limit", errkind.InvalidInput, a, b, prev-first, limit)
+	}
+	f := e.GetBytes().GetFlat()
+	if f == nil || f.GetBitsPerValue() != 8 {
+		return nil, fmt.Errorf("%w: 2.0 binary bytes encoded as %v", errkind.Unsupported, e.GetBytes())
+	}
+	if out.Values, err = d.flat(f, int(first), int(prev-first)); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (d decoder20) dictionary(e *enc20.Dictionary, t DataType, a, b int) (*Array, error) {
+	items := e.GetItems().GetBinary()
+	if items == nil {
+		return nil, fmt.Errorf("%w: 2.0 dictionary items encoded as %T", errkind.Unsupported, e.GetItems().GetArrayEncoding())
+	}
+	// the item count is checked against the page's buffers (pageIO.read)
+	// before anything of its size is allocated
+	n := int(e.GetNumDictionaryItems())
+	dict, err := d.plainBinary(items, t, 0, n)
+	if err != nil {
+		return nil, err
+	}
+	idx, err := d.fixed(e.GetIndices(), a, b)
+	if err != nil {
+		return nil, err
+	}
+	out := &Array{Type: t, Len: b - a, Offsets: make([]int64, 1, b-a+1), Values: []byte{}, Validity: make([]byte, (b-a+7)/8)}
+	for i, k := range idx {
+		if k > uint64(n) {
+			return nil, fmt.Errorf("%w: 2.0 dictionary index %d of %d items", errkind.Corrupt, k, n)
+		}
+		if k > 0 && dict.IsValid(int(k-1)) {
+			out.Values = append(out.Values, dict.Values[dict.Offsets[k-1]:dict.Offsets[k]]...)
+			out.Validity[i/8] |= 1 << (i % 8)
+		}
+		out.Offsets = append(out.Offsets, int64(len(out.Values)))
+	}
+	return out, nil
 }
 
 func (d decoder20) flat(f *enc20.Flat, off, n int) ([]byte, error) {

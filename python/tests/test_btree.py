@@ -162,3 +162,39 @@ def test_health_and_reindex_refuse_btree(pair):
         ls.health(ours, "i64_idx")
     with pytest.raises(ls.UnsupportedError, match="BTREE"):
         ls.reindex(ours, "i64_idx", progress=False)
+
+
+def test_string_indices_of_a_2_0_dataset_merge(tmp_path):
+    """pylance writes 2.0 index files of strings as Dictionary pages (few
+    distinct values: an index per row, 0 for null, over a Binary of the
+    items) or Binary pages (u64 end offsets, a null's plus
+    null_adjustment, then the bytes); we read both and write Binary. A
+    BTREE and a BITMAP on low-cardinality strings with nulls and empty
+    strings, and a BTREE on unique strings, each of three segments, merge
+    to one that verifies clean, and pylance answers as a scan does."""
+    uri = str(tmp_path / "t")
+
+    def rows(lo: int) -> pa.Table:
+        i = np.arange(lo, lo + 1000)
+        s = [None if k % 50 == 0 else "" if k % 61 == 0 else f"k{k % 97}" for k in i]
+        return pa.table({"id": pa.array(i), "s": pa.array(s), "h": pa.array([f"v{k}" for k in i])})
+
+    ds = lance.write_dataset(rows(0), uri, data_storage_version="2.0")
+    ds.create_scalar_index("s", "BTREE")
+    ds.create_scalar_index("s", "BITMAP", name="s_bm")
+    ds.create_scalar_index("h", "BTREE")
+    for k in (1, 2):
+        ds = lance.write_dataset(rows(1000 * k), uri, mode="append")
+        ds.optimize.optimize_indices(num_indices_to_merge=0)
+    filters = ["s = 'k5'", "s IS NULL", "s = ''", "s > 'k90'", "h = 'v1500'", "h < 'v11'", "s IN ('k1', 'k96')"]
+    truth = {f: sorted(lance.dataset(uri).to_table(filter=f, use_scalar_index=False)["id"].to_pylist()) for f in filters}
+    assert all(truth.values())
+    for name in ("s_idx", "s_bm", "h_idx"):
+        assert len(ls.open(uri).list_index_segments(name)) == 3
+        ls.optimize(uri, name, progress=False)
+        assert len(ls.open(uri).list_index_segments(name)) == 1
+        assert [s.verdict for s in ls.verify_index(uri, name).segments] == ["clean"]
+    ds = lance.dataset(uri)
+    assert ds.data_storage_version == "2.0"
+    assert {f: sorted(ds.to_table(filter=f)["id"].to_pylist()) for f in filters} == truth
+    assert "ScalarIndexQuery" in ds.scanner(filter=filters[4]).explain_plan()

@@ -458,6 +458,128 @@ func (x *List) GetNumItems() uint64 {
 	return 0
 }
 
+// Strings and binaries: each value's end offset (u64, from the page's first
+// byte; a null's plus null_adjustment) and the bytes back to back.
+type Binary struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Indices        *ArrayEncoding         `protobuf:"bytes,1,opt,name=indices,proto3" json:"indices,omitempty"`
+	Bytes          *ArrayEncoding         `protobuf:"bytes,2,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	NullAdjustment uint64                 `protobuf:"varint,3,opt,name=null_adjustment,json=nullAdjustment,proto3" json:"null_adjustment,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Binary) Reset() {
+	*x = Binary{}
+	mi := &file_encodings20_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Binary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Binary) ProtoMessage() {}
+
+func (x *Binary) ProtoReflect() protoreflect.Message {
+	mi := &file_encodings20_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Binary.ProtoReflect.Descriptor instead.
+func (*Binary) Descriptor() ([]byte, []int) {
+	return file_encodings20_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Binary) GetIndices() *ArrayEncoding {
+	if x != nil {
+		return x.Indices
+	}
+	return nil
+}
+
+func (x *Binary) GetBytes() *ArrayEncoding {
+	if x != nil {
+		return x.Bytes
+	}
+	return nil
+}
+
+func (x *Binary) GetNullAdjustment() uint64 {
+	if x != nil {
+		return x.NullAdjustment
+	}
+	return 0
+}
+
+type Dictionary struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	Indices            *ArrayEncoding         `protobuf:"bytes,1,opt,name=indices,proto3" json:"indices,omitempty"`
+	Items              *ArrayEncoding         `protobuf:"bytes,2,opt,name=items,proto3" json:"items,omitempty"`
+	NumDictionaryItems uint32                 `protobuf:"varint,3,opt,name=num_dictionary_items,json=numDictionaryItems,proto3" json:"num_dictionary_items,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *Dictionary) Reset() {
+	*x = Dictionary{}
+	mi := &file_encodings20_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Dictionary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Dictionary) ProtoMessage() {}
+
+func (x *Dictionary) ProtoReflect() protoreflect.Message {
+	mi := &file_encodings20_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Dictionary.ProtoReflect.Descriptor instead.
+func (*Dictionary) Descriptor() ([]byte, []int) {
+	return file_encodings20_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Dictionary) GetIndices() *ArrayEncoding {
+	if x != nil {
+		return x.Indices
+	}
+	return nil
+}
+
+func (x *Dictionary) GetItems() *ArrayEncoding {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+func (x *Dictionary) GetNumDictionaryItems() uint32 {
+	if x != nil {
+		return x.NumDictionaryItems
+	}
+	return 0
+}
+
 type Constant struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Value         []byte                 `protobuf:"bytes,1,opt,name=value,proto3" json:"value,omitempty"`
@@ -467,7 +589,7 @@ type Constant struct {
 
 func (x *Constant) Reset() {
 	*x = Constant{}
-	mi := &file_encodings20_proto_msgTypes[6]
+	mi := &file_encodings20_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -479,7 +601,7 @@ func (x *Constant) String() string {
 func (*Constant) ProtoMessage() {}
 
 func (x *Constant) ProtoReflect() protoreflect.Message {
-	mi := &file_encodings20_proto_msgTypes[6]
+	mi := &file_encodings20_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -492,7 +614,7 @@ func (x *Constant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Constant.ProtoReflect.Descriptor instead.
 func (*Constant) Descriptor() ([]byte, []int) {
-	return file_encodings20_proto_rawDescGZIP(), []int{6}
+	return file_encodings20_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Constant) GetValue() []byte {
@@ -510,6 +632,8 @@ type ArrayEncoding struct {
 	//	*ArrayEncoding_Nullable
 	//	*ArrayEncoding_FixedSizeList
 	//	*ArrayEncoding_List
+	//	*ArrayEncoding_Binary
+	//	*ArrayEncoding_Dictionary
 	//	*ArrayEncoding_Constant
 	ArrayEncoding isArrayEncoding_ArrayEncoding `protobuf_oneof:"array_encoding"`
 	unknownFields protoimpl.UnknownFields
@@ -518,7 +642,7 @@ type ArrayEncoding struct {
 
 func (x *ArrayEncoding) Reset() {
 	*x = ArrayEncoding{}
-	mi := &file_encodings20_proto_msgTypes[7]
+	mi := &file_encodings20_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -530,7 +654,7 @@ func (x *ArrayEncoding) String() string {
 func (*ArrayEncoding) ProtoMessage() {}
 
 func (x *ArrayEncoding) ProtoReflect() protoreflect.Message {
-	mi := &file_encodings20_proto_msgTypes[7]
+	mi := &file_encodings20_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -543,7 +667,7 @@ func (x *ArrayEncoding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArrayEncoding.ProtoReflect.Descriptor instead.
 func (*ArrayEncoding) Descriptor() ([]byte, []int) {
-	return file_encodings20_proto_rawDescGZIP(), []int{7}
+	return file_encodings20_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ArrayEncoding) GetArrayEncoding() isArrayEncoding_ArrayEncoding {
@@ -589,6 +713,24 @@ func (x *ArrayEncoding) GetList() *List {
 	return nil
 }
 
+func (x *ArrayEncoding) GetBinary() *Binary {
+	if x != nil {
+		if x, ok := x.ArrayEncoding.(*ArrayEncoding_Binary); ok {
+			return x.Binary
+		}
+	}
+	return nil
+}
+
+func (x *ArrayEncoding) GetDictionary() *Dictionary {
+	if x != nil {
+		if x, ok := x.ArrayEncoding.(*ArrayEncoding_Dictionary); ok {
+			return x.Dictionary
+		}
+	}
+	return nil
+}
+
 func (x *ArrayEncoding) GetConstant() *Constant {
 	if x != nil {
 		if x, ok := x.ArrayEncoding.(*ArrayEncoding_Constant); ok {
@@ -618,6 +760,14 @@ type ArrayEncoding_List struct {
 	List *List `protobuf:"bytes,4,opt,name=list,proto3,oneof"`
 }
 
+type ArrayEncoding_Binary struct {
+	Binary *Binary `protobuf:"bytes,6,opt,name=binary,proto3,oneof"`
+}
+
+type ArrayEncoding_Dictionary struct {
+	Dictionary *Dictionary `protobuf:"bytes,7,opt,name=dictionary,proto3,oneof"`
+}
+
 type ArrayEncoding_Constant struct {
 	Constant *Constant `protobuf:"bytes,13,opt,name=constant,proto3,oneof"`
 }
@@ -629,6 +779,10 @@ func (*ArrayEncoding_Nullable) isArrayEncoding_ArrayEncoding() {}
 func (*ArrayEncoding_FixedSizeList) isArrayEncoding_ArrayEncoding() {}
 
 func (*ArrayEncoding_List) isArrayEncoding_ArrayEncoding() {}
+
+func (*ArrayEncoding_Binary) isArrayEncoding_ArrayEncoding() {}
+
+func (*ArrayEncoding_Dictionary) isArrayEncoding_ArrayEncoding() {}
 
 func (*ArrayEncoding_Constant) isArrayEncoding_ArrayEncoding() {}
 
@@ -644,7 +798,7 @@ type ColumnEncoding struct {
 
 func (x *ColumnEncoding) Reset() {
 	*x = ColumnEncoding{}
-	mi := &file_encodings20_proto_msgTypes[8]
+	mi := &file_encodings20_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -656,7 +810,7 @@ func (x *ColumnEncoding) String() string {
 func (*ColumnEncoding) ProtoMessage() {}
 
 func (x *ColumnEncoding) ProtoReflect() protoreflect.Message {
-	mi := &file_encodings20_proto_msgTypes[8]
+	mi := &file_encodings20_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -669,7 +823,7 @@ func (x *ColumnEncoding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColumnEncoding.ProtoReflect.Descriptor instead.
 func (*ColumnEncoding) Descriptor() ([]byte, []int) {
-	return file_encodings20_proto_rawDescGZIP(), []int{8}
+	return file_encodings20_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ColumnEncoding) GetColumnEncoding() isColumnEncoding_ColumnEncoding {
@@ -707,7 +861,7 @@ type Nullable_NoNull struct {
 
 func (x *Nullable_NoNull) Reset() {
 	*x = Nullable_NoNull{}
-	mi := &file_encodings20_proto_msgTypes[9]
+	mi := &file_encodings20_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -719,7 +873,7 @@ func (x *Nullable_NoNull) String() string {
 func (*Nullable_NoNull) ProtoMessage() {}
 
 func (x *Nullable_NoNull) ProtoReflect() protoreflect.Message {
-	mi := &file_encodings20_proto_msgTypes[9]
+	mi := &file_encodings20_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -752,7 +906,7 @@ type Nullable_SomeNull struct {
 
 func (x *Nullable_SomeNull) Reset() {
 	*x = Nullable_SomeNull{}
-	mi := &file_encodings20_proto_msgTypes[10]
+	mi := &file_encodings20_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -764,7 +918,7 @@ func (x *Nullable_SomeNull) String() string {
 func (*Nullable_SomeNull) ProtoMessage() {}
 
 func (x *Nullable_SomeNull) ProtoReflect() protoreflect.Message {
-	mi := &file_encodings20_proto_msgTypes[10]
+	mi := &file_encodings20_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -802,7 +956,7 @@ type Nullable_AllNull struct {
 
 func (x *Nullable_AllNull) Reset() {
 	*x = Nullable_AllNull{}
-	mi := &file_encodings20_proto_msgTypes[11]
+	mi := &file_encodings20_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -814,7 +968,7 @@ func (x *Nullable_AllNull) String() string {
 func (*Nullable_AllNull) ProtoMessage() {}
 
 func (x *Nullable_AllNull) ProtoReflect() protoreflect.Message {
-	mi := &file_encodings20_proto_msgTypes[11]
+	mi := &file_encodings20_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -872,14 +1026,27 @@ const file_encodings20_proto_rawDesc = "" +
 	"\x04List\x128\n" +
 	"\aoffsets\x18\x01 \x01(\v2\x1e.lance.encodings.ArrayEncodingR\aoffsets\x124\n" +
 	"\x16null_offset_adjustment\x18\x02 \x01(\x04R\x14nullOffsetAdjustment\x12\x1b\n" +
-	"\tnum_items\x18\x03 \x01(\x04R\bnumItems\" \n" +
+	"\tnum_items\x18\x03 \x01(\x04R\bnumItems\"\xa1\x01\n" +
+	"\x06Binary\x128\n" +
+	"\aindices\x18\x01 \x01(\v2\x1e.lance.encodings.ArrayEncodingR\aindices\x124\n" +
+	"\x05bytes\x18\x02 \x01(\v2\x1e.lance.encodings.ArrayEncodingR\x05bytes\x12'\n" +
+	"\x0fnull_adjustment\x18\x03 \x01(\x04R\x0enullAdjustment\"\xae\x01\n" +
+	"\n" +
+	"Dictionary\x128\n" +
+	"\aindices\x18\x01 \x01(\v2\x1e.lance.encodings.ArrayEncodingR\aindices\x124\n" +
+	"\x05items\x18\x02 \x01(\v2\x1e.lance.encodings.ArrayEncodingR\x05items\x120\n" +
+	"\x14num_dictionary_items\x18\x03 \x01(\rR\x12numDictionaryItems\" \n" +
 	"\bConstant\x12\x14\n" +
-	"\x05value\x18\x01 \x01(\fR\x05value\"\xb7\x02\n" +
+	"\x05value\x18\x01 \x01(\fR\x05value\"\xa9\x03\n" +
 	"\rArrayEncoding\x12+\n" +
 	"\x04flat\x18\x01 \x01(\v2\x15.lance.encodings.FlatH\x00R\x04flat\x127\n" +
 	"\bnullable\x18\x02 \x01(\v2\x19.lance.encodings.NullableH\x00R\bnullable\x12H\n" +
 	"\x0ffixed_size_list\x18\x03 \x01(\v2\x1e.lance.encodings.FixedSizeListH\x00R\rfixedSizeList\x12+\n" +
-	"\x04list\x18\x04 \x01(\v2\x15.lance.encodings.ListH\x00R\x04list\x127\n" +
+	"\x04list\x18\x04 \x01(\v2\x15.lance.encodings.ListH\x00R\x04list\x121\n" +
+	"\x06binary\x18\x06 \x01(\v2\x17.lance.encodings.BinaryH\x00R\x06binary\x12=\n" +
+	"\n" +
+	"dictionary\x18\a \x01(\v2\x1b.lance.encodings.DictionaryH\x00R\n" +
+	"dictionary\x127\n" +
 	"\bconstant\x18\r \x01(\v2\x19.lance.encodings.ConstantH\x00R\bconstantB\x10\n" +
 	"\x0earray_encoding\"U\n" +
 	"\x0eColumnEncoding\x120\n" +
@@ -899,7 +1066,7 @@ func file_encodings20_proto_rawDescGZIP() []byte {
 }
 
 var file_encodings20_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_encodings20_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_encodings20_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_encodings20_proto_goTypes = []any{
 	(Buffer_BufferType)(0),    // 0: lance.encodings.Buffer.BufferType
 	(*Buffer)(nil),            // 1: lance.encodings.Buffer
@@ -908,37 +1075,45 @@ var file_encodings20_proto_goTypes = []any{
 	(*Nullable)(nil),          // 4: lance.encodings.Nullable
 	(*FixedSizeList)(nil),     // 5: lance.encodings.FixedSizeList
 	(*List)(nil),              // 6: lance.encodings.List
-	(*Constant)(nil),          // 7: lance.encodings.Constant
-	(*ArrayEncoding)(nil),     // 8: lance.encodings.ArrayEncoding
-	(*ColumnEncoding)(nil),    // 9: lance.encodings.ColumnEncoding
-	(*Nullable_NoNull)(nil),   // 10: lance.encodings.Nullable.NoNull
-	(*Nullable_SomeNull)(nil), // 11: lance.encodings.Nullable.SomeNull
-	(*Nullable_AllNull)(nil),  // 12: lance.encodings.Nullable.AllNull
-	(*emptypb.Empty)(nil),     // 13: google.protobuf.Empty
+	(*Binary)(nil),            // 7: lance.encodings.Binary
+	(*Dictionary)(nil),        // 8: lance.encodings.Dictionary
+	(*Constant)(nil),          // 9: lance.encodings.Constant
+	(*ArrayEncoding)(nil),     // 10: lance.encodings.ArrayEncoding
+	(*ColumnEncoding)(nil),    // 11: lance.encodings.ColumnEncoding
+	(*Nullable_NoNull)(nil),   // 12: lance.encodings.Nullable.NoNull
+	(*Nullable_SomeNull)(nil), // 13: lance.encodings.Nullable.SomeNull
+	(*Nullable_AllNull)(nil),  // 14: lance.encodings.Nullable.AllNull
+	(*emptypb.Empty)(nil),     // 15: google.protobuf.Empty
 }
 var file_encodings20_proto_depIdxs = []int32{
 	0,  // 0: lance.encodings.Buffer.buffer_type:type_name -> lance.encodings.Buffer.BufferType
 	1,  // 1: lance.encodings.Flat.buffer:type_name -> lance.encodings.Buffer
 	2,  // 2: lance.encodings.Flat.compression:type_name -> lance.encodings.Compression
-	10, // 3: lance.encodings.Nullable.no_nulls:type_name -> lance.encodings.Nullable.NoNull
-	11, // 4: lance.encodings.Nullable.some_nulls:type_name -> lance.encodings.Nullable.SomeNull
-	12, // 5: lance.encodings.Nullable.all_nulls:type_name -> lance.encodings.Nullable.AllNull
-	8,  // 6: lance.encodings.FixedSizeList.items:type_name -> lance.encodings.ArrayEncoding
-	8,  // 7: lance.encodings.List.offsets:type_name -> lance.encodings.ArrayEncoding
-	3,  // 8: lance.encodings.ArrayEncoding.flat:type_name -> lance.encodings.Flat
-	4,  // 9: lance.encodings.ArrayEncoding.nullable:type_name -> lance.encodings.Nullable
-	5,  // 10: lance.encodings.ArrayEncoding.fixed_size_list:type_name -> lance.encodings.FixedSizeList
-	6,  // 11: lance.encodings.ArrayEncoding.list:type_name -> lance.encodings.List
-	7,  // 12: lance.encodings.ArrayEncoding.constant:type_name -> lance.encodings.Constant
-	13, // 13: lance.encodings.ColumnEncoding.values:type_name -> google.protobuf.Empty
-	8,  // 14: lance.encodings.Nullable.NoNull.values:type_name -> lance.encodings.ArrayEncoding
-	8,  // 15: lance.encodings.Nullable.SomeNull.validity:type_name -> lance.encodings.ArrayEncoding
-	8,  // 16: lance.encodings.Nullable.SomeNull.values:type_name -> lance.encodings.ArrayEncoding
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	12, // 3: lance.encodings.Nullable.no_nulls:type_name -> lance.encodings.Nullable.NoNull
+	13, // 4: lance.encodings.Nullable.some_nulls:type_name -> lance.encodings.Nullable.SomeNull
+	14, // 5: lance.encodings.Nullable.all_nulls:type_name -> lance.encodings.Nullable.AllNull
+	10, // 6: lance.encodings.FixedSizeList.items:type_name -> lance.encodings.ArrayEncoding
+	10, // 7: lance.encodings.List.offsets:type_name -> lance.encodings.ArrayEncoding
+	10, // 8: lance.encodings.Binary.indices:type_name -> lance.encodings.ArrayEncoding
+	10, // 9: lance.encodings.Binary.bytes:type_name -> lance.encodings.ArrayEncoding
+	10, // 10: lance.encodings.Dictionary.indices:type_name -> lance.encodings.ArrayEncoding
+	10, // 11: lance.encodings.Dictionary.items:type_name -> lance.encodings.ArrayEncoding
+	3,  // 12: lance.encodings.ArrayEncoding.flat:type_name -> lance.encodings.Flat
+	4,  // 13: lance.encodings.ArrayEncoding.nullable:type_name -> lance.encodings.Nullable
+	5,  // 14: lance.encodings.ArrayEncoding.fixed_size_list:type_name -> lance.encodings.FixedSizeList
+	6,  // 15: lance.encodings.ArrayEncoding.list:type_name -> lance.encodings.List
+	7,  // 16: lance.encodings.ArrayEncoding.binary:type_name -> lance.encodings.Binary
+	8,  // 17: lance.encodings.ArrayEncoding.dictionary:type_name -> lance.encodings.Dictionary
+	9,  // 18: lance.encodings.ArrayEncoding.constant:type_name -> lance.encodings.Constant
+	15, // 19: lance.encodings.ColumnEncoding.values:type_name -> google.protobuf.Empty
+	10, // 20: lance.encodings.Nullable.NoNull.values:type_name -> lance.encodings.ArrayEncoding
+	10, // 21: lance.encodings.Nullable.SomeNull.validity:type_name -> lance.encodings.ArrayEncoding
+	10, // 22: lance.encodings.Nullable.SomeNull.values:type_name -> lance.encodings.ArrayEncoding
+	23, // [23:23] is the sub-list for method output_type
+	23, // [23:23] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_encodings20_proto_init() }
@@ -952,14 +1127,16 @@ func file_encodings20_proto_init() {
 		(*Nullable_SomeNulls)(nil),
 		(*Nullable_AllNulls)(nil),
 	}
-	file_encodings20_proto_msgTypes[7].OneofWrappers = []any{
+	file_encodings20_proto_msgTypes[9].OneofWrappers = []any{
 		(*ArrayEncoding_Flat)(nil),
 		(*ArrayEncoding_Nullable)(nil),
 		(*ArrayEncoding_FixedSizeList)(nil),
 		(*ArrayEncoding_List)(nil),
+		(*ArrayEncoding_Binary)(nil),
+		(*ArrayEncoding_Dictionary)(nil),
 		(*ArrayEncoding_Constant)(nil),
 	}
-	file_encodings20_proto_msgTypes[8].OneofWrappers = []any{
+	file_encodings20_proto_msgTypes[10].OneofWrappers = []any{
 		(*ColumnEncoding_Values)(nil),
 	}
 	type x struct{}
@@ -968,7 +1145,7 @@ func file_encodings20_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_encodings20_proto_rawDesc), len(file_encodings20_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   12,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
