@@ -40,11 +40,7 @@ func newColWriter(w *Writer, f *Field) (*colWriter, error) {
 		if len(f.Children) != 1 || f.Children[0].Type.ValueBits() == 0 || f.Children[0].Type.ValueBits()%8 != 0 {
 			return nil, fmt.Errorf("%w: lancefile: writing list field %q of %v", errkind.Unsupported, f.Name, f.Children)
 		}
-	case f.Type.Kind == KindBinary:
-	case f.Type.Kind == KindBool:
-		if w.opts.Version == V2_0 {
-			return nil, fmt.Errorf("%w: lancefile: writing %s field %q in a 2.0 file", errkind.Unsupported, f.Type, f.Name)
-		}
+	case f.Type.Kind == KindBinary || f.Type.Kind == KindBool:
 	case f.Type.ValueBits() == 0 || f.Type.ValueBits()%8 != 0:
 		return nil, fmt.Errorf("%w: lancefile: writing %s field %q", errkind.Unsupported, f.Type, f.Name)
 	}
@@ -427,19 +423,29 @@ func values20(a *Array) (*enc20.ArrayEncoding, [][]byte) {
 	if nulls {
 		buf = 1
 	}
+	values := a.Values
 	var leaf *enc20.ArrayEncoding
-	if t.Kind == KindFixedSizeList {
+	if t.Kind == KindBool {
+		// one bit a value, least significant first (we hold a byte each)
+		values = make([]byte, (a.Len+7)/8)
+		for i, v := range a.Values[:a.Len] {
+			if v != 0 {
+				values[i/8] |= 1 << (i % 8)
+			}
+		}
+		leaf = flat20(1, buf)
+	} else if t.Kind == KindFixedSizeList {
 		leaf = &enc20.ArrayEncoding{ArrayEncoding: &enc20.ArrayEncoding_FixedSizeList{FixedSizeList: &enc20.FixedSizeList{
 			Dimension: uint32(t.Dim), Items: noNull20(flat20(uint64(t.ElemBits()), buf))}}}
 	} else {
 		leaf = flat20(uint64(t.ValueBits()), buf)
 	}
 	if !nulls {
-		return noNull20(leaf), [][]byte{a.Values}
+		return noNull20(leaf), [][]byte{values}
 	}
 	enc := &enc20.ArrayEncoding{ArrayEncoding: &enc20.ArrayEncoding_Nullable{Nullable: &enc20.Nullable{
 		Nullability: &enc20.Nullable_SomeNulls{SomeNulls: &enc20.Nullable_SomeNull{Validity: flat20(1, 0), Values: leaf}}}}}
-	return enc, [][]byte{sliceBits(a.Validity, 0, a.Len), a.Values}
+	return enc, [][]byte{sliceBits(a.Validity, 0, a.Len), values}
 }
 
 // binary20 encodes strings and binaries as pylance's 2.0 writer does for

@@ -54,6 +54,19 @@ func (d decoder20) decode(enc *enc20.ArrayEncoding, t DataType, a, b int) (value
 		}
 	case *enc20.ArrayEncoding_Flat:
 		bits := int(e.Flat.GetBitsPerValue())
+		if t.Kind == KindBool && bits == 1 { // a bit each, held as a byte each
+			lo, hi := a/8, (b+7)/8
+			raw, err := d.flat(e.Flat, lo, hi-lo)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			packed := sliceBits(raw, a-8*lo, b-8*lo)
+			values = make([]byte, b-a)
+			for i := range values {
+				values[i] = packed[i/8] >> (i % 8) & 1
+			}
+			return values, nil, nil, nil
+		}
 		if bits != t.ValueBits() {
 			return nil, nil, nil, fmt.Errorf("%w: flat %d-bit values for %s", errkind.Corrupt, bits, t)
 		}

@@ -170,8 +170,9 @@ def test_string_indices_of_a_2_0_dataset_merge(tmp_path):
     items) or Binary pages (u64 end offsets, a null's plus
     null_adjustment, then the bytes); we read both and write Binary. A
     BTREE and a BITMAP on low-cardinality strings with nulls and empty
-    strings, and a BTREE on unique strings, each of three segments, merge
-    to one that verifies clean, and pylance answers as a scan does."""
+    strings, and a BTREE and a BLOOMFILTER on unique strings, each of three
+    segments, merge to one that verifies clean, and pylance answers as a
+    scan does."""
     uri = str(tmp_path / "t")
 
     def rows(lo: int) -> pa.Table:
@@ -183,13 +184,14 @@ def test_string_indices_of_a_2_0_dataset_merge(tmp_path):
     ds.create_scalar_index("s", "BTREE")
     ds.create_scalar_index("s", "BITMAP", name="s_bm")
     ds.create_scalar_index("h", "BTREE")
+    ds.create_scalar_index("h", "BLOOMFILTER", name="h_bf")  # its files have a bool column
     for k in (1, 2):
         ds = lance.write_dataset(rows(1000 * k), uri, mode="append")
         ds.optimize.optimize_indices(num_indices_to_merge=0)
     filters = ["s = 'k5'", "s IS NULL", "s = ''", "s > 'k90'", "h = 'v1500'", "h < 'v11'", "s IN ('k1', 'k96')"]
     truth = {f: sorted(lance.dataset(uri).to_table(filter=f, use_scalar_index=False)["id"].to_pylist()) for f in filters}
     assert all(truth.values())
-    for name in ("s_idx", "s_bm", "h_idx"):
+    for name in ("s_idx", "s_bm", "h_idx", "h_bf"):
         assert len(ls.open(uri).list_index_segments(name)) == 3
         ls.optimize(uri, name, progress=False)
         assert len(ls.open(uri).list_index_segments(name)) == 1

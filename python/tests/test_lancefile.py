@@ -179,6 +179,26 @@ def test_read_pylance_fsst(tmp_path, version):
     check_file(path, tbl, [(0, n), (1, 2), (255, 257), (1000, 4100), (n - 3, n)])
 
 
+def test_read_pylance_2_0_strings(tmp_path):
+    # 2.0: a Dictionary page (an index per row, 0 for null) where values
+    # repeat, a Binary page (u64 end offsets, a null's plus the adjustment)
+    # where they do not; nulls, empty values, large types, several pages.
+    n = 20000
+    rng = np.random.default_rng(6)
+    tbl = pa.table({
+        "few": pa.array([None if i % 13 == 0 else "" if i % 17 == 0 else f"cat-{x}" for i, x in enumerate(rng.integers(0, 9, n))]),
+        "many": pa.array([None if i % 7 == 0 else f"value-ü-{i}" for i in range(n)]),
+        "large": pa.array([f"k{x}" for x in rng.integers(0, 40, n)], pa.large_string()),
+        "bytes": pa.array([bytes([i % 251]) * (i % 5) for i in range(n)], pa.binary()),
+        "nulls": pa.array([None] * n, pa.string()),
+    })
+    path = str(tmp_path / "s20.lance")
+    write(path, tbl, "2.0")
+    layouts = {f.name: str(c.pages[0].encoding) for f, c in zip(tbl.schema, LanceFileReader(path).metadata().columns)}
+    assert "Dictionary" in layouts["few"] and "Binary" in layouts["many"], (layouts["few"][:300], layouts["many"][:300])
+    check_file(path, tbl, [(0, n), (1, 2), (4095, 4097), (1000, 14100), (n - 3, n)])
+
+
 @pytest.mark.parametrize("version", ["2.1", "2.2"])
 def test_read_pylance_string_dictionaries(tmp_path, version):
     # Few distinct values: pylance stores dictionary indices (run-length
@@ -226,7 +246,7 @@ def bool_columns(n: int, seed: int = 9) -> dict[str, pa.Array]:
     }
 
 
-@pytest.mark.parametrize("version", ["2.1", "2.2"])
+@pytest.mark.parametrize("version", ["2.0", "2.1", "2.2"])
 @pytest.mark.parametrize("n", [2, 5, 3000, 9000])
 def test_read_pylance_bools(tmp_path, version, n):
     # 1-bit Flat mini-block pages (least significant bit first), constant pages
@@ -238,7 +258,7 @@ def test_read_pylance_bools(tmp_path, version, n):
     check_file(path, tbl, [(0, n), (1, 2), (0, n // 2 + 1)])
 
 
-@pytest.mark.parametrize("version", ["2.1", "2.2"])
+@pytest.mark.parametrize("version", ["2.0", "2.1", "2.2"])
 def test_go_writes_bools_pylance_reads(tmp_path, version):
     from filecheck import go_write
 
@@ -459,7 +479,7 @@ def test_reads_pylance_bitmap_index_files(tmp_path, cardinality):
             assert_same(want[name], got["columns"][name], f"{f}: {name}")
 
 
-@pytest.mark.parametrize("version", ["2.1", "2.2"])
+@pytest.mark.parametrize("version", ["2.0", "2.1", "2.2"])
 def test_go_writes_binary_pylance_reads(tmp_path, version):
     from filecheck import go_write
 
