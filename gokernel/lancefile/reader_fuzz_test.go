@@ -38,7 +38,25 @@ func smallFiles(tb testing.TB) [][]byte {
 		}
 		out = append(out, buf.Bytes())
 	}
-	return out
+	// strings and bools, the 2.0 pages specs leaves out
+	r := rand.New(rand.NewPCG(9, 10))
+	bools := &Array{Type: Primitive(KindBool), Len: 40, Values: make([]byte, 40)}
+	for i := range bools.Values {
+		bools.Values[i] = byte(r.IntN(2))
+	}
+	var buf bytes.Buffer
+	w, err := NewWriter(&buf, []*Field{NewField("s", ParseLogicalType("string"), true), NewField("b", bools.Type, false)},
+		WriterOptions{Version: V2_0})
+	if err == nil {
+		err = w.Write([]*Array{binaryArray(r, 40, 12, 3), bools})
+	}
+	if err == nil {
+		err = w.Finish()
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return append(out, buf.Bytes())
 }
 
 // FuzzOpen feeds whole files to the footer, schema and column metadata
