@@ -180,12 +180,12 @@ func (d decoder20) plainBinary(e *enc20.Binary, t DataType, a, b int) (*Array, e
 	out := &Array{Type: t, Len: b - a, Offsets: make([]int64, 1, b-a+1), Validity: make([]byte, (b-a+7)/8)}
 	prev := first
 	for i, v := range ends {
-		e, valid := end(v)
-		if e < prev {
-			return nil, fmt.Errorf("%w: 2.0 binary offsets go back (%d after %d)", errkind.Corrupt, e, prev)
+		stop, valid := end(v)
+		if stop < prev {
+			return nil, fmt.Errorf("%w: 2.0 binary offsets go back (%d after %d)", errkind.Corrupt, stop, prev)
 		}
-		prev = e
-		out.Offsets = append(out.Offsets, int64(e-first))
+		prev = stop
+		out.Offsets = append(out.Offsets, int64(stop-first))
 		if valid {
 			out.Validity[i/8] |= 1 << (i % 8)
 		}
