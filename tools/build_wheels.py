@@ -40,7 +40,6 @@ import shutil
 import subprocess
 import sys
 import time
-import venv
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from build_native import ROOT, go_tools, run  # noqa: E402
