@@ -102,6 +102,12 @@ def python_facts(python: str) -> dict[str, str]:
     return facts
 
 
+def cgo_cflags(facts: dict[str, str]) -> str:
+    """The C flags for one CPython's headers (pyconfig.h and zig's glibc
+    headers both define _POSIX_C_SOURCE)."""
+    return f"-I{facts['include']} -O2 -fPIC -Wno-macro-redefined"
+
+
 def zig_cc(tools_python: str, arch: str) -> str:
     """A one-line C compiler driver for cgo: zig cc aimed at `arch` Linux
     with glibc GLIBC."""
@@ -133,7 +139,7 @@ def generate(env: dict[str, str], tools_python: str, host_python: str, cc: str) 
         f.write(text)
     subprocess.run(["goimports", "-w", "segmerge.go"], cwd=gen, env=env, check=True)
     facts = python_facts(host_python)
-    header_env = dict(env, CC=cc, CGO_CFLAGS=f"-I{facts['include']} -O2 -fPIC -Wno-macro-redefined", CGO_LDFLAGS="")
+    header_env = dict(env, CC=cc, CGO_CFLAGS=cgo_cflags(facts), CGO_LDFLAGS="")
     subprocess.run(["go", "build", "-mod=mod", "-tags", GO_TAGS, "-buildmode=c-shared", "-o", "segmerge_go.so", "."],
                    cwd=gen, env=header_env, check=True)
     os.remove(os.path.join(gen, "segmerge_go.so"))
@@ -154,7 +160,7 @@ def compile_extension(env: dict[str, str], gen: str, arch: str, cc: str, facts: 
         env,
         CC=cc,
         GOARCH=ARCHES[arch],
-        CGO_CFLAGS=f"-I{facts['include']} -O2 -fPIC -Wno-macro-redefined",
+        CGO_CFLAGS=cgo_cflags(facts),
         # -s: no C debug sections; Python symbols stay undefined on purpose.
         CGO_LDFLAGS="-s",
     )

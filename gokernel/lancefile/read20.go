@@ -37,21 +37,17 @@ type decoder20 struct {
 func (d decoder20) decode(enc *enc20.ArrayEncoding, t DataType, a, b int) (values, validity, itemValidity []byte, err error) {
 	switch e := enc.GetArrayEncoding().(type) {
 	case *enc20.ArrayEncoding_Nullable:
-		switch n := e.Nullable.GetNullability().(type) {
-		case *enc20.Nullable_NoNulls:
-			return d.decode(n.NoNulls.GetValues(), t, a, b)
-		case *enc20.Nullable_SomeNulls:
-			validity, err = d.bits(n.SomeNulls.GetValidity(), a, b)
-			if err != nil {
-				return nil, nil, nil, err
-			}
-			values, _, itemValidity, err = d.decode(n.SomeNulls.GetValues(), t, a, b)
-			return values, validity, itemValidity, err
-		case *enc20.Nullable_AllNulls:
-			return make([]byte, (b-a)*t.ValueBits()/8), make([]byte, (b-a+7)/8), nil, nil
-		default:
-			return nil, nil, nil, fmt.Errorf("%w: 2.0 nullable encoding without nullability", errkind.Corrupt)
+		inner, nulls, err := d.nullable(e.Nullable, a, b)
+		switch {
+		case err != nil:
+			return nil, nil, nil, err
+		case inner == nil:
+			return make([]byte, (b-a)*t.ValueBits()/8), nulls, nil, nil
+		case nulls == nil:
+			return d.decode(inner, t, a, b)
 		}
+		values, _, itemValidity, err = d.decode(inner, t, a, b)
+		return values, nulls, itemValidity, err
 	case *enc20.ArrayEncoding_Flat:
 		bits := int(e.Flat.GetBitsPerValue())
 		if t.Kind == KindBool && bits == 1 { // a bit each, held as a byte each
@@ -90,6 +86,31 @@ func (d decoder20) decode(enc *enc20.ArrayEncoding, t DataType, a, b int) (value
 	}
 }
 
+// nullable splits a Nullable into the encoding of its values (nil when
+// every row is null) and the validity of rows [a, b) (nil when none is).
+func (d decoder20) nullable(n *enc20.Nullable, a, b int) (*enc20.ArrayEncoding, []byte, error) {
+	var values *enc20.ArrayEncoding
+	var validity []byte
+	switch v := n.GetNullability().(type) {
+	case *enc20.Nullable_NoNulls:
+		values = v.NoNulls.GetValues()
+	case *enc20.Nullable_SomeNulls:
+		values = v.SomeNulls.GetValues()
+		var err error
+		if validity, err = d.bits(v.SomeNulls.GetValidity(), a, b); err != nil {
+			return nil, nil, err
+		}
+	case *enc20.Nullable_AllNulls:
+		return nil, make([]byte, (b-a+7)/8), nil
+	default:
+		return nil, nil, fmt.Errorf("%w: 2.0 nullable encoding without nullability", errkind.Corrupt)
+	}
+	if values == nil {
+		return nil, nil, fmt.Errorf("%w: 2.0 nullable encoding without values", errkind.Corrupt)
+	}
+	return values, validity, nil
+}
+
 // binary reads rows [a, b) of a 2.0 string or binary page: a Binary (u64
 // end offsets counted from the page's first byte, a null's plus
 // null_adjustment, then the bytes) or a Dictionary (an index per row, 0 for
@@ -98,27 +119,21 @@ func (d decoder20) decode(enc *enc20.ArrayEncoding, t DataType, a, b int) (value
 func (d decoder20) binary(enc *enc20.ArrayEncoding, t DataType, a, b int) (*Array, error) {
 	switch e := enc.GetArrayEncoding().(type) {
 	case *enc20.ArrayEncoding_Nullable:
-		switch n := e.Nullable.GetNullability().(type) {
-		case *enc20.Nullable_NoNulls:
-			return d.binary(n.NoNulls.GetValues(), t, a, b)
-		case *enc20.Nullable_SomeNulls:
-			validity, err := d.bits(n.SomeNulls.GetValidity(), a, b)
-			if err != nil {
-				return nil, err
-			}
-			out, err := d.binary(n.SomeNulls.GetValues(), t, a, b)
-			if err != nil {
-				return nil, err
-			}
-			for i := range validity {
-				out.Validity[i] &= validity[i]
-			}
-			return out, nil
-		case *enc20.Nullable_AllNulls:
-			return &Array{Type: t, Len: b - a, Offsets: make([]int64, b-a+1), Values: []byte{}, Validity: make([]byte, (b-a+7)/8)}, nil
-		default:
-			return nil, fmt.Errorf("%w: 2.0 nullable encoding without nullability", errkind.Corrupt)
+		inner, nulls, err := d.nullable(e.Nullable, a, b)
+		if err != nil {
+			return nil, err
 		}
+		if inner == nil {
+			return &Array{Type: t, Len: b - a, Offsets: make([]int64, b-a+1), Values: []byte{}, Validity: nulls}, nil
+		}
+		out, err := d.binary(inner, t, a, b)
+		if err != nil {
+			return nil, err
+		}
+		for i := range nulls {
+			out.Validity[i] &= nulls[i]
+		}
+		return out, nil
 	case *enc20.ArrayEncoding_Binary:
 		return d.plainBinary(e.Binary, t, a, b)
 	case *enc20.ArrayEncoding_Dictionary:

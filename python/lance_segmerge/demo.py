@@ -13,9 +13,10 @@ import shutil
 import sys
 import tempfile
 import time
-from typing import Any
+from typing import Any, Sequence
 
 from . import open as open_dataset
+from ._args import EXECUTORS
 from .types import IndexSegment
 
 
@@ -112,6 +113,11 @@ def table(segments: list[IndexSegment]) -> str:
         ]
         frags = ",".join(map(str, s.fragment_ids[:6])) + ("…" if len(s.fragment_ids) > 6 else "")
         rows.append((s.uuid[:8], frags, str(s.num_rows), str(s.num_partitions), layout, str(s.size_bytes)))
+    return _columns(rows)
+
+
+def _columns(rows: Sequence[Sequence[str]]) -> str:
+    """Rows of cells as left-aligned columns, two spaces apart."""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows)
 
@@ -133,7 +139,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument(
         "--executor",
         default="auto",
-        choices=["auto", "local", "processes", "ray", "dask"],
+        choices=EXECUTORS,
         help="where the merge runs (default auto: what optimize would pick on this machine)",
     )
     ap.add_argument("--workers", type=int, help="pool size (default: the executor's)")
@@ -217,8 +223,7 @@ def run(args: argparse.Namespace) -> int:
             ("pylance optimize_indices", str(n_ref), f"{r2:.3f}", f"{ms2:.1f}", f"{theirs:.2f}s"),
         ]
         ratio = theirs / ours if ours > 0 else float("inf")
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        print("\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows))
+        print(_columns(rows))
         verdict = f"{ratio:.1f}x faster than" if ratio >= 1 else f"{1 / ratio:.1f}x slower than"
         print(f"\nlance-segmerge's merge was {verdict} pylance's on the same data ({ours:.2f}s vs {theirs:.2f}s).")
     finally:
