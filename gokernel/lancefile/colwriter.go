@@ -37,7 +37,10 @@ func newColWriter(w *Writer, f *Field) (*colWriter, error) {
 	c := &colWriter{w: w, f: f}
 	switch {
 	case isList(f.Type):
-		if len(f.Children) != 1 || f.Children[0].Type.ValueBits() == 0 || f.Children[0].Type.ValueBits()%8 != 0 {
+		// Lists of binary are written in 2.0 only (a List page over a
+		// Binary page); 2.1 lists are mini-block with fixed-width items.
+		binaryItems := len(f.Children) == 1 && f.Children[0].Type.Kind == KindBinary && w.opts.Version == V2_0
+		if !binaryItems && (len(f.Children) != 1 || f.Children[0].Type.ValueBits() == 0 || f.Children[0].Type.ValueBits()%8 != 0) {
 			return nil, fmt.Errorf("%w: lancefile: writing list field %q of %v", errkind.Unsupported, f.Name, f.Children)
 		}
 	case f.Type.Kind == KindBinary || f.Type.Kind == KindBool:
@@ -499,6 +502,9 @@ func (c *colWriter) flush20(a *Array) error {
 		return nil
 	}
 	enc, bufs := values20(a.Items)
+	if a.Items.Type.Kind == KindBinary {
+		enc, bufs = binary20(a.Items)
+	}
 	return c.page(1, typeURLArrayEncoding, enc, bufs, items, 0)
 }
 

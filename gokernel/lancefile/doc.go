@@ -35,7 +35,8 @@
 // picks for other fixed-width data. What is written: 2.0 plain pages; 2.1
 // and 2.2 mini-block (flat, inline bitpacking for unsigned integers) below
 // 256 bytes per value, full-zip above, lists as mini-block with flat levels
-// and a repetition index.
+// and a repetition index; in 2.0, lists of binary (a List page over a
+// Binary page).
 //
 // In memory a column is an Array: fixed-width values as one contiguous
 // little-endian byte slice (plus bitmaps), not arrow-go arrays. The merge

@@ -67,7 +67,7 @@ func (r *Reader) ReadInto(ctx context.Context, name string, start, end uint64, d
 			return nil, fmt.Errorf("%w: lancefile: %s: list %q has %d children", errkind.Corrupt, r.name, name, len(f.Children))
 		}
 		it := f.Children[0].Type
-		if it.Kind == KindBinary && r.foot.version == V2_0 || it.Kind != KindBinary && (it.ValueBits() == 0 || it.ValueBits()%8 != 0) {
+		if it.Kind != KindBinary && (it.ValueBits() == 0 || it.ValueBits()%8 != 0) {
 			return nil, fmt.Errorf("%w: lancefile: %s: lists of %s", errkind.Unsupported, r.name, it)
 		}
 		if r.foot.version == V2_0 {

@@ -31,7 +31,8 @@ import (
 // page buffer 2, LZ4-compressed by pylance 14.0.2: the offsets' width in
 // bits and the position of the bytes (u32 each, or u64 each for 64-bit
 // offsets), n+1 offsets from that position, then the bytes. Other compressed
-// forms and lists of binary values are refused as errkind.Unsupported.
+// forms are refused as errkind.Unsupported. Lists of binary values are read
+// from mini-block and full-zip pages (readVarFullZipList).
 
 func (r *Reader) readVariable21(ctx context.Context, pg *pageIO, layout *enc21.PageLayout, t, item DataType, a, b int) (*Array, error) {
 	switch l := layout.GetLayout().(type) {
@@ -39,7 +40,7 @@ func (r *Reader) readVariable21(ctx context.Context, pg *pageIO, layout *enc21.P
 		return r.readVarMiniBlock(ctx, pg, l.MiniBlockLayout, t, item, a, b)
 	case *enc21.PageLayout_FullZipLayout:
 		if isList(t) {
-			return nil, fmt.Errorf("%w: full-zip lists of %s", errkind.Unsupported, item)
+			return r.readVarFullZipList(ctx, pg, l.FullZipLayout, t, item, a, b)
 		}
 		return r.readVarFullZip(ctx, pg, l.FullZipLayout, t, a, b)
 	case *enc21.PageLayout_AllNullLayout:
@@ -143,7 +144,16 @@ func newVarBuilder(t DataType, n int) *varBuilder {
 	return &varBuilder{out: &Array{Type: t, Offsets: make([]int64, 1, n+1), Validity: make([]byte, (n+7)/8)}}
 }
 
+// grow makes room for one more validity bit (n, the rows expected, may
+// be an estimate).
+func (vb *varBuilder) grow() {
+	if o := vb.out; o.Len/8 >= len(o.Validity) {
+		o.Validity = append(o.Validity, 0)
+	}
+}
+
 func (vb *varBuilder) add(v []byte, valid bool) {
+	vb.grow()
 	o := vb.out
 	if valid {
 		o.Values = append(o.Values, v...)
@@ -162,6 +172,7 @@ func (vb *varBuilder) addCodes(fs *fsstTable, v []byte) error {
 		vb.add(v, true)
 		return nil
 	}
+	vb.grow()
 	o := vb.out
 	var err error
 	if o.Values, err = fs.appendDecoded(o.Values, v); err != nil {
@@ -532,6 +543,85 @@ func (r *Reader) readVarFullZip(ctx context.Context, pg *pageIO, l *enc21.FullZi
 		pos += int(n)
 	}
 	return vb.finish(), nil
+}
+
+// readVarFullZipList reads rows [a, b) of a full-zip page of lists of
+// binary values (pylance 14.0.2 writes the posting blocks of a full-text
+// index so): items back to back, each a control word (repetition level
+// above the definition bits) and, for a visible valid item, its length
+// and bytes. The page is read whole: its repetition index counts items,
+// not rows.
+func (r *Reader) readVarFullZipList(ctx context.Context, pg *pageIO, l *enc21.FullZipLayout, t, item DataType, a, b int) (*Array, error) {
+	rd, err := parseLayers(l.GetLayers())
+	if err != nil {
+		return nil, err
+	}
+	bpo, ok := l.GetDetails().(*enc21.FullZipLayout_BitsPerOffset)
+	lenBytes := 0
+	if ok {
+		lenBytes = int(bpo.BitsPerOffset) / 8
+	}
+	fs, vc, err := fsstValues(l.GetValueCompression())
+	if err != nil {
+		return nil, err
+	}
+	if !rd.hasList || !ok || (lenBytes != 4 && lenBytes != 8) || offsetBits(vc) == 0 {
+		return nil, fmt.Errorf("%w: full-zip page of %s (value compression %v, details %v)", errkind.Unsupported, t, l.GetValueCompression(), l.GetDetails())
+	}
+	ctrl := controlWordBytes(l)
+	if ctrl == 0 {
+		return nil, fmt.Errorf("%w: full-zip list page without control words", errkind.Corrupt)
+	}
+	data, err := pg.whole(ctx, 0)
+	if err != nil {
+		return nil, err
+	}
+	defMask := uint32(1)<<l.GetBitsDef() - 1
+	lv := newLevelsOut(rd)
+	items := newVarBuilder(item, 0)
+	var rep, def [1]uint16
+	for pos := 0; pos < len(data); {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if pos+ctrl > len(data) {
+			return nil, fmt.Errorf("%w: full-zip item truncated", errkind.Corrupt)
+		}
+		w := uint32(readWordN(data[pos:], 0, ctrl))
+		pos += ctrl
+		rep[0], def[0] = uint16(w>>l.GetBitsDef()), uint16(w&defMask)
+		if err := lv.add(rep[:], def[:], 1); err != nil {
+			return nil, err
+		}
+		if !rd.visible(def[0]) {
+			continue
+		}
+		if !rd.itemValid(def[0]) {
+			items.add(nil, false)
+			continue
+		}
+		if pos+lenBytes > len(data) {
+			return nil, fmt.Errorf("%w: full-zip length truncated", errkind.Corrupt)
+		}
+		n := readWordN(data[pos:], 0, lenBytes)
+		pos += lenBytes
+		if n > uint64(len(data)-pos) {
+			return nil, fmt.Errorf("%w: full-zip value of %d bytes with %d left", errkind.Corrupt, n, len(data)-pos)
+		}
+		if err := items.addCodes(fs, data[pos:pos+int(n)]); err != nil {
+			return nil, err
+		}
+		pos += int(n)
+	}
+	lv.finish()
+	if b > lv.rows || lv.items != items.out.Len {
+		return nil, fmt.Errorf("%w: page levels give %d rows and %d items, want %d rows and %d items", errkind.Corrupt, lv.rows, lv.items, b, items.out.Len)
+	}
+	arr := &Array{Type: t, Len: lv.rows, Offsets: lv.offsets, Validity: lv.validity, Items: items.finish()}
+	if a == 0 && b == arr.Len {
+		return arr, nil
+	}
+	return arr.Slice(a, b), nil
 }
 
 // binaryPage21 writes a binary column's rows as one full-zip page (the

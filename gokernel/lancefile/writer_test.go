@@ -475,3 +475,61 @@ func TestExpectedRowsKeepsTheBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestListOfBinary20: lists of binary (the posting blocks of a full-text
+// index) are written in 2.0 as a List page over a Binary page, read back
+// whole and by range, with empty lists and empty items; 2.1 refuses them.
+func TestListOfBinary20(t *testing.T) {
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(3, 4))
+	item := DataType{Kind: KindBinary, Logical: "large_binary"}
+	const n = 700
+	a := &Array{Type: ListType(), Len: n, Offsets: []int64{0}}
+	items := &Array{Type: item, Offsets: []int64{0}}
+	for i := 0; i < n; i++ {
+		k := r.IntN(4)
+		for j := 0; j < k; j++ {
+			b := make([]byte, r.IntN(300))
+			for x := range b {
+				b[x] = byte(r.Uint32())
+			}
+			items.Values = append(items.Values, b...)
+			items.Offsets = append(items.Offsets, int64(len(items.Values)))
+			items.Len++
+		}
+		a.Offsets = append(a.Offsets, int64(items.Len))
+	}
+	a.Items = items
+	var buf bytes.Buffer
+	w, err := NewWriter(&buf, []*Field{NewListField("_posting", item, false, false)}, WriterOptions{Version: V2_0, MaxPageBytes: 16 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for lo := 0; lo < n; lo += 250 {
+		if err := w.Write([]*Array{a.Slice(lo, min(lo+250, n))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	rd, err := openBytes(t, buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := rd.ReadAll(ctx, "_posting")
+	if err != nil {
+		t.Fatal(err)
+	}
+	equalRows(t, "all", a, got)
+	for _, rg := range [][2]int{{0, 1}, {100, 400}, {n - 3, n}} {
+		got, err := rd.Read(ctx, "_posting", uint64(rg[0]), uint64(rg[1]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		equalRows(t, fmt.Sprint(rg), a.Slice(rg[0], rg[1]), got)
+	}
+	if _, err := NewWriter(&bytes.Buffer{}, []*Field{NewListField("_posting", item, false, false)}, WriterOptions{Version: V2_2}); err == nil {
+		t.Fatal("2.2 list of binary accepted")
+	}
+}

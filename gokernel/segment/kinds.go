@@ -9,6 +9,7 @@ import (
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/bitmap"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/fts"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
@@ -99,6 +100,15 @@ func otherStatsOf(ctx context.Context, st storage.Store, im *pb.IndexMetadata, t
 			if typ == "BITMAP" { // a row per indexed row; LABEL_LIST rows hold several labels
 				s.NumRows, s.rowsCounted = b.Rows, true
 			}
+			return s, nil
+		} else if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
+	if typ == "INVERTED" {
+		if d, err := fts.Describe(ctx, st, im); err == nil {
+			s.FileVersion, s.NumRows, s.rowsCounted = d.Version.String(), d.Docs, true
+			s.NumPartitions, s.DistinctKeys = d.Partitions, &d.Tokens
 			return s, nil
 		} else if ctx.Err() != nil {
 			return nil, ctx.Err()

@@ -139,6 +139,8 @@ func Merge(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []
 			return mergeBitmap(ctx, st, snap, metas, opts)
 		case "NGRAM":
 			return mergeNgram(ctx, st, snap, metas, opts)
+		case "INVERTED":
+			return mergeFTS(ctx, st, snap, metas, opts)
 		}
 	}
 	for _, im := range metas {

@@ -14,6 +14,7 @@ import (
 	"github.com/lance-segmerge/lance-segmerge/gokernel/bitmap"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/btree"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/fts"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/ngram"
@@ -182,6 +183,8 @@ func PlanSegments(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 		sz, err = bitmapSizes(ctx, st, snap, metas)
 	case "NGRAM":
 		sz, err = ngramSizes(ctx, st, metas)
+	case "INVERTED":
+		sz, err = ftsSizes(ctx, st, metas)
 	default:
 		sz, err = vectorSizes(ctx, st, snap, metas, opts)
 	}
@@ -398,6 +401,27 @@ func ngramSizes(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata
 		}
 	}
 	sz.stats = func(i int) (*Stats, error) { return otherStats(ctx, st, metas[i], "NGRAM") }
+	return sz, nil
+}
+
+// ftsSizes are the planner's numbers of INVERTED segments: rows are their
+// documents (read from the files' metadata).
+func ftsSizes(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata) (*planSizes, error) {
+	if err := requireOneType(metas, "INVERTED"); err != nil {
+		return nil, err
+	}
+	sz := &planSizes{indexType: "INVERTED", rows: make([]uint64, len(metas)), bytes: make([]uint64, len(metas)), close: func() {}}
+	for i, im := range metas {
+		d, err := fts.Describe(ctx, st, im)
+		if err != nil {
+			return nil, err
+		}
+		sz.rows[i] = d.Docs
+		for _, f := range im.GetFiles() {
+			sz.bytes[i] += f.GetSizeBytes()
+		}
+	}
+	sz.stats = func(i int) (*Stats, error) { return otherStats(ctx, st, metas[i], "INVERTED") }
 	return sz, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/lance-segmerge/lance-segmerge/gokernel/bitmap"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/btree"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/fts"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/ngram"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
@@ -153,7 +154,7 @@ func removeOutput(ctx context.Context, st storage.Store, dir string, names ...st
 
 // MergeableTypes are the index types other than vector ones that merges
 // handle.
-var MergeableTypes = map[string]bool{"BTREE": true, "ZONEMAP": true, "BLOOMFILTER": true, "BITMAP": true, "LABEL_LIST": true, "NGRAM": true}
+var MergeableTypes = map[string]bool{"BTREE": true, "ZONEMAP": true, "BLOOMFILTER": true, "BITMAP": true, "LABEL_LIST": true, "NGRAM": true, "INVERTED": true}
 
 // zoneKind is the zone layout of a ZONEMAP or BLOOMFILTER index type.
 func zoneKind(typ string) *zonemap.Kind {
@@ -229,7 +230,7 @@ func keepPerInput(ctx context.Context, st storage.Store, snap *table.Snapshot, f
 // mergeBitmap merges segments of a BITMAP or LABEL_LIST index (see
 // bitmap.Merge): a k-way merge by key that drops keys left without rows.
 func mergeBitmap(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, opts MergeOptions) (*pb.IndexMetadata, error) {
-	return mergeByKey(ctx, st, snap, metas, opts, OtherType(metas[0]), bitmap.FileName,
+	return mergeByKey(ctx, st, snap, metas, opts, OtherType(metas[0]), []string{bitmap.FileName},
 		func(id uuid.UUID, keep []func(uint64) bool) ([]*pb.IndexFile, uint64, uint64, error) {
 			res, err := bitmap.Merge(ctx, st, metas, bitmap.MergeOptions{IndexUUID: id, Keep: keep})
 			if err != nil {
@@ -242,7 +243,7 @@ func mergeBitmap(ctx context.Context, st storage.Store, snap *table.Snapshot, me
 // mergeNgram merges segments of an NGRAM index (see ngram.Merge): a k-way
 // merge by token that drops tokens left without rows.
 func mergeNgram(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, opts MergeOptions) (*pb.IndexMetadata, error) {
-	return mergeByKey(ctx, st, snap, metas, opts, "NGRAM", ngram.FileName,
+	return mergeByKey(ctx, st, snap, metas, opts, "NGRAM", []string{ngram.FileName},
 		func(id uuid.UUID, keep []func(uint64) bool) ([]*pb.IndexFile, uint64, uint64, error) {
 			res, err := ngram.Merge(ctx, st, metas, ngram.MergeOptions{IndexUUID: id, Keep: keep})
 			if err != nil {
@@ -252,12 +253,55 @@ func mergeNgram(ctx context.Context, st storage.Store, snap *table.Snapshot, met
 		})
 }
 
+// mergeFTS merges segments of an INVERTED index (see fts.Merge): one
+// partition, token dictionaries unioned, documents renumbered, blocks,
+// scores and impacts computed for the merged partition. As pylance's own
+// merge does, it keeps the documents of rows deleted inside a live
+// fragment (the index's BM25 statistics count them, and pylance filters
+// deleted rows at query time), so scores equal those after pylance's
+// merge; documents of fragments the version no longer has are dropped.
+func mergeFTS(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, opts MergeOptions) (*pb.IndexMetadata, error) {
+	frags, err := checkedRows(snap, metas, "INVERTED")
+	if err != nil {
+		return nil, err
+	}
+	var keep []func(uint64) bool
+	if snap.HasStableRowIDs() {
+		// pylance 14.0.2 drops deleted rows here (test_fts.py::test_stable_row_ids).
+		if keep, err = keepPerInput(ctx, st, snap, frags); err != nil {
+			return nil, err
+		}
+	} else {
+		present := map[uint64]bool{}
+		for _, f := range snap.Manifest.GetFragments() {
+			present[f.GetId()] = true
+		}
+		k := func(addr uint64) bool { return present[addr>>32] }
+		keep = slices.Repeat([]func(uint64) bool{k}, len(frags))
+	}
+	id, dir, err := outputDir(ctx, st, opts.IndexUUID)
+	if err != nil {
+		return nil, err
+	}
+	opts.Progress.SetStage("merge")
+	res, err := fts.Merge(ctx, st, metas, fts.MergeOptions{IndexUUID: id, Keep: keep})
+	if err != nil {
+		removeOutput(ctx, st, dir, fts.Names()...)
+		return nil, err
+	}
+	opts.Progress.RowsRead.Add(int64(res.DocsRead))
+	opts.Progress.RowsWritten.Add(int64(res.DocsWritten))
+	opts.Progress.SetStage("done")
+	return mergedEntry(id, metas, res.Files)
+}
+
 // mergeByKey runs a merge whose segments list rows by key (BITMAP,
-// LABEL_LIST, NGRAM): the checks every merge applies, the live rows of
-// snap each input keeps (keepPerInput: these segments hold stable row ids
-// on datasets that have them), then run, whose output file is removed if
-// it fails. run returns the files written and the keys read and written.
-func mergeByKey(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, opts MergeOptions, typ, file string,
+// LABEL_LIST, NGRAM, INVERTED): the checks every merge applies, the live
+// rows of snap each input keeps (keepPerInput: these segments hold stable
+// row ids on datasets that have them), then run, whose output files are
+// removed if it fails. run returns the files written and the keys (or
+// documents) read and written.
+func mergeByKey(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, opts MergeOptions, typ string, files []string,
 	run func(id uuid.UUID, keep []func(uint64) bool) ([]*pb.IndexFile, uint64, uint64, error)) (*pb.IndexMetadata, error) {
 	frags, err := checkedRows(snap, metas, typ)
 	if err != nil {
@@ -272,13 +316,13 @@ func mergeByKey(ctx context.Context, st storage.Store, snap *table.Snapshot, met
 		return nil, err
 	}
 	opts.Progress.SetStage("merge")
-	files, read, written, err := run(id, keep)
+	out, read, written, err := run(id, keep)
 	if err != nil {
-		removeOutput(ctx, st, dir, file)
+		removeOutput(ctx, st, dir, files...)
 		return nil, err
 	}
 	opts.Progress.RowsRead.Add(int64(read))
 	opts.Progress.RowsWritten.Add(int64(written))
 	opts.Progress.SetStage("done")
-	return mergedEntry(id, metas, files)
+	return mergedEntry(id, metas, out)
 }

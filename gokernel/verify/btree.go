@@ -14,6 +14,7 @@ import (
 	"github.com/lance-segmerge/lance-segmerge/gokernel/bitmap"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/btree"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/fts"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/ngram"
@@ -494,4 +495,46 @@ func checkTokens(ctx context.Context, st storage.Store, snap *table.Snapshot, sr
 	sr.add(Check{Name: "keys", Verdict: OK, Numbers: nums,
 		Message: fmt.Sprintf("%d sampled (token, row) pairs are trigrams of the rows' text (%d of texts with characters the tokenizer does not fold, passed over)", checked, skipped)})
 	return nil
+}
+
+// DamageFTS: an INVERTED segment's posting lists, positions or document
+// statistics are malformed or disagree with each other.
+const DamageFTS = "fts_postings"
+
+// verifyFTS checks one INVERTED segment (see fts.Check). The text column
+// is not re-tokenized: the analyzer is Lance's.
+func verifyFTS(ctx context.Context, st storage.Store, snap *table.Snapshot, im *pb.IndexMetadata) (*SegmentReport, error) {
+	sr, ist, err := startSegment(ctx, st, snap, im)
+	if err != nil {
+		return nil, err
+	}
+	sr.IndexType = "INVERTED"
+	if !checkFiles(ctx, ist, im, sr) {
+		return sr, nil
+	}
+	var covered func(uint32) bool
+	if !snap.HasStableRowIDs() {
+		covered = coverage(sr)
+	}
+	res, err := fts.Check(ctx, ist, im, covered)
+	if done, err := checkError(ctx, sr, err); done {
+		return sr, err
+	}
+	structure, ids := splitProblems(res.Problems)
+	nums := map[string]float64{"documents": float64(res.Docs), "tokens": float64(res.Tokens), "postings": float64(res.Postings), "partitions": float64(res.Partitions)}
+	if len(structure) > 0 {
+		sr.add(Check{Name: "structure", Verdict: Failed, Damage: DamageFTS, Message: strings.Join(structure, "; "), Numbers: nums})
+	} else {
+		sr.add(Check{Name: "structure", Verdict: OK, Numbers: nums,
+			Message: fmt.Sprintf("%d documents, %d tokens, %d postings in %d partitions: every posting list and position run decodes, each document's frequencies sum to its token count", res.Docs, res.Tokens, res.Postings, res.Partitions)})
+	}
+	switch {
+	case len(ids) > 0:
+		sr.add(Check{Name: "row_ids", Verdict: Failed, Damage: DamageForeignRowIDs, Message: strings.Join(ids, "; ")})
+	case covered == nil:
+		sr.add(Check{Name: "row_ids", Verdict: Skipped, Message: "the dataset uses stable row ids: rows are not mapped to fragments here"})
+	default:
+		sr.add(Check{Name: "row_ids", Verdict: OK, Message: "every document is a row of a fragment the segment covers"})
+	}
+	return sr, nil
 }

@@ -268,6 +268,8 @@ func verifyScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, r
 			check = verifyBitmap
 		case "NGRAM":
 			check = verifyNgram
+		case "INVERTED":
+			check = verifyFTS
 		}
 		sr, err := check(ctx, st, snap, im)
 		if err != nil {

@@ -333,7 +333,8 @@ def maintain_all(
     storage_options: Optional[Mapping[str, str]] = None,
 ) -> list[MaintainReport]:
     """One :func:`maintain` pass over every index of a table: vector,
-    scalar (BTREE, BITMAP, LABEL_LIST, ZONEMAP, BLOOMFILTER, NGRAM) alike.
+    scalar (BTREE, BITMAP, LABEL_LIST, ZONEMAP, BLOOMFILTER, NGRAM) and
+    full-text (INVERTED) alike.
 
     The indices are maintained one after the other, each planned at the
     latest version and committed on its own (a commit is one atomic
@@ -346,7 +347,7 @@ def maintain_all(
     index_names : list of str, optional
         The indices to maintain, in this order. By default every index of
         the latest version, in manifest order; those of a type merges do
-        not handle (INVERTED, RTREE...) are then passed over, each with a
+        not handle (RTREE, JSON...) are then passed over, each with a
         warning naming it and its type, where naming one here raises
         :class:`UnsupportedError`.
     policy, segments_per_tier, max_segment_rows, floor_rows, deletes_pct_allowed, max_segments

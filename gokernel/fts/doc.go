@@ -1,0 +1,23 @@
+// Package fts reads, merges and checks the segments of Lance full-text
+// (INVERTED) indices, as pylance 14.0.2 writes them.
+//
+// A segment is metadata.lance (the analyzer's parameters, the partition
+// ids, the layout keys) and, per partition N, part_N_tokens.lance (token
+// to id, an fst map: fst.go), part_N_docs.lance (row id and token count
+// of each document) and part_N_invert.lance (a row per token: posting
+// blocks of 128 documents, block scores, impacts and positions:
+// posting.go, encode.go, positions.go). docs/formats.md has the byte
+// layout.
+//
+// Merge writes one partition from any number of input partitions, as
+// pylance's merge does: documents appended in input order (rows of
+// fragments the dataset no longer has dropped), token dictionaries
+// unioned, each token's lists concatenated with documents renumbered and
+// position deltas moved as they are, then blocks, BM25 block scores and
+// impacts computed for the merged partition's statistics, so pylance's
+// scores after our merge equal those after its own.
+//
+// Memory: a merge holds every input's posting lists as stored
+// (compressed), plus one token's decoded lists; the output is written a
+// window of tokens at a time.
+package fts

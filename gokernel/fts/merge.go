@@ -1,0 +1,549 @@
+package fts
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"reflect"
+	"sort"
+	"strconv"
+
+	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/google/uuid"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
+)
+
+// MergeOptions tune Merge.
+type MergeOptions struct {
+	// IndexUUID names the output.
+	IndexUUID uuid.UUID
+	// Keep, when set, says for each input which of its rows stay (nil
+	// entries keep every row).
+	Keep []func(rowID uint64) bool
+}
+
+// Result is what Merge wrote.
+type Result struct {
+	Files                   []*pb.IndexFile
+	DocsRead, DocsWritten   uint64
+	TokensWritten, Postings uint64
+}
+
+// part is one input partition, loaded.
+type part struct {
+	docs   *Docs
+	inv    *Invert
+	tokens []string
+	remap  []int32 // input doc -> output doc, -1 if dropped
+	pos    bool
+}
+
+// Names lists the files of a merged segment (one partition, 0).
+func Names() []string {
+	return []string{MetadataFile, TokensFile(0), DocsFile(0), InvertFile(0)}
+}
+
+// Merge merges INVERTED segments into one new segment of one partition
+// under _indices/<uuid>/ (written, nothing committed), as pylance's merge
+// does: documents appended in input order (dropped rows left out), token
+// dictionaries unioned, each token's posting lists concatenated with
+// their documents renumbered and positions carried, then blocks, block
+// scores, impacts and statistics computed afresh for the merged
+// partition. The inputs must have equal analyzer parameters and layout;
+// this is checked before any byte is written.
+//
+// Memory: the inputs' posting lists are held compressed, as stored, plus
+// one token's decoded lists at a time.
+func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opts MergeOptions) (*Result, error) {
+	if len(metas) == 0 {
+		return nil, fmt.Errorf("%w: at least one INVERTED segment is required", errkind.InvalidInput)
+	}
+	segs := make([]*Segment, len(metas))
+	for i, im := range metas {
+		s, err := Open(ctx, st, im)
+		if err != nil {
+			return nil, err
+		}
+		segs[i] = s
+	}
+	if err := sameLayout(segs); err != nil {
+		return nil, err
+	}
+	res := &Result{}
+	var parts []*part
+	deleted := roaring.New()
+	for i, s := range segs {
+		deleted.Or(s.Meta.Deleted)
+		var keep func(uint64) bool
+		if i < len(opts.Keep) {
+			keep = opts.Keep[i]
+		}
+		for _, p := range s.Meta.Partitions {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			pt, err := loadPart(ctx, s, p)
+			if err != nil {
+				return nil, err
+			}
+			pt.remap = make([]int32, len(pt.docs.RowIDs))
+			for d, id := range pt.docs.RowIDs {
+				pt.remap[d] = -1
+				if keep == nil || keep(id) {
+					pt.remap[d] = 0 // numbered below
+				}
+			}
+			res.DocsRead += uint64(len(pt.docs.RowIDs))
+			parts = append(parts, pt)
+		}
+	}
+	// Documents, in input order.
+	var rowIDs []uint64
+	var numTokens []uint32
+	var total uint64
+	for _, pt := range parts {
+		for d, r := range pt.remap {
+			if r < 0 {
+				continue
+			}
+			if len(rowIDs) >= math.MaxInt32 {
+				return nil, fmt.Errorf("%w: fts merge: more than 2^31 documents in one partition", errkind.Unsupported)
+			}
+			pt.remap[d] = int32(len(rowIDs))
+			rowIDs = append(rowIDs, pt.docs.RowIDs[d])
+			numTokens = append(numTokens, pt.docs.NumTokens[d])
+			total += uint64(pt.docs.NumTokens[d])
+		}
+	}
+	res.DocsWritten = uint64(len(rowIDs))
+	var avgdl float32
+	if len(rowIDs) > 0 {
+		avgdl = float32(float32(total) / float32(len(rowIDs)))
+	}
+
+	// Tokens: the first partition's in its id order, then each new one.
+	type source struct{ part, id int }
+	var order []string
+	sources := map[string][]source{}
+	for pi, pt := range parts {
+		for id, tok := range pt.tokens {
+			if _, ok := sources[tok]; !ok {
+				order = append(order, tok)
+			}
+			sources[tok] = append(sources[tok], source{pi, id})
+		}
+	}
+
+	dir := table.IndexDir(&pb.IndexMetadata{Uuid: &pb.UUID{Uuid: opts.IndexUUID[:]}})
+	withPos := segs[0].Meta.WithPositions()
+	iw, err := newInvertWriter(ctx, st, dir, withPos, invertKeys(segs[0].Meta.Keys))
+	if err != nil {
+		return nil, err
+	}
+	defer iw.abort()
+	var merged, p Posting
+	var posIn, posOut []uint32
+	var blockRuns []uint32
+	var buf []byte
+	var outTokens []string
+	for _, tok := range order {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		merged.Docs, merged.Freqs, posOut = merged.Docs[:0], merged.Freqs[:0], posOut[:0]
+		for _, src := range sources[tok] {
+			pt := parts[src.part]
+			if err := DecodePosting(pt.inv.Blocks(src.id), int(pt.inv.Length[src.id]), &p); err != nil {
+				return nil, fmt.Errorf("fts merge: token %q: %w", tok, err)
+			}
+			if withPos {
+				if posIn, err = pt.inv.decodePositions(src.id, p.Freqs, posIn[:0]); err != nil {
+					return nil, fmt.Errorf("fts merge: token %q: %w", tok, err)
+				}
+			}
+			at := 0
+			for i, d := range p.Docs {
+				if int(d) >= len(pt.remap) {
+					return nil, fmt.Errorf("%w: fts merge: token %q names document %d of %d", errkind.Corrupt, tok, d, len(pt.remap))
+				}
+				f := int(p.Freqs[i])
+				if r := pt.remap[d]; r >= 0 {
+					merged.Docs = append(merged.Docs, uint32(r))
+					merged.Freqs = append(merged.Freqs, p.Freqs[i])
+					if withPos {
+						posOut = append(posOut, posIn[at:at+f]...)
+					}
+				}
+				at += f
+			}
+		}
+		if merged.Len() == 0 {
+			continue // every row of the token was dropped
+		}
+		var e encoded
+		e, buf = encodePosting(&merged, numTokens, avgdl, idfScale(merged.Len(), len(rowIDs)), buf)
+		var run []byte
+		blockRuns = blockRuns[:0]
+		if withPos {
+			at := 0
+			for lo := 0; lo < merged.Len(); lo += BlockSize {
+				blockRuns = append(blockRuns, uint32(len(run)))
+				n := 0
+				for _, f := range merged.Freqs[lo:min(lo+BlockSize, merged.Len())] {
+					n += int(f)
+				}
+				run = appendPositionRun(run, posOut[at:at+n])
+				at += n
+			}
+			if uint64(len(run)) > math.MaxUint32 {
+				return nil, fmt.Errorf("%w: fts merge: token %q has %d bytes of positions", errkind.Unsupported, tok, len(run))
+			}
+		}
+		if err := iw.add(e, uint32(merged.Len()), run, blockRuns); err != nil {
+			return nil, err
+		}
+		outTokens = append(outTokens, tok)
+		res.Postings += uint64(merged.Len())
+	}
+	res.TokensWritten = uint64(len(outTokens))
+	invFile, err := iw.finish()
+	if err != nil {
+		return nil, err
+	}
+	files := []*pb.IndexFile{invFile}
+	written := []string{invFile.GetPath()}
+	fail := func(err error) (*Result, error) {
+		for _, n := range written {
+			_ = st.Delete(context.WithoutCancel(ctx), dir+n)
+		}
+		return nil, err
+	}
+	f, err := writeTokens(ctx, st, dir, outTokens)
+	if err != nil {
+		return fail(err)
+	}
+	files, written = append(files, f), append(written, f.GetPath())
+	if f, err = writeDocs(ctx, st, dir, rowIDs, numTokens, total); err != nil {
+		return fail(err)
+	}
+	files, written = append(files, f), append(written, f.GetPath())
+	if f, err = writeMetadata(ctx, st, dir, segs[0].Meta, deleted); err != nil {
+		return fail(err)
+	}
+	res.Files = append(files, f)
+	return res, nil
+}
+
+func loadPart(ctx context.Context, s *Segment, p uint64) (*part, error) {
+	pt := &part{pos: s.Meta.WithPositions()}
+	var err error
+	if pt.docs, err = s.ReadDocs(ctx, p); err != nil {
+		return nil, err
+	}
+	if pt.inv, err = s.ReadInvert(ctx, p); err != nil {
+		return nil, err
+	}
+	if pt.tokens, err = s.ReadTokens(ctx, p, pt.inv.Tokens()); err != nil {
+		return nil, err
+	}
+	return pt, nil
+}
+
+// sameLayout refuses inputs whose analyzer or layout differ: their
+// tokens, or their files, would not mean the same thing.
+func sameLayout(segs []*Segment) error {
+	var first any
+	if err := json.Unmarshal([]byte(segs[0].Meta.Params), &first); err != nil {
+		return fmt.Errorf("%w: fts segment %s: params: %v", errkind.Corrupt, table.IndexUUID(segs[0].Index), err)
+	}
+	for _, s := range segs[1:] {
+		var p any
+		if err := json.Unmarshal([]byte(s.Meta.Params), &p); err != nil {
+			return fmt.Errorf("%w: fts segment %s: params: %v", errkind.Corrupt, table.IndexUUID(s.Index), err)
+		}
+		if !reflect.DeepEqual(first, p) {
+			return fmt.Errorf("%w: fts segments %s and %s were built with different parameters (%s, %s): one analyzer per merge",
+				errkind.InvalidInput, table.IndexUUID(segs[0].Index), table.IndexUUID(s.Index), segs[0].Meta.Params, s.Meta.Params)
+		}
+		if s.Meta.WithPositions() != segs[0].Meta.WithPositions() {
+			return fmt.Errorf("%w: fts segments %s and %s differ in positions", errkind.InvalidInput, table.IndexUUID(segs[0].Index), table.IndexUUID(s.Index))
+		}
+	}
+	return nil
+}
+
+// decodePositions appends the position deltas of token t (whose documents
+// have frequencies freqs), block run by block run.
+func (v *Invert) decodePositions(t int, freqs []uint32, dst []uint32) ([]uint32, error) {
+	stream := v.Positions.Values[v.Positions.Offsets[t]:v.Positions.Offsets[t+1]]
+	pb := v.PosBlocks
+	lo, hi := pb.Offsets[t], pb.Offsets[t+1]
+	nb := int(hi - lo)
+	if want := (len(freqs) + BlockSize - 1) / BlockSize; nb != want {
+		return nil, fmt.Errorf("%w: fts positions: %d runs for %d blocks", errkind.Corrupt, nb, want)
+	}
+	for b := 0; b < nb; b++ {
+		start := binary.LittleEndian.Uint32(pb.Items.Values[4*(int(lo)+b):])
+		end := uint32(len(stream))
+		if b+1 < nb {
+			end = binary.LittleEndian.Uint32(pb.Items.Values[4*(int(lo)+b+1):])
+		}
+		if start > end || int(end) > len(stream) {
+			return nil, fmt.Errorf("%w: fts positions: run [%d,%d) of %d bytes", errkind.Corrupt, start, end, len(stream))
+		}
+		var err error
+		if dst, err = decodePositionRun(stream[start:end], freqs[b*BlockSize:min((b+1)*BlockSize, len(freqs))], dst); err != nil {
+			return nil, err
+		}
+	}
+	return dst, nil
+}
+
+// invertKeys are the schema metadata of an invert file.
+func invertKeys(keys map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, k := range []string{keyFormat, keyBlockSize, keyTailCodec, keyPosLayout, keyPosCodec} {
+		if v, ok := keys[k]; ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// The files are written in Lance file format 2.0: its list pages take
+// binary items, which the 2.1 writer does not yet write; pylance reads
+// either.
+var fileVersion = lancefile.V2_0
+
+var (
+	largeBinary = lancefile.DataType{Kind: lancefile.KindBinary, Logical: "large_binary"}
+	plainBinary = lancefile.DataType{Kind: lancefile.KindBinary, Logical: "binary"}
+	u32         = lancefile.Primitive(lancefile.KindUint32)
+	u64         = lancefile.Primitive(lancefile.KindUint64)
+	f32         = lancefile.Primitive(lancefile.KindFloat32)
+)
+
+// fileOut is one output file being written.
+type fileOut struct {
+	name string
+	sw   storage.Writer
+	cw   *storage.CountingWriter
+	w    *lancefile.Writer
+}
+
+func createFile(ctx context.Context, st storage.Store, dir, name string, fields []*lancefile.Field, keys map[string]string) (*fileOut, error) {
+	sw, err := st.Create(ctx, dir+name)
+	if err != nil {
+		return nil, err
+	}
+	f := &fileOut{name: name, sw: sw, cw: &storage.CountingWriter{W: sw}}
+	if f.w, err = lancefile.NewWriter(f.cw, fields, lancefile.WriterOptions{Version: fileVersion}); err != nil {
+		sw.Abort()
+		return nil, err
+	}
+	for k, v := range keys {
+		f.w.SetMetadata(k, []byte(v))
+	}
+	return f, nil
+}
+
+func (f *fileOut) finish() (*pb.IndexFile, error) {
+	if err := f.w.Finish(); err != nil {
+		f.sw.Abort()
+		return nil, err
+	}
+	if err := f.sw.Finish(); err != nil {
+		return nil, err
+	}
+	return &pb.IndexFile{Path: f.name, SizeBytes: uint64(f.cw.N)}, nil
+}
+
+// writeOne writes a file of one batch.
+func writeOne(ctx context.Context, st storage.Store, dir, name string, fields []*lancefile.Field, keys map[string]string, cols []*lancefile.Array) (*pb.IndexFile, error) {
+	f, err := createFile(ctx, st, dir, name, fields, keys)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.w.Write(cols); err != nil {
+		f.sw.Abort()
+		return nil, err
+	}
+	return f.finish()
+}
+
+func binaryRow(t lancefile.DataType, b []byte) *lancefile.Array {
+	return &lancefile.Array{Type: t, Len: 1, Values: b, Offsets: []int64{0, int64(len(b))}}
+}
+
+func writeTokens(ctx context.Context, st storage.Store, dir string, tokens []string) (*pb.IndexFile, error) {
+	ids := make([]int, len(tokens))
+	var total uint64
+	for i := range ids {
+		ids[i] = i
+		total += uint64(len(tokens[i]))
+	}
+	sort.Slice(ids, func(a, b int) bool { return tokens[ids[a]] < tokens[ids[b]] })
+	fb := newFSTBuilder()
+	for _, id := range ids {
+		if err := fb.add([]byte(tokens[id]), uint64(id)); err != nil {
+			return nil, err
+		}
+	}
+	fields := []*lancefile.Field{lancefile.NewField(fstColumn, largeBinary, false), lancefile.NewField(nextIDColumn, u32, false), lancefile.NewField(tokenLenColumn, u64, false)}
+	return writeOne(ctx, st, dir, TokensFile(0), fields, nil, []*lancefile.Array{
+		binaryRow(largeBinary, fb.finish()),
+		{Type: u32, Len: 1, Values: binary.LittleEndian.AppendUint32(nil, uint32(len(tokens)))},
+		{Type: u64, Len: 1, Values: binary.LittleEndian.AppendUint64(nil, total)},
+	})
+}
+
+func writeDocs(ctx context.Context, st storage.Store, dir string, rowIDs []uint64, numTokens []uint32, total uint64) (*pb.IndexFile, error) {
+	ids := make([]byte, 0, 8*len(rowIDs))
+	for _, r := range rowIDs {
+		ids = binary.LittleEndian.AppendUint64(ids, r)
+	}
+	nt := make([]byte, 0, 4*len(numTokens))
+	for _, n := range numTokens {
+		nt = binary.LittleEndian.AppendUint32(nt, n)
+	}
+	fields := []*lancefile.Field{lancefile.NewField(rowIDColumn, u64, false), lancefile.NewField(numTokensColumn, u32, false)}
+	return writeOne(ctx, st, dir, DocsFile(0), fields, map[string]string{keyTotalTokens: strconv.FormatUint(total, 10)}, []*lancefile.Array{
+		{Type: u64, Len: len(rowIDs), Values: ids},
+		{Type: u32, Len: len(numTokens), Values: nt},
+	})
+}
+
+func writeMetadata(ctx context.Context, st storage.Store, dir string, m Meta, deleted *roaring.Bitmap) (*pb.IndexFile, error) {
+	del, err := deleted.ToBytes()
+	if err != nil {
+		return nil, err
+	}
+	keys := map[string]string{keyParams: m.Params, keyPartitions: "[0]", keyTokenSet: "fst"}
+	for k, v := range m.Keys {
+		if k != keyTokenSet {
+			keys[k] = v
+		}
+	}
+	return writeOne(ctx, st, dir, MetadataFile, []*lancefile.Field{lancefile.NewField(deletedColumn, plainBinary, false)}, keys,
+		[]*lancefile.Array{binaryRow(plainBinary, del)})
+}
+
+// invertWriter writes part_0_invert.lance a window of tokens at a time.
+type invertWriter struct {
+	f       *fileOut
+	withPos bool
+	n       int
+	// pending columns
+	post, imp, posOff *lancefile.Array
+	maxScore, length  []byte
+	positions         *lancefile.Array
+	pendingBytes      int
+}
+
+const invertWindowBytes = 8 << 20
+
+func newInvertWriter(ctx context.Context, st storage.Store, dir string, withPos bool, keys map[string]string) (*invertWriter, error) {
+	fields := []*lancefile.Field{
+		lancefile.NewListField(postingColumn, largeBinary, false, true),
+		lancefile.NewField(maxScoreColumn, f32, false),
+		lancefile.NewField(lengthColumn, u32, false),
+		lancefile.NewListField(impactsColumn, largeBinary, false, true),
+	}
+	if withPos {
+		fields = append(fields, lancefile.NewField(positionColumn, largeBinary, false), lancefile.NewListField(posOffsetColumn, u32, false, true))
+	}
+	f, err := createFile(ctx, st, dir, InvertFile(0), fields, keys)
+	if err != nil {
+		return nil, err
+	}
+	w := &invertWriter{f: f, withPos: withPos}
+	w.reset()
+	return w, nil
+}
+
+func emptyList(item lancefile.DataType) *lancefile.Array {
+	items := &lancefile.Array{Type: item, Values: []byte{}}
+	if item.Kind == lancefile.KindBinary {
+		items.Offsets = []int64{0}
+	}
+	return &lancefile.Array{Type: lancefile.ListType(), Offsets: []int64{0}, Items: items}
+}
+
+func (w *invertWriter) reset() {
+	w.n, w.pendingBytes = 0, 0
+	w.post, w.imp, w.posOff = emptyList(largeBinary), emptyList(largeBinary), emptyList(u32)
+	w.maxScore, w.length = nil, nil
+	w.positions = &lancefile.Array{Type: largeBinary, Values: []byte{}, Offsets: []int64{0}}
+}
+
+func appendBinaryList(l *lancefile.Array, vals [][]byte) {
+	it := l.Items
+	for _, v := range vals {
+		it.Values = append(it.Values, v...)
+		it.Offsets = append(it.Offsets, int64(len(it.Values)))
+		it.Len++
+	}
+	l.Offsets = append(l.Offsets, int64(it.Len))
+	l.Len++
+}
+
+func (w *invertWriter) add(e encoded, length uint32, positions []byte, runs []uint32) error {
+	appendBinaryList(w.post, e.blocks)
+	appendBinaryList(w.imp, e.impacts)
+	w.maxScore = binary.LittleEndian.AppendUint32(w.maxScore, math.Float32bits(e.maxScore))
+	w.length = binary.LittleEndian.AppendUint32(w.length, length)
+	if w.withPos {
+		w.positions.Values = append(w.positions.Values, positions...)
+		w.positions.Offsets = append(w.positions.Offsets, int64(len(w.positions.Values)))
+		w.positions.Len++
+		it := w.posOff.Items
+		for _, r := range runs {
+			it.Values = binary.LittleEndian.AppendUint32(it.Values, r)
+			it.Len++
+		}
+		w.posOff.Offsets = append(w.posOff.Offsets, int64(it.Len))
+		w.posOff.Len++
+	}
+	w.n++
+	w.pendingBytes = len(w.post.Items.Values) + len(w.imp.Items.Values) + len(w.positions.Values)
+	if w.pendingBytes >= invertWindowBytes {
+		return w.flush()
+	}
+	return nil
+}
+
+func (w *invertWriter) flush() error {
+	if w.n == 0 {
+		return nil
+	}
+	cols := []*lancefile.Array{w.post, {Type: f32, Len: w.n, Values: w.maxScore}, {Type: u32, Len: w.n, Values: w.length}, w.imp}
+	if w.withPos {
+		cols = append(cols, w.positions, w.posOff)
+	}
+	err := w.f.w.Write(cols)
+	w.reset()
+	return err
+}
+
+func (w *invertWriter) finish() (*pb.IndexFile, error) {
+	if err := w.flush(); err != nil {
+		return nil, err
+	}
+	f, err := w.f.finish()
+	w.f = nil
+	return f, err
+}
+
+func (w *invertWriter) abort() {
+	if w.f != nil {
+		w.f.sw.Abort()
+		w.f = nil
+	}
+}

@@ -1,0 +1,364 @@
+package fts
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+
+	"github.com/RoaringBitmap/roaring/v2"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
+)
+
+// File, column and key names of a segment. Part of the format.
+const (
+	MetadataFile = "metadata.lance"
+
+	deletedColumn   = "deleted_fragments"
+	rowIDColumn     = "_rowid"
+	numTokensColumn = "_num_tokens"
+	fstColumn       = "_token_fst_bytes"
+	nextIDColumn    = "_token_next_id"
+	tokenLenColumn  = "_token_total_length"
+	arrowTokenCol   = "_token"
+	arrowTokenIDCol = "_token_id"
+	postingColumn   = "_posting"
+	maxScoreColumn  = "_max_score"
+	lengthColumn    = "_length"
+	impactsColumn   = "_impacts"
+	positionColumn  = "_compressed_position"
+	posOffsetColumn = "_position_block_offset"
+
+	keyPartitions   = "partitions"
+	keyParams       = "params"
+	keyTotalTokens  = "total_tokens"
+	keyFormat       = "format_version"
+	keyTokenSet     = "token_set_format"
+	keyBlockSize    = "posting_block_size"
+	keyTailCodec    = "posting_tail_codec"
+	keyPosLayout    = "positions_layout"
+	keyPosCodec     = "positions_codec"
+	tailVarintDelta = "varint_delta_v1"
+	posLayoutShared = "shared_stream_v2"
+	posCodecPacked  = "packed_delta_v1"
+)
+
+// TokensFile, DocsFile and InvertFile name partition p's files.
+func TokensFile(p uint64) string { return fmt.Sprintf("part_%d_tokens.lance", p) }
+func DocsFile(p uint64) string   { return fmt.Sprintf("part_%d_docs.lance", p) }
+func InvertFile(p uint64) string { return fmt.Sprintf("part_%d_invert.lance", p) }
+
+// Meta is what metadata.lance says of a segment.
+type Meta struct {
+	// Params is the analyzer, as the JSON text the segment carries.
+	Params string
+	// Partitions are the ids of the segment's partitions.
+	Partitions []uint64
+	// Keys is the file's schema metadata (format_version, token_set_format,
+	// posting_block_size, posting_tail_codec, positions_layout...).
+	Keys map[string]string
+	// Deleted are fragments the segment records as deleted.
+	Deleted *roaring.Bitmap
+	// Version is the Lance file version of the segment's files.
+	Version lancefile.Version
+}
+
+// WithPositions reports whether the segment stores term positions.
+func (m *Meta) WithPositions() bool { return m.Keys[keyPosLayout] != "" }
+
+// Segment is an opened INVERTED segment.
+type Segment struct {
+	Index *pb.IndexMetadata
+	Meta  Meta
+	st    storage.Store
+	dir   string
+}
+
+// Open reads a segment's metadata.lance and checks that its layout is one
+// this package reads: format_version 2, 128-document posting blocks, the
+// varint_delta_v1 tail codec, an fst or arrow token set, and positions (if
+// any) in the shared_stream_v2 layout with the packed_delta_v1 codec. Any
+// other layout is errkind.Unsupported, naming it.
+func Open(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Segment, error) {
+	s := &Segment{Index: im, st: st, dir: table.IndexDir(im)}
+	r, closeFn, err := s.open(ctx, MetadataFile)
+	if err != nil {
+		return nil, err
+	}
+	defer closeFn()
+	m := &s.Meta
+	m.Version = r.Version()
+	m.Keys = map[string]string{}
+	for k, v := range r.Metadata() {
+		m.Keys[k] = string(v)
+	}
+	m.Params = m.Keys[keyParams]
+	delete(m.Keys, keyParams)
+	if err := json.Unmarshal([]byte(m.Keys[keyPartitions]), &m.Partitions); err != nil {
+		return nil, fmt.Errorf("%w: fts segment %s: partitions %q: %v", errkind.Corrupt, table.IndexUUID(im), m.Keys[keyPartitions], err)
+	}
+	delete(m.Keys, keyPartitions)
+	if len(m.Partitions) > 1<<20 {
+		return nil, fmt.Errorf("%w: fts segment %s: %d partitions", errkind.Corrupt, table.IndexUUID(im), len(m.Partitions))
+	}
+	if err := checkLayout(m.Keys); err != nil {
+		return nil, fmt.Errorf("fts segment %s: %w", table.IndexUUID(im), err)
+	}
+	del, err := r.ReadAll(ctx, deletedColumn)
+	if err != nil {
+		return nil, fmt.Errorf("fts segment %s: %w", table.IndexUUID(im), err)
+	}
+	m.Deleted = roaring.New()
+	if del.Len > 0 && del.IsValid(0) {
+		if _, err := m.Deleted.FromUnsafeBytes(del.Values[del.Offsets[0]:del.Offsets[1]]); err != nil {
+			return nil, fmt.Errorf("%w: fts segment %s: deleted fragments: %v", errkind.Corrupt, table.IndexUUID(im), err)
+		}
+		m.Deleted = m.Deleted.Clone()
+	}
+	return s, nil
+}
+
+// checkLayout refuses index layouts this package does not read.
+func checkLayout(keys map[string]string) error {
+	want := map[string]string{keyFormat: "2", keyBlockSize: strconv.Itoa(BlockSize), keyTailCodec: tailVarintDelta}
+	for k, v := range want {
+		if keys[k] != v {
+			return fmt.Errorf("%w: %s %q (this version reads %s %q)", errkind.Unsupported, k, keys[k], k, v)
+		}
+	}
+	if ts := keys[keyTokenSet]; ts != "fst" && ts != "arrow" {
+		return fmt.Errorf("%w: token_set_format %q (fst and arrow are read)", errkind.Unsupported, ts)
+	}
+	if l := keys[keyPosLayout]; l != "" && (l != posLayoutShared || keys[keyPosCodec] != posCodecPacked) {
+		return fmt.Errorf("%w: positions layout %q codec %q (%s %s is read)", errkind.Unsupported, l, keys[keyPosCodec], posLayoutShared, posCodecPacked)
+	}
+	return nil
+}
+
+func (s *Segment) open(ctx context.Context, name string) (*lancefile.Reader, func(), error) {
+	obj, err := s.st.Open(ctx, s.dir+name)
+	if err != nil {
+		return nil, nil, fmt.Errorf("fts segment %s: %w", table.IndexUUID(s.Index), err)
+	}
+	r, err := lancefile.Open(ctx, obj, s.dir+name, lancefile.Options{})
+	if err != nil {
+		obj.Close()
+		return nil, nil, err
+	}
+	return r, func() { obj.Close() }, nil
+}
+
+// Docs are a partition's documents: document d is row d.
+type Docs struct {
+	RowIDs      []uint64
+	NumTokens   []uint32
+	TotalTokens uint64
+}
+
+// ReadDocs reads partition p's documents.
+func (s *Segment) ReadDocs(ctx context.Context, p uint64) (*Docs, error) {
+	r, closeFn, err := s.open(ctx, DocsFile(p))
+	if err != nil {
+		return nil, err
+	}
+	defer closeFn()
+	ids, err := r.ReadAll(ctx, rowIDColumn)
+	if err != nil {
+		return nil, err
+	}
+	nt, err := r.ReadAll(ctx, numTokensColumn)
+	if err != nil {
+		return nil, err
+	}
+	if ids.Type.Kind != lancefile.KindUint64 || nt.Type.Kind != lancefile.KindUint32 || ids.Len != nt.Len {
+		return nil, fmt.Errorf("%w: %s: columns %s[%d] and %s[%d]", errkind.Corrupt, DocsFile(p), ids.Type, ids.Len, nt.Type, nt.Len)
+	}
+	d := &Docs{RowIDs: make([]uint64, ids.Len), NumTokens: make([]uint32, nt.Len)}
+	var sum uint64
+	for i := range d.RowIDs {
+		d.RowIDs[i] = binary.LittleEndian.Uint64(ids.Values[8*i:])
+		d.NumTokens[i] = binary.LittleEndian.Uint32(nt.Values[4*i:])
+		sum += uint64(d.NumTokens[i])
+	}
+	tt, _ := r.MetadataString(keyTotalTokens)
+	if d.TotalTokens, err = strconv.ParseUint(tt, 10, 64); err != nil || d.TotalTokens != sum {
+		return nil, fmt.Errorf("%w: %s: total_tokens %q, documents hold %d", errkind.Corrupt, DocsFile(p), tt, sum)
+	}
+	return d, nil
+}
+
+// ReadTokens reads partition p's token dictionary of n tokens (the rows
+// of its posting lists): token id i is tokens[i].
+func (s *Segment) ReadTokens(ctx context.Context, p uint64, n int) ([]string, error) {
+	r, closeFn, err := s.open(ctx, TokensFile(p))
+	if err != nil {
+		return nil, err
+	}
+	defer closeFn()
+	var toks []string
+	if s.Meta.Keys[keyTokenSet] == "arrow" {
+		toks, err = readArrowTokens(ctx, r)
+	} else {
+		toks, err = readFSTTokens(ctx, r, n)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", TokensFile(p), err)
+	}
+	if len(toks) != n {
+		return nil, fmt.Errorf("%w: %s: %d tokens for %d posting lists", errkind.Corrupt, TokensFile(p), len(toks), n)
+	}
+	return toks, nil
+}
+
+func readFSTTokens(ctx context.Context, r *lancefile.Reader, n int) ([]string, error) {
+	var cols [3]*lancefile.Array
+	for i, name := range []string{fstColumn, nextIDColumn, tokenLenColumn} {
+		a, err := r.ReadAll(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		if a.Len != 1 {
+			return nil, fmt.Errorf("%w: %s has %d rows", errkind.Corrupt, name, a.Len)
+		}
+		cols[i] = a
+	}
+	if cols[1].Type.Kind != lancefile.KindUint32 || cols[2].Type.Kind != lancefile.KindUint64 {
+		return nil, fmt.Errorf("%w: token set columns of %s and %s", errkind.Corrupt, cols[1].Type, cols[2].Type)
+	}
+	if next := binary.LittleEndian.Uint32(cols[1].Values); int64(next) != int64(n) {
+		return nil, fmt.Errorf("%w: %d tokens for %d posting lists", errkind.Corrupt, next, n)
+	}
+	fb := cols[0]
+	return fstTokens(fb.Values[fb.Offsets[0]:fb.Offsets[1]], n, binary.LittleEndian.Uint64(cols[2].Values))
+}
+
+func readArrowTokens(ctx context.Context, r *lancefile.Reader) ([]string, error) {
+	toks, err := r.ReadAll(ctx, arrowTokenCol)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := r.ReadAll(ctx, arrowTokenIDCol)
+	if err != nil {
+		return nil, err
+	}
+	if ids.Len != toks.Len || ids.Type.Kind != lancefile.KindUint32 {
+		return nil, fmt.Errorf("%w: arrow token set: %d tokens, %d ids", errkind.Corrupt, toks.Len, ids.Len)
+	}
+	out := make([]string, toks.Len)
+	seen := make([]bool, toks.Len)
+	for i := 0; i < toks.Len; i++ {
+		id := binary.LittleEndian.Uint32(ids.Values[4*i:])
+		if int(id) >= len(out) || seen[id] {
+			return nil, fmt.Errorf("%w: arrow token set: token id %d of %d tokens", errkind.Corrupt, id, len(out))
+		}
+		seen[id] = true
+		out[id] = string(toks.Values[toks.Offsets[i]:toks.Offsets[i+1]])
+	}
+	return out, nil
+}
+
+// Invert is a partition's posting lists, one row per token id, as stored.
+type Invert struct {
+	Postings  *lancefile.Array // list<large_binary>: the blocks of each token
+	MaxScore  []float32
+	Length    []uint32
+	Positions *lancefile.Array // large_binary, nil without positions
+	PosBlocks *lancefile.Array // list<uint32>: byte offset of each block's positions
+}
+
+// Tokens is the number of token rows.
+func (v *Invert) Tokens() int { return len(v.Length) }
+
+// Blocks returns token t's posting blocks.
+func (v *Invert) Blocks(t int) [][]byte {
+	it := v.Postings.Items
+	lo, hi := v.Postings.Offsets[t], v.Postings.Offsets[t+1]
+	out := make([][]byte, 0, hi-lo)
+	for i := lo; i < hi; i++ {
+		out = append(out, it.Values[it.Offsets[i]:it.Offsets[i+1]])
+	}
+	return out
+}
+
+// ReadInvert reads partition p's posting lists.
+func (s *Segment) ReadInvert(ctx context.Context, p uint64) (*Invert, error) {
+	r, closeFn, err := s.open(ctx, InvertFile(p))
+	if err != nil {
+		return nil, err
+	}
+	defer closeFn()
+	v := &Invert{}
+	if v.Postings, err = r.ReadAll(ctx, postingColumn); err != nil {
+		return nil, err
+	}
+	ms, err := r.ReadAll(ctx, maxScoreColumn)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := r.ReadAll(ctx, lengthColumn)
+	if err != nil {
+		return nil, err
+	}
+	n := v.Postings.Len
+	if ms.Len != n || ln.Len != n || ms.Type.Kind != lancefile.KindFloat32 || ln.Type.Kind != lancefile.KindUint32 || v.Postings.Items == nil || v.Postings.Items.Type.Kind != lancefile.KindBinary {
+		return nil, fmt.Errorf("%w: %s: columns of %d, %d and %d rows", errkind.Corrupt, InvertFile(p), n, ms.Len, ln.Len)
+	}
+	v.MaxScore, v.Length = make([]float32, n), make([]uint32, n)
+	for i := 0; i < n; i++ {
+		v.MaxScore[i] = math.Float32frombits(binary.LittleEndian.Uint32(ms.Values[4*i:]))
+		v.Length[i] = binary.LittleEndian.Uint32(ln.Values[4*i:])
+	}
+	if s.Meta.WithPositions() {
+		if v.Positions, err = r.ReadAll(ctx, positionColumn); err != nil {
+			return nil, err
+		}
+		if v.PosBlocks, err = r.ReadAll(ctx, posOffsetColumn); err != nil {
+			return nil, err
+		}
+		if v.Positions.Len != n || v.PosBlocks.Len != n {
+			return nil, fmt.Errorf("%w: %s: positions of %d and %d rows for %d tokens", errkind.Corrupt, InvertFile(p), v.Positions.Len, v.PosBlocks.Len, n)
+		}
+	}
+	return v, nil
+}
+
+// Description is what a listing says of a segment, read from its files'
+// metadata alone.
+type Description struct {
+	Partitions int
+	Docs       uint64 // documents (rows with at least one token)
+	Tokens     uint64 // token rows, summed over partitions
+	Version    lancefile.Version
+	Params     string
+}
+
+// Describe opens a segment's files and counts its documents and tokens.
+func Describe(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Description, error) {
+	s, err := Open(ctx, st, im)
+	if err != nil {
+		return nil, err
+	}
+	d := &Description{Partitions: len(s.Meta.Partitions), Version: s.Meta.Version, Params: s.Meta.Params}
+	for _, p := range s.Meta.Partitions {
+		for _, name := range []string{DocsFile(p), InvertFile(p)} {
+			r, closeFn, err := s.open(ctx, name)
+			if err != nil {
+				return nil, err
+			}
+			if name == DocsFile(p) {
+				d.Docs += r.NumRows()
+			} else {
+				d.Tokens += r.NumRows()
+			}
+			closeFn()
+		}
+	}
+	return d, nil
+}
