@@ -65,13 +65,13 @@ if job["kind"] == "ours":
     import lance_segmerge as ls
     ls.kernel_version()
     t0 = time.perf_counter()
-    ls.optimize(uri, "k_idx", executor="local", progress=False)
+    ls.optimize(uri, job.get("index", "k_idx"), executor="local", progress=False)
     dt = time.perf_counter() - t0
 elif job["kind"] == "pylance":
     import lance
     ds = lance.dataset(uri)
     t0 = time.perf_counter()
-    ds.optimize.optimize_indices(index_names=["k_idx"], num_indices_to_merge=job["n"])
+    ds.optimize.optimize_indices(index_names=[job.get("index", "k_idx")], num_indices_to_merge=job["n"])
     dt = time.perf_counter() - t0
 else:  # floor
     buf = bytearray(8 << 20)

@@ -143,7 +143,10 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 
 	dir := table.IndexDir(&pb.IndexMetadata{Uuid: &pb.UUID{Uuid: opts.IndexUUID[:]}})
 	withPos := segs[0].Meta.WithPositions()
-	iw, err := newInvertWriter(ctx, st, dir, withPos, invertKeys(segs[0].Meta.Keys))
+	// The output keeps the inputs' Lance file version (pylance 14.0.2
+	// writes 2.2).
+	version := segs[0].Meta.Version
+	iw, err := newInvertWriter(ctx, st, dir, version, withPos, invertKeys(segs[0].Meta.Keys))
 	if err != nil {
 		return nil, err
 	}
@@ -225,12 +228,12 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 		}
 		return nil, err
 	}
-	f, err := writeTokens(ctx, st, dir, outTokens)
+	f, err := writeTokens(ctx, st, dir, version, outTokens)
 	if err != nil {
 		return fail(err)
 	}
 	files, written = append(files, f), append(written, f.GetPath())
-	if f, err = writeDocs(ctx, st, dir, rowIDs, numTokens, total); err != nil {
+	if f, err = writeDocs(ctx, st, dir, version, rowIDs, numTokens, total); err != nil {
 		return fail(err)
 	}
 	files, written = append(files, f), append(written, f.GetPath())
@@ -317,11 +320,6 @@ func invertKeys(keys map[string]string) map[string]string {
 	return out
 }
 
-// The files are written in Lance file format 2.0: its list pages take
-// binary items, which the 2.1 writer does not yet write; pylance reads
-// either.
-var fileVersion = lancefile.V2_0
-
 var (
 	largeBinary = lancefile.DataType{Kind: lancefile.KindBinary, Logical: "large_binary"}
 	plainBinary = lancefile.DataType{Kind: lancefile.KindBinary, Logical: "binary"}
@@ -338,13 +336,13 @@ type fileOut struct {
 	w    *lancefile.Writer
 }
 
-func createFile(ctx context.Context, st storage.Store, dir, name string, fields []*lancefile.Field, keys map[string]string) (*fileOut, error) {
+func createFile(ctx context.Context, st storage.Store, dir, name string, v lancefile.Version, fields []*lancefile.Field, keys map[string]string) (*fileOut, error) {
 	sw, err := st.Create(ctx, dir+name)
 	if err != nil {
 		return nil, err
 	}
 	f := &fileOut{name: name, sw: sw, cw: &storage.CountingWriter{W: sw}}
-	if f.w, err = lancefile.NewWriter(f.cw, fields, lancefile.WriterOptions{Version: fileVersion}); err != nil {
+	if f.w, err = lancefile.NewWriter(f.cw, fields, lancefile.WriterOptions{Version: v}); err != nil {
 		sw.Abort()
 		return nil, err
 	}
@@ -366,8 +364,8 @@ func (f *fileOut) finish() (*pb.IndexFile, error) {
 }
 
 // writeOne writes a file of one batch.
-func writeOne(ctx context.Context, st storage.Store, dir, name string, fields []*lancefile.Field, keys map[string]string, cols []*lancefile.Array) (*pb.IndexFile, error) {
-	f, err := createFile(ctx, st, dir, name, fields, keys)
+func writeOne(ctx context.Context, st storage.Store, dir, name string, v lancefile.Version, fields []*lancefile.Field, keys map[string]string, cols []*lancefile.Array) (*pb.IndexFile, error) {
+	f, err := createFile(ctx, st, dir, name, v, fields, keys)
 	if err != nil {
 		return nil, err
 	}
@@ -382,7 +380,7 @@ func binaryRow(t lancefile.DataType, b []byte) *lancefile.Array {
 	return &lancefile.Array{Type: t, Len: 1, Values: b, Offsets: []int64{0, int64(len(b))}}
 }
 
-func writeTokens(ctx context.Context, st storage.Store, dir string, tokens []string) (*pb.IndexFile, error) {
+func writeTokens(ctx context.Context, st storage.Store, dir string, v lancefile.Version, tokens []string) (*pb.IndexFile, error) {
 	ids := make([]int, len(tokens))
 	var total uint64
 	for i := range ids {
@@ -397,14 +395,14 @@ func writeTokens(ctx context.Context, st storage.Store, dir string, tokens []str
 		}
 	}
 	fields := []*lancefile.Field{lancefile.NewField(fstColumn, largeBinary, false), lancefile.NewField(nextIDColumn, u32, false), lancefile.NewField(tokenLenColumn, u64, false)}
-	return writeOne(ctx, st, dir, TokensFile(0), fields, nil, []*lancefile.Array{
+	return writeOne(ctx, st, dir, TokensFile(0), v, fields, nil, []*lancefile.Array{
 		binaryRow(largeBinary, fb.finish()),
 		{Type: u32, Len: 1, Values: binary.LittleEndian.AppendUint32(nil, uint32(len(tokens)))},
 		{Type: u64, Len: 1, Values: binary.LittleEndian.AppendUint64(nil, total)},
 	})
 }
 
-func writeDocs(ctx context.Context, st storage.Store, dir string, rowIDs []uint64, numTokens []uint32, total uint64) (*pb.IndexFile, error) {
+func writeDocs(ctx context.Context, st storage.Store, dir string, v lancefile.Version, rowIDs []uint64, numTokens []uint32, total uint64) (*pb.IndexFile, error) {
 	ids := make([]byte, 0, 8*len(rowIDs))
 	for _, r := range rowIDs {
 		ids = binary.LittleEndian.AppendUint64(ids, r)
@@ -414,7 +412,7 @@ func writeDocs(ctx context.Context, st storage.Store, dir string, rowIDs []uint6
 		nt = binary.LittleEndian.AppendUint32(nt, n)
 	}
 	fields := []*lancefile.Field{lancefile.NewField(rowIDColumn, u64, false), lancefile.NewField(numTokensColumn, u32, false)}
-	return writeOne(ctx, st, dir, DocsFile(0), fields, map[string]string{keyTotalTokens: strconv.FormatUint(total, 10)}, []*lancefile.Array{
+	return writeOne(ctx, st, dir, DocsFile(0), v, fields, map[string]string{keyTotalTokens: strconv.FormatUint(total, 10)}, []*lancefile.Array{
 		{Type: u64, Len: len(rowIDs), Values: ids},
 		{Type: u32, Len: len(numTokens), Values: nt},
 	})
@@ -431,7 +429,7 @@ func writeMetadata(ctx context.Context, st storage.Store, dir string, m Meta, de
 			keys[k] = v
 		}
 	}
-	return writeOne(ctx, st, dir, MetadataFile, []*lancefile.Field{lancefile.NewField(deletedColumn, plainBinary, false)}, keys,
+	return writeOne(ctx, st, dir, MetadataFile, m.Version, []*lancefile.Field{lancefile.NewField(deletedColumn, plainBinary, false)}, keys,
 		[]*lancefile.Array{binaryRow(plainBinary, del)})
 }
 
@@ -449,7 +447,7 @@ type invertWriter struct {
 
 const invertWindowBytes = 8 << 20
 
-func newInvertWriter(ctx context.Context, st storage.Store, dir string, withPos bool, keys map[string]string) (*invertWriter, error) {
+func newInvertWriter(ctx context.Context, st storage.Store, dir string, v lancefile.Version, withPos bool, keys map[string]string) (*invertWriter, error) {
 	fields := []*lancefile.Field{
 		lancefile.NewListField(postingColumn, largeBinary, false, true),
 		lancefile.NewField(maxScoreColumn, f32, false),
@@ -459,7 +457,7 @@ func newInvertWriter(ctx context.Context, st storage.Store, dir string, withPos 
 	if withPos {
 		fields = append(fields, lancefile.NewField(positionColumn, largeBinary, false), lancefile.NewListField(posOffsetColumn, u32, false, true))
 	}
-	f, err := createFile(ctx, st, dir, InvertFile(0), fields, keys)
+	f, err := createFile(ctx, st, dir, InvertFile(0), v, fields, keys)
 	if err != nil {
 		return nil, err
 	}

@@ -37,9 +37,9 @@ func newColWriter(w *Writer, f *Field) (*colWriter, error) {
 	c := &colWriter{w: w, f: f}
 	switch {
 	case isList(f.Type):
-		// Lists of binary are written in 2.0 only (a List page over a
-		// Binary page); 2.1 lists are mini-block with fixed-width items.
-		binaryItems := len(f.Children) == 1 && f.Children[0].Type.Kind == KindBinary && w.opts.Version == V2_0
+		// Lists of binary: a List page over a Binary page in 2.0, full-zip
+		// pages in 2.1 and 2.2 (binaryListPage21).
+		binaryItems := len(f.Children) == 1 && f.Children[0].Type.Kind == KindBinary
 		if !binaryItems && (len(f.Children) != 1 || f.Children[0].Type.ValueBits() == 0 || f.Children[0].Type.ValueBits()%8 != 0) {
 			return nil, fmt.Errorf("%w: lancefile: writing list field %q of %v", errkind.Unsupported, f.Name, f.Children)
 		}
@@ -554,6 +554,9 @@ func pageLayout(l any) *enc21.PageLayout {
 
 func (c *colWriter) flush21(a *Array, firstRow uint64) error {
 	t := a.Type
+	if isList(t) && a.Items.Type.Kind == KindBinary {
+		return c.binaryListPage21(a, firstRow)
+	}
 	if isList(t) {
 		return c.listPage21(a, firstRow)
 	}

@@ -624,6 +624,72 @@ func (r *Reader) readVarFullZipList(ctx context.Context, pg *pageIO, l *enc21.Fu
 	return arr.Slice(a, b), nil
 }
 
+// binaryListPage21 writes rows of lists of binary values as one full-zip
+// page, as pylance 14.0.2 writes the posting blocks of a full-text index:
+// items back to back, each a one-byte control word (the repetition level:
+// 1 on a list's first item), a length (u32, or u64 for the large types)
+// and the bytes; then the repetition index, the byte position of each
+// row's first item and the page's end. Lists must be valid and not empty,
+// and their items valid: the layers are all-valid.
+func (c *colWriter) binaryListPage21(a *Array, firstRow uint64) error {
+	it := a.Items
+	if a.Validity != nil && a.NullCount() > 0 || it.Validity != nil && it.NullCount() > 0 {
+		return fmt.Errorf("%w: lancefile: writing null lists of binary or null items", errkind.Unsupported)
+	}
+	lenBytes := 4
+	if strings.HasPrefix(it.Type.Logical, "large_") {
+		lenBytes = 8
+	}
+	lo, hi := a.Offsets[0], a.Offsets[a.Len]
+	size := it.Offsets[hi] - it.Offsets[lo] + (hi-lo)*int64(1+lenBytes)
+	if size >= 1<<32 || a.Len >= 1<<31 {
+		return fmt.Errorf("%w: lancefile: a page of lists of binary of %d bytes", errkind.Unsupported, size)
+	}
+	width := 4
+	if size < 1<<16 {
+		width = 2
+	}
+	data := make([]byte, 0, size)
+	index := make([]byte, 0, (a.Len+1)*width)
+	put := func(v int) {
+		if width == 2 {
+			index = binary.LittleEndian.AppendUint16(index, uint16(v))
+		} else {
+			index = binary.LittleEndian.AppendUint32(index, uint32(v))
+		}
+	}
+	for i := 0; i < a.Len; i++ {
+		if a.Offsets[i+1] == a.Offsets[i] {
+			return fmt.Errorf("%w: lancefile: writing an empty list of binary (row %d)", errkind.Unsupported, i)
+		}
+		put(len(data))
+		for j := a.Offsets[i]; j < a.Offsets[i+1]; j++ {
+			rep := byte(0)
+			if j == a.Offsets[i] {
+				rep = 1
+			}
+			v := it.Values[it.Offsets[j]:it.Offsets[j+1]]
+			data = append(data, rep)
+			if lenBytes == 8 {
+				data = binary.LittleEndian.AppendUint64(data, uint64(len(v)))
+			} else {
+				data = binary.LittleEndian.AppendUint32(data, uint32(len(v)))
+			}
+			data = append(data, v...)
+		}
+	}
+	put(len(data))
+	n := uint32(hi - lo)
+	l := &enc21.FullZipLayout{
+		BitsRep: 1, NumItems: n, NumVisibleItems: n,
+		ValueCompression: &enc21.CompressiveEncoding{Compression: &enc21.CompressiveEncoding_Variable{
+			Variable: &enc21.Variable{Offsets: flat21(8 * lenBytes)}}},
+		Layers:  []enc21.RepDefLayer{enc21.RepDefLayer_REPDEF_ALL_VALID_ITEM, enc21.RepDefLayer_REPDEF_ALL_VALID_LIST},
+		Details: &enc21.FullZipLayout_BitsPerOffset{BitsPerOffset: uint32(8 * lenBytes)},
+	}
+	return c.page(0, typeURLPageLayout, pageLayout(l), [][]byte{data, index}, a.Len, firstRow)
+}
+
 // binaryPage21 writes a binary column's rows as one full-zip page (the
 // form pylance 14.0.2 writes for values that do not compress): items back
 // to back, each a definition byte when the page has nulls, then for a

@@ -34,7 +34,7 @@ from ._validate import (
     _storage_options,
     _uuid,
 )
-from .errors import InvalidInputError
+from .errors import InvalidInputError, UnsupportedError
 
 __all__ = [
     "checked", "CHECKERS", "INDEX_TYPES", "SCALAR_BUILD_TYPES", "METRICS", "EXECUTORS", "POLICIES", "policy_options",
@@ -295,6 +295,10 @@ def _index_type(v: Any) -> str:
     scalar type built from the column (``BTREE``, ``BITMAP``, ``LABEL_LIST``,
     ``ZONEMAP``, ``BLOOMFILTER``, ``NGRAM``)."""
     t = v.upper() if isinstance(v, str) else v
+    if t in ("INVERTED", "FTS"):
+        raise UnsupportedError(
+            f"index_type {t}: full-text segments are merged, verified and maintained here, not built (their analyzer "
+            "is Lance's); build them with pylance's create_scalar_index or create_index_uncommitted")
     if t not in INDEX_TYPES + SCALAR_BUILD_TYPES:
         raise InvalidInputError(f"index_type must be one of {', '.join(INDEX_TYPES + SCALAR_BUILD_TYPES)}, got {_show(v)}")
     return str(t)

@@ -119,6 +119,9 @@ def test_merge_answers_as_pylance_merge(deltas, tmp_path):
     _close(got, want)
     _close(got, before)  # a merge changes nothing a query sees
     assert any(len(v) > 4096 for v in got.values())  # lists beyond 32 blocks
+    # The same files, in the same Lance file version, as pylance's merge.
+    assert _versions(ours) == _versions(theirs) == {f: (2, 2) for f in _versions(theirs)}
+    assert set(_versions(ours)) == {"metadata.lance", "part_0_tokens.lance", "part_0_docs.lance", "part_0_invert.lance"}
     # The same documents as pylance's merge, in the same order (rows deleted
     # inside a live fragment stay: BM25's statistics count them).
     assert _docs(ours) == _docs(theirs)
@@ -127,6 +130,16 @@ def test_merge_answers_as_pylance_merge(deltas, tmp_path):
     assert rep.clean, rep
     checks = {c.name: c.verdict for c in rep.segments[0].checks}
     assert checks["structure"] == "ok" and checks["row_ids"] == "ok", checks
+
+
+def _versions(uri: str) -> dict[str, tuple[int, int]]:
+    ds = lance.dataset(uri)
+    (ix,) = [i for i in ds.list_indices() if i["name"] == "text_idx"]
+    out = {}
+    for f in (Path(uri) / "_indices" / ix["uuid"]).iterdir():
+        m = LanceFileReader(str(f)).metadata()
+        out[f.name] = (m.major_version, m.minor_version)
+    return out
 
 
 def _docs(uri: str) -> list[tuple[int, int]]:
@@ -186,3 +199,26 @@ def test_stable_row_ids(tmp_path):
     ls.optimize(ours, "text_idx", executor="local")
     lance.dataset(theirs).optimize.optimize_indices(num_indices_to_merge=10)
     _close(_answers(ours, QUERIES + PHRASES), _answers(theirs, QUERIES + PHRASES))
+
+
+def test_maintain_all_brings_every_delta_to_one_segment(tmp_path):
+    """A text column appended to 100 times, pylance's optimize after each
+    append, next to a BTREE: one maintain_all brings each index to one
+    segment, the index's file count drops from 4 per segment to 4, and
+    pylance's answers and scores equal those of its own merge."""
+    src = str(tmp_path / "src")
+    ds = lance.write_dataset(_table(0, 300, 0), src)
+    ds.create_scalar_index("text", "INVERTED", with_position=True)
+    ds.create_scalar_index("id", "BTREE")
+    for a in range(100):
+        ds = lance.write_dataset(_table(300 + 30 * a, 30, a + 1, skew=a / 100), src, mode="append")
+        ds.optimize.optimize_indices(num_indices_to_merge=0)
+    ours, theirs = _pair(src, tmp_path)
+    files_before = _index_files(ours)
+    assert files_before == 4 * 101
+    reports = ls.maintain_all(ours, policy="all", executor="local", progress=False)
+    assert {r.index_name: (r.segments_before, r.segments_after) for r in reports} == {"text_idx": (101, 1), "id_idx": (101, 1)}
+    lance.dataset(theirs).optimize.optimize_indices(num_indices_to_merge=101)
+    assert _index_files(ours) == 4
+    _close(_answers(ours, QUERIES + PHRASES), _answers(theirs, QUERIES + PHRASES))
+    assert ls.verify_index(ours, "text_idx").clean

@@ -1,0 +1,294 @@
+package fts
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/google/uuid"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
+)
+
+// testVersion is the file version synthetic segments are written in (as
+// pylance 14.0.2 writes them).
+var testVersion = lancefile.V2_2
+
+const testParams = `{"base_tokenizer":"simple","with_position":true,"stem":true}`
+
+// doc is a synthetic document: its row id and its tokens in order.
+type doc struct {
+	row  uint64
+	toks []string
+}
+
+// writeSegment writes a one-partition segment of docs with this package's
+// writers (the layout pylance reads: python/tests/test_fts.py) and returns
+// its index entry.
+func writeSegment(t *testing.T, st storage.Store, docs []doc, params string) *pb.IndexMetadata {
+	t.Helper()
+	ctx := context.Background()
+	id := uuid.New()
+	im := &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: id[:]}, Name: "text_idx"}
+	dir := table.IndexDir(im)
+	var tokens []string
+	ids := map[string]int{}
+	type occ struct{ docs, freqs, deltas []uint32 }
+	var post []*occ
+	var rows []uint64
+	var nt []uint32
+	var total uint64
+	for d, dc := range docs {
+		rows, nt = append(rows, dc.row), append(nt, uint32(len(dc.toks)))
+		total += uint64(len(dc.toks))
+		last := map[string]int{}
+		positions := map[string][]uint32{}
+		var order []string
+		for p, tok := range dc.toks {
+			if _, ok := ids[tok]; !ok {
+				ids[tok] = len(tokens)
+				tokens = append(tokens, tok)
+				post = append(post, &occ{})
+			}
+			if _, ok := positions[tok]; !ok {
+				order = append(order, tok)
+				last[tok] = 0
+				positions[tok] = append(positions[tok], uint32(p))
+			} else {
+				positions[tok] = append(positions[tok], uint32(p-last[tok]))
+			}
+			last[tok] = p
+		}
+		for _, tok := range order {
+			o := post[ids[tok]]
+			o.docs = append(o.docs, uint32(d))
+			o.freqs = append(o.freqs, uint32(len(positions[tok])))
+			o.deltas = append(o.deltas, positions[tok]...)
+		}
+	}
+	avgdl := float32(float32(total) / float32(len(rows)))
+	iw, err := newInvertWriter(ctx, st, dir, testVersion, true, map[string]string{keyFormat: "2", keyBlockSize: "128", keyTailCodec: tailVarintDelta, keyPosLayout: posLayoutShared, keyPosCodec: posCodecPacked})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range post {
+		p := Posting{Docs: o.docs, Freqs: o.freqs}
+		e, _ := encodePosting(&p, nt, avgdl, idfScale(p.Len(), len(rows)), nil)
+		var run []byte
+		var runs []uint32
+		at := 0
+		for lo := 0; lo < p.Len(); lo += BlockSize {
+			runs = append(runs, uint32(len(run)))
+			n := 0
+			for _, f := range p.Freqs[lo:min(lo+BlockSize, p.Len())] {
+				n += int(f)
+			}
+			run = appendPositionRun(run, o.deltas[at:at+n])
+			at += n
+		}
+		if err := iw.add(e, uint32(p.Len()), run, runs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var files []*pb.IndexFile
+	f, err := iw.finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, f)
+	if f, err = writeTokens(ctx, st, dir, testVersion, tokens); err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, f)
+	if f, err = writeDocs(ctx, st, dir, testVersion, rows, nt, total); err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, f)
+	meta := Meta{Version: testVersion, Params: params, Keys: map[string]string{keyFormat: "2", keyBlockSize: "128", keyTailCodec: tailVarintDelta, keyPosLayout: posLayoutShared, keyPosCodec: posCodecPacked}}
+	if f, err = writeMetadata(ctx, st, dir, meta, roaring.New()); err != nil {
+		t.Fatal(err)
+	}
+	im.Files = append(files, f)
+	return im
+}
+
+func randomDocs(rng *rand.Rand, frag uint64, n int) []doc {
+	var out []doc
+	for i := 0; i < n; i++ {
+		k := 1 + rng.IntN(30)
+		toks := make([]string, k)
+		for j := range toks {
+			toks[j] = fmt.Sprintf("t%d", int(rng.ExpFloat64()*20)) // a few common tokens: long lists
+		}
+		out = append(out, doc{row: frag<<32 | uint64(i), toks: toks})
+	}
+	return out
+}
+
+// index reads a segment back as token -> row -> positions.
+func index(t *testing.T, st storage.Store, im *pb.IndexMetadata) map[string]map[uint64][]uint32 {
+	t.Helper()
+	ctx := context.Background()
+	s, err := Open(ctx, st, im)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]map[uint64][]uint32{}
+	for _, part := range s.Meta.Partitions {
+		pt, err := loadPart(ctx, s, part)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p Posting
+		for id, tok := range pt.tokens {
+			if err := DecodePosting(pt.inv.Blocks(id), int(pt.inv.Length[id]), &p); err != nil {
+				t.Fatal(err)
+			}
+			deltas, err := pt.inv.decodePositions(id, p.Freqs, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := map[uint64][]uint32{}
+			at := 0
+			for i, d := range p.Docs {
+				var pos []uint32
+				var cur uint32
+				for k := 0; k < int(p.Freqs[i]); k++ {
+					cur += deltas[at+k]
+					pos = append(pos, cur)
+				}
+				at += int(p.Freqs[i])
+				m[pt.docs.RowIDs[d]] = pos
+			}
+			out[tok] = m
+		}
+	}
+	return out
+}
+
+func want(docs ...[]doc) map[string]map[uint64][]uint32 {
+	out := map[string]map[uint64][]uint32{}
+	for _, ds := range docs {
+		for _, d := range ds {
+			for p, tok := range d.toks {
+				if out[tok] == nil {
+					out[tok] = map[uint64][]uint32{}
+				}
+				out[tok][d.row] = append(out[tok][d.row], uint32(p))
+			}
+		}
+	}
+	return out
+}
+
+func equalIndex(t *testing.T, got, want map[string]map[uint64][]uint32) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%d tokens, want %d", len(got), len(want))
+	}
+	for tok, rows := range want {
+		if len(got[tok]) != len(rows) {
+			t.Fatalf("token %q: %d rows, want %d", tok, len(got[tok]), len(rows))
+		}
+		for r, pos := range rows {
+			if !slices.Equal(got[tok][r], pos) {
+				t.Fatalf("token %q row %d: positions %v, want %v", tok, r, got[tok][r], pos)
+			}
+		}
+	}
+}
+
+func TestMergeKeepsEveryPostingAndPosition(t *testing.T) {
+	ctx := context.Background()
+	st := storage.NewMem("mem://t")
+	rng := rand.New(rand.NewPCG(9, 10))
+	a, b, c := randomDocs(rng, 0, 3000), randomDocs(rng, 1, 500), randomDocs(rng, 2, 40)
+	ims := []*pb.IndexMetadata{writeSegment(t, st, a, testParams), writeSegment(t, st, b, testParams), writeSegment(t, st, c, testParams)}
+	for i, im := range ims {
+		equalIndex(t, index(t, st, im), want([][]doc{a, b, c}[i]))
+		res, err := Check(ctx, st, im, nil)
+		if err != nil || len(res.Problems) > 0 {
+			t.Fatalf("segment %d: %v %v", i, err, res.Problems)
+		}
+	}
+	// Fragment 1 is gone: its documents are dropped.
+	drop1 := func(r uint64) bool { return r>>32 != 1 }
+	out := uuid.New()
+	res, err := Merge(ctx, st, ims, MergeOptions{IndexUUID: out, Keep: []func(uint64) bool{drop1, drop1, drop1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	merged := &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: out[:]}, Files: res.Files}
+	if res.DocsWritten != 3040 || res.DocsRead != 3540 {
+		t.Fatalf("docs %d read, %d written", res.DocsRead, res.DocsWritten)
+	}
+	equalIndex(t, index(t, st, merged), want(a, c))
+	chk, err := Check(ctx, st, merged, func(f uint32) bool { return f != 1 })
+	if err != nil || len(chk.Problems) > 0 || chk.Docs != 3040 || chk.Partitions != 1 {
+		t.Fatalf("check: %v %+v", err, chk)
+	}
+	// A merged segment merges again.
+	d := randomDocs(rng, 3, 300)
+	again := uuid.New()
+	res, err = Merge(ctx, st, []*pb.IndexMetadata{merged, writeSegment(t, st, d, testParams)}, MergeOptions{IndexUUID: again})
+	if err != nil {
+		t.Fatal(err)
+	}
+	equalIndex(t, index(t, st, &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: again[:]}, Files: res.Files}), want(a, c, d))
+}
+
+func TestMergeRefusesMixedAnalyzers(t *testing.T) {
+	ctx := context.Background()
+	st := storage.NewMem("mem://t")
+	rng := rand.New(rand.NewPCG(1, 1))
+	a := writeSegment(t, st, randomDocs(rng, 0, 10), testParams)
+	b := writeSegment(t, st, randomDocs(rng, 1, 10), strings.Replace(testParams, `"stem":true`, `"stem":false`, 1))
+	before, _ := st.List(ctx, "")
+	_, err := Merge(ctx, st, []*pb.IndexMetadata{a, b}, MergeOptions{IndexUUID: uuid.New()})
+	if !errors.Is(err, errkind.InvalidInput) || !strings.Contains(err.Error(), "different parameters") {
+		t.Fatalf("err = %v", err)
+	}
+	after, _ := st.List(ctx, "")
+	if len(after) != len(before) {
+		t.Fatalf("a refused merge wrote %d files", len(after)-len(before))
+	}
+}
+
+func TestCheckFindsDisagreeingCounts(t *testing.T) {
+	ctx := context.Background()
+	st := storage.NewMem("mem://t")
+	docs := randomDocs(rand.New(rand.NewPCG(2, 2)), 0, 200)
+	im := writeSegment(t, st, docs, testParams)
+	// Rewrite the documents file with one document's count off by one.
+	dir := table.IndexDir(im)
+	s, _ := Open(ctx, st, im)
+	d, err := s.ReadDocs(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.NumTokens[7]++
+	if _, err := writeDocs(ctx, st, dir, testVersion, d.RowIDs, d.NumTokens, d.TotalTokens+1); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Check(ctx, st, im, func(f uint32) bool { return f != 0 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []string
+	for _, p := range res.Problems {
+		msgs = append(msgs, p.Check+": "+p.Message)
+	}
+	all := strings.Join(msgs, "\n")
+	if !strings.Contains(all, "structure: partition 0, document 7") || !strings.Contains(all, "row_ids: ") {
+		t.Fatalf("problems:\n%s", all)
+	}
+}
