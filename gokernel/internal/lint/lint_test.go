@@ -34,9 +34,10 @@ var allowed = map[string][]string{
 	"gokernel/bitmap":    {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table", "gokernel/internal/pb", "gokernel/internal/kway", "gokernel/keysort", "gokernel/internal/rowset"},
 	"gokernel/zonemap":   {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table", "gokernel/internal/pb", "gokernel/bitmap"},
 	"gokernel/ngram":     {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table", "gokernel/internal/pb", "gokernel/internal/kway", "gokernel/keysort"},
+	"gokernel/fts":       {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table", "gokernel/internal/pb"},
 	"gokernel/segment": {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table",
 		"gokernel/ivf", "gokernel/internal/pb", "gokernel/internal/bufpool", "gokernel/vecmath",
-		"gokernel/encode", "gokernel/vecdata", "gokernel/hnsw", "gokernel/policy", "gokernel/journal", "gokernel/btree", "gokernel/zonemap", "gokernel/bitmap", "gokernel/ngram", "gokernel/keysort"},
+		"gokernel/encode", "gokernel/vecdata", "gokernel/hnsw", "gokernel/policy", "gokernel/journal", "gokernel/btree", "gokernel/zonemap", "gokernel/bitmap", "gokernel/ngram", "gokernel/fts", "gokernel/keysort"},
 	"gokernel/train":  {"gokernel/errkind", "gokernel/encode", "gokernel/ivf", "gokernel/vecdata", "gokernel/vecmath"},
 	"gokernel/encode": {"gokernel/errkind", "gokernel/ivf", "gokernel/lancefile", "gokernel/vecmath"},
 	"gokernel/modelio": {"gokernel/errkind", "gokernel/encode", "gokernel/ivf", "gokernel/lancefile",
@@ -51,7 +52,7 @@ var allowed = map[string][]string{
 	"gokernel/search":             {"gokernel/errkind", "gokernel/encode", "gokernel/ivf", "gokernel/lancefile", "gokernel/vecmath"},
 	"gokernel/verify": {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table",
 		"gokernel/ivf", "gokernel/internal/pb", "gokernel/vecmath", "gokernel/encode", "gokernel/vecdata",
-		"gokernel/modelio", "gokernel/search", "gokernel/segment", "gokernel/btree", "gokernel/zonemap", "gokernel/bitmap", "gokernel/ngram"},
+		"gokernel/modelio", "gokernel/search", "gokernel/segment", "gokernel/btree", "gokernel/zonemap", "gokernel/bitmap", "gokernel/ngram", "gokernel/fts"},
 }
 
 func repoRoot(t *testing.T) string {
