@@ -109,6 +109,22 @@ def _child(job: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
     return res
 
 
+def contend(src: str, tmp: str, files: list[str], repeats: int, timeout: float | None, **job: Any) -> dict[str, list[dict[str, Any]]]:
+    """Runs ours, pylance and the floor ``repeats`` times each, each on a
+    fresh copy of ``src`` under ``tmp`` (``<kind><repeat>``), alternating
+    their order; ``job`` adds to every run's job (n, index)."""
+    runs: dict[str, list[dict[str, Any]]] = {"ours": [], "pylance": [], "floor": []}
+    for r in range(repeats):
+        order = ["ours", "pylance", "floor"] if r % 2 == 0 else ["floor", "pylance", "ours"]
+        for kind in order:
+            dst = os.path.join(tmp, f"{kind}{r}")
+            shutil.copytree(src, dst)
+            subprocess.run(["sync"], check=False)
+            runs[kind].append(_child({**job, "kind": kind, "uri": dst, "files": [f.replace(src, dst) for f in files],
+                                      "out": os.path.join(tmp, f"floor{r}.bin")}, timeout))
+    return runs
+
+
 def _keys(kind: str, rng: Any, start: int, n: int) -> Any:
     import numpy as np
     import pyarrow as pa
@@ -175,16 +191,7 @@ def main() -> int:
         build_s = time.perf_counter() - t0
         files = _index_files(src)
         in_bytes = sum(os.path.getsize(f) for f in files)
-        runs: dict[str, list[dict[str, Any]]] = {"ours": [], "pylance": [], "floor": []}
-        for r in range(p["repeats"]):
-            order = ["ours", "pylance", "floor"] if r % 2 == 0 else ["floor", "pylance", "ours"]
-            for kind in order:
-                dst = os.path.join(tmp, f"{kind}{r}")
-                shutil.copytree(src, dst)
-                subprocess.run(["sync"], check=False)
-                job = {"kind": kind, "uri": dst, "n": p["deltas"] + 1,
-                       "files": [f.replace(src, dst) for f in files], "out": os.path.join(tmp, f"floor{r}.bin")}
-                runs[kind].append(_child(job, args.timeout))
+        runs = contend(src, tmp, files, p["repeats"], args.timeout, n=p["deltas"] + 1)
         def answers(uri: str, index: bool = True) -> list[list[int]]:
             ds = lance.dataset(uri)
             return [sorted(ds.to_table(filter=f, columns=["id"], use_scalar_index=index)["id"].to_pylist()) for f in filters]

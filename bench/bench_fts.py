@@ -26,17 +26,14 @@ import argparse
 import json
 import os
 import platform
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from bench_btree import _child  # noqa: E402  (one harness for the scalar benchmarks)
+from bench_btree import contend  # noqa: E402  (one harness for the scalar benchmarks)
 
 PRESETS = {
     "smoke": {"docs": 20_000, "deltas": 20, "repeats": 1},
@@ -148,16 +145,7 @@ def main() -> int:
         build_s = time.perf_counter() - t0
         files = _index_files(src)
         in_bytes = sum(os.path.getsize(f) for f in files)
-        runs: dict[str, list[dict[str, Any]]] = {"ours": [], "pylance": [], "floor": []}
-        for r in range(p["repeats"]):
-            order = ["ours", "pylance", "floor"] if r % 2 == 0 else ["floor", "pylance", "ours"]
-            for kind in order:
-                dst = os.path.join(tmp, f"{kind}{r}")
-                shutil.copytree(src, dst)
-                subprocess.run(["sync"], check=False)
-                job = {"kind": kind, "uri": dst, "n": p["deltas"] + 1, "index": INDEX,
-                       "files": [f.replace(src, dst) for f in files], "out": os.path.join(tmp, f"floor{r}.bin")}
-                runs[kind].append(_child(job, args.timeout))
+        runs = contend(src, tmp, files, p["repeats"], args.timeout, n=p["deltas"] + 1, index=INDEX)
         before = _answers(src)
         ours = _answers(os.path.join(tmp, "ours0"))
         same = _same(ours, before)

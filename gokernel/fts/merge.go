@@ -264,19 +264,19 @@ func loadPart(ctx context.Context, s *Segment, p uint64) (*part, error) {
 func sameLayout(segs []*Segment) error {
 	var first any
 	if err := json.Unmarshal([]byte(segs[0].Meta.Params), &first); err != nil {
-		return fmt.Errorf("%w: fts segment %s: params: %v", errkind.Corrupt, table.IndexUUID(segs[0].Index), err)
+		return fmt.Errorf("%w: INVERTED segment %s: params: %v", errkind.Corrupt, table.IndexUUID(segs[0].Index), err)
 	}
 	for _, s := range segs[1:] {
 		var p any
 		if err := json.Unmarshal([]byte(s.Meta.Params), &p); err != nil {
-			return fmt.Errorf("%w: fts segment %s: params: %v", errkind.Corrupt, table.IndexUUID(s.Index), err)
+			return fmt.Errorf("%w: INVERTED segment %s: params: %v", errkind.Corrupt, table.IndexUUID(s.Index), err)
 		}
 		if !reflect.DeepEqual(first, p) {
-			return fmt.Errorf("%w: fts segments %s and %s were built with different parameters (%s, %s): one analyzer per merge",
+			return fmt.Errorf("%w: INVERTED segments %s and %s were built with different parameters (%s, %s): one analyzer per merge",
 				errkind.InvalidInput, table.IndexUUID(segs[0].Index), table.IndexUUID(s.Index), segs[0].Meta.Params, s.Meta.Params)
 		}
 		if s.Meta.WithPositions() != segs[0].Meta.WithPositions() {
-			return fmt.Errorf("%w: fts segments %s and %s differ in positions", errkind.InvalidInput, table.IndexUUID(segs[0].Index), table.IndexUUID(s.Index))
+			return fmt.Errorf("%w: INVERTED segments %s and %s differ in positions", errkind.InvalidInput, table.IndexUUID(segs[0].Index), table.IndexUUID(s.Index))
 		}
 	}
 	return nil

@@ -102,23 +102,23 @@ func Open(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Segment
 	m.Params = m.Keys[keyParams]
 	delete(m.Keys, keyParams)
 	if err := json.Unmarshal([]byte(m.Keys[keyPartitions]), &m.Partitions); err != nil {
-		return nil, fmt.Errorf("%w: fts segment %s: partitions %q: %v", errkind.Corrupt, table.IndexUUID(im), m.Keys[keyPartitions], err)
+		return nil, fmt.Errorf("%w: INVERTED segment %s: partitions %q: %v", errkind.Corrupt, table.IndexUUID(im), m.Keys[keyPartitions], err)
 	}
 	delete(m.Keys, keyPartitions)
 	if len(m.Partitions) > 1<<20 {
-		return nil, fmt.Errorf("%w: fts segment %s: %d partitions", errkind.Corrupt, table.IndexUUID(im), len(m.Partitions))
+		return nil, fmt.Errorf("%w: INVERTED segment %s: %d partitions", errkind.Corrupt, table.IndexUUID(im), len(m.Partitions))
 	}
 	if err := checkLayout(m.Keys); err != nil {
-		return nil, fmt.Errorf("fts segment %s: %w", table.IndexUUID(im), err)
+		return nil, fmt.Errorf("INVERTED segment %s: %w", table.IndexUUID(im), err)
 	}
 	del, err := r.ReadAll(ctx, deletedColumn)
 	if err != nil {
-		return nil, fmt.Errorf("fts segment %s: %w", table.IndexUUID(im), err)
+		return nil, fmt.Errorf("INVERTED segment %s: %w", table.IndexUUID(im), err)
 	}
 	m.Deleted = roaring.New()
 	if del.Len > 0 && del.IsValid(0) {
 		if _, err := m.Deleted.FromUnsafeBytes(del.Values[del.Offsets[0]:del.Offsets[1]]); err != nil {
-			return nil, fmt.Errorf("%w: fts segment %s: deleted fragments: %v", errkind.Corrupt, table.IndexUUID(im), err)
+			return nil, fmt.Errorf("%w: INVERTED segment %s: deleted fragments: %v", errkind.Corrupt, table.IndexUUID(im), err)
 		}
 		m.Deleted = m.Deleted.Clone()
 	}
@@ -145,7 +145,7 @@ func checkLayout(keys map[string]string) error {
 func (s *Segment) open(ctx context.Context, name string) (*lancefile.Reader, func(), error) {
 	obj, err := s.st.Open(ctx, s.dir+name)
 	if err != nil {
-		return nil, nil, fmt.Errorf("fts segment %s: %w", table.IndexUUID(s.Index), err)
+		return nil, nil, fmt.Errorf("INVERTED segment %s: %w", table.IndexUUID(s.Index), err)
 	}
 	r, err := lancefile.Open(ctx, obj, s.dir+name, lancefile.Options{})
 	if err != nil {

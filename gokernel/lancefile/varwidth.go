@@ -465,10 +465,13 @@ func (r *Reader) varDictionary(ctx context.Context, pg *pageIO, l *enc21.MiniBlo
 	return vb.finish(), nil
 }
 
-func (r *Reader) readVarFullZip(ctx context.Context, pg *pageIO, l *enc21.FullZipLayout, t DataType, a, b int) (*Array, error) {
+// varFullZip checks a full-zip page of variable-width values (lists of
+// them when list) and returns its layers, the width of its lengths and
+// its FSST table (nil: plain bytes).
+func varFullZip(l *enc21.FullZipLayout, t DataType, list bool) (repdef, int, *fsstTable, error) {
 	rd, err := parseLayers(l.GetLayers())
 	if err != nil {
-		return nil, err
+		return rd, 0, nil, err
 	}
 	bpo, ok := l.GetDetails().(*enc21.FullZipLayout_BitsPerOffset)
 	lenBytes := 0
@@ -477,13 +480,19 @@ func (r *Reader) readVarFullZip(ctx context.Context, pg *pageIO, l *enc21.FullZi
 	}
 	fs, vc, err := fsstValues(l.GetValueCompression())
 	if err != nil {
-		return nil, err
+		return rd, 0, nil, err
 	}
-	if rd.hasList || !ok || (lenBytes != 4 && lenBytes != 8) || offsetBits(vc) == 0 || l.GetBitsRep() != 0 {
-		return nil, fmt.Errorf("%w: %s full-zip page (lists %v, value compression %v, details %v)",
+	if rd.hasList != list || (l.GetBitsRep() != 0) != list || !ok || (lenBytes != 4 && lenBytes != 8) || offsetBits(vc) == 0 {
+		return rd, 0, nil, fmt.Errorf("%w: %s full-zip page (lists %v, value compression %v, details %v)",
 			errkind.Unsupported, t, rd.hasList, l.GetValueCompression(), l.GetDetails())
 	}
-	ctrl := controlWordBytes(l) // definition levels only: bits_rep is 0
+	return rd, lenBytes, fs, nil
+}
+
+// fullZipSpan reads the items of rows [a, b) of a full-zip page: its
+// repetition index (page buffer 1) holds the byte position of each row's
+// first item, then the end.
+func fullZipSpan(ctx context.Context, pg *pageIO, t DataType, a, b int) ([]byte, error) {
 	rows := int(pg.page.GetLength())
 	if pg.numBuffers() < 2 {
 		return nil, fmt.Errorf("%w: %s full-zip page without a repetition index", errkind.Unsupported, t)
@@ -505,7 +514,16 @@ func (r *Reader) readVarFullZip(ctx context.Context, pg *pageIO, l *enc21.FullZi
 	if end < start || end > uint64(pg.bufferSize(0)) {
 		return nil, fmt.Errorf("%w: rows [%d,%d) at bytes [%d,%d) of a %d-byte page", errkind.Corrupt, a, b, start, end, pg.bufferSize(0))
 	}
-	data, err := pg.read(ctx, 0, int(start), int(end-start))
+	return pg.read(ctx, 0, int(start), int(end-start))
+}
+
+func (r *Reader) readVarFullZip(ctx context.Context, pg *pageIO, l *enc21.FullZipLayout, t DataType, a, b int) (*Array, error) {
+	rd, lenBytes, fs, err := varFullZip(l, t, false)
+	if err != nil {
+		return nil, err
+	}
+	ctrl := controlWordBytes(l) // definition levels only: bits_rep is 0
+	data, err := fullZipSpan(ctx, pg, t, a, b)
 	if err != nil {
 		return nil, err
 	}
@@ -549,30 +567,14 @@ func (r *Reader) readVarFullZip(ctx context.Context, pg *pageIO, l *enc21.FullZi
 // binary values (pylance 14.0.2 writes the posting blocks of a full-text
 // index so): items back to back, each a control word (repetition level
 // above the definition bits) and, for a visible valid item, its length
-// and bytes. The page is read whole: its repetition index counts items,
-// not rows.
+// and bytes; the repetition index gives each row's first byte.
 func (r *Reader) readVarFullZipList(ctx context.Context, pg *pageIO, l *enc21.FullZipLayout, t, item DataType, a, b int) (*Array, error) {
-	rd, err := parseLayers(l.GetLayers())
+	rd, lenBytes, fs, err := varFullZip(l, t, true)
 	if err != nil {
 		return nil, err
-	}
-	bpo, ok := l.GetDetails().(*enc21.FullZipLayout_BitsPerOffset)
-	lenBytes := 0
-	if ok {
-		lenBytes = int(bpo.BitsPerOffset) / 8
-	}
-	fs, vc, err := fsstValues(l.GetValueCompression())
-	if err != nil {
-		return nil, err
-	}
-	if !rd.hasList || !ok || (lenBytes != 4 && lenBytes != 8) || offsetBits(vc) == 0 {
-		return nil, fmt.Errorf("%w: full-zip page of %s (value compression %v, details %v)", errkind.Unsupported, t, l.GetValueCompression(), l.GetDetails())
 	}
 	ctrl := controlWordBytes(l)
-	if ctrl == 0 {
-		return nil, fmt.Errorf("%w: full-zip list page without control words", errkind.Corrupt)
-	}
-	data, err := pg.whole(ctx, 0)
+	data, err := fullZipSpan(ctx, pg, t, a, b)
 	if err != nil {
 		return nil, err
 	}
@@ -614,14 +616,10 @@ func (r *Reader) readVarFullZipList(ctx context.Context, pg *pageIO, l *enc21.Fu
 		pos += int(n)
 	}
 	lv.finish()
-	if b > lv.rows || lv.items != items.out.Len {
-		return nil, fmt.Errorf("%w: page levels give %d rows and %d items, want %d rows and %d items", errkind.Corrupt, lv.rows, lv.items, b, items.out.Len)
+	if lv.rows != b-a || lv.items != items.out.Len {
+		return nil, fmt.Errorf("%w: rows [%d,%d) of a full-zip page hold %d rows and %d items (%d read)", errkind.Corrupt, a, b, lv.rows, lv.items, items.out.Len)
 	}
-	arr := &Array{Type: t, Len: lv.rows, Offsets: lv.offsets, Validity: lv.validity, Items: items.finish()}
-	if a == 0 && b == arr.Len {
-		return arr, nil
-	}
-	return arr.Slice(a, b), nil
+	return &Array{Type: t, Len: lv.rows, Offsets: lv.offsets, Validity: lv.validity, Items: items.finish()}, nil
 }
 
 // binaryListPage21 writes rows of lists of binary values as one full-zip
@@ -636,66 +634,104 @@ func (c *colWriter) binaryListPage21(a *Array, firstRow uint64) error {
 	if a.Validity != nil && a.NullCount() > 0 || it.Validity != nil && it.NullCount() > 0 {
 		return fmt.Errorf("%w: lancefile: writing null lists of binary or null items", errkind.Unsupported)
 	}
-	lenBytes := 4
-	if strings.HasPrefix(it.Type.Logical, "large_") {
-		lenBytes = 8
-	}
 	lo, hi := a.Offsets[0], a.Offsets[a.Len]
-	size := it.Offsets[hi] - it.Offsets[lo] + (hi-lo)*int64(1+lenBytes)
-	if size >= 1<<32 || a.Len >= 1<<31 {
-		return fmt.Errorf("%w: lancefile: a page of lists of binary of %d bytes", errkind.Unsupported, size)
-	}
-	width := 4
-	if size < 1<<16 {
-		width = 2
-	}
-	data := make([]byte, 0, size)
-	index := make([]byte, 0, (a.Len+1)*width)
-	put := func(v int) {
-		if width == 2 {
-			index = binary.LittleEndian.AppendUint16(index, uint16(v))
-		} else {
-			index = binary.LittleEndian.AppendUint32(index, uint32(v))
-		}
+	lenBytes := lengthBytes(it.Type)
+	pg, err := newFullZipPage(a.Len, it.Offsets[hi]-it.Offsets[lo]+(hi-lo)*int64(1+lenBytes), lenBytes)
+	if err != nil {
+		return err
 	}
 	for i := 0; i < a.Len; i++ {
 		if a.Offsets[i+1] == a.Offsets[i] {
 			return fmt.Errorf("%w: lancefile: writing an empty list of binary (row %d)", errkind.Unsupported, i)
 		}
-		put(len(data))
+		pg.row()
 		for j := a.Offsets[i]; j < a.Offsets[i+1]; j++ {
 			rep := byte(0)
 			if j == a.Offsets[i] {
 				rep = 1
 			}
-			v := it.Values[it.Offsets[j]:it.Offsets[j+1]]
-			data = append(data, rep)
-			if lenBytes == 8 {
-				data = binary.LittleEndian.AppendUint64(data, uint64(len(v)))
-			} else {
-				data = binary.LittleEndian.AppendUint32(data, uint32(len(v)))
-			}
-			data = append(data, v...)
+			pg.data = append(pg.data, rep)
+			pg.value(it.Values[it.Offsets[j]:it.Offsets[j+1]])
 		}
 	}
-	put(len(data))
 	n := uint32(hi - lo)
-	l := &enc21.FullZipLayout{
-		BitsRep: 1, NumItems: n, NumVisibleItems: n,
+	l := variableFullZip(lenBytes)
+	l.BitsRep, l.NumItems, l.NumVisibleItems = 1, n, n
+	l.Layers = []enc21.RepDefLayer{enc21.RepDefLayer_REPDEF_ALL_VALID_ITEM, enc21.RepDefLayer_REPDEF_ALL_VALID_LIST}
+	return c.page(0, typeURLPageLayout, pageLayout(l), pg.finish(), a.Len, firstRow)
+}
+
+// lengthBytes is the width of a full-zip value's length: u64 for the large
+// binary types (pylance reads those only with 64-bit offsets), else u32.
+func lengthBytes(t DataType) int {
+	if strings.HasPrefix(t.Logical, "large_") {
+		return 8
+	}
+	return 4
+}
+
+// variableFullZip is the layout of a full-zip page of variable-width
+// values whose lengths take lenBytes.
+func variableFullZip(lenBytes int) *enc21.FullZipLayout {
+	return &enc21.FullZipLayout{
 		ValueCompression: &enc21.CompressiveEncoding{Compression: &enc21.CompressiveEncoding_Variable{
 			Variable: &enc21.Variable{Offsets: flat21(8 * lenBytes)}}},
-		Layers:  []enc21.RepDefLayer{enc21.RepDefLayer_REPDEF_ALL_VALID_ITEM, enc21.RepDefLayer_REPDEF_ALL_VALID_LIST},
 		Details: &enc21.FullZipLayout_BitsPerOffset{BitsPerOffset: uint32(8 * lenBytes)},
 	}
-	return c.page(0, typeURLPageLayout, pageLayout(l), [][]byte{data, index}, a.Len, firstRow)
+}
+
+// fullZipPage accumulates a full-zip page of variable-width values: the
+// items (page buffer 0) and the repetition index (buffer 1), the byte
+// position of each row's first item and then the end, in words as wide as
+// the page needs.
+type fullZipPage struct {
+	data, index []byte
+	narrow      bool
+	lenBytes    int
+}
+
+func newFullZipPage(rows int, size int64, lenBytes int) (*fullZipPage, error) {
+	if size >= 1<<32 || rows >= 1<<31 {
+		return nil, fmt.Errorf("%w: lancefile: a full-zip page of %d bytes", errkind.Unsupported, size)
+	}
+	p := &fullZipPage{data: make([]byte, 0, size), narrow: size < 1<<16, lenBytes: lenBytes}
+	w := 4
+	if p.narrow {
+		w = 2
+	}
+	p.index = make([]byte, 0, (rows+1)*w)
+	return p, nil
+}
+
+// row marks the start of a row.
+func (p *fullZipPage) row() {
+	if p.narrow {
+		p.index = binary.LittleEndian.AppendUint16(p.index, uint16(len(p.data)))
+	} else {
+		p.index = binary.LittleEndian.AppendUint32(p.index, uint32(len(p.data)))
+	}
+}
+
+// value appends a value: its length, then its bytes.
+func (p *fullZipPage) value(v []byte) {
+	if p.lenBytes == 8 {
+		p.data = binary.LittleEndian.AppendUint64(p.data, uint64(len(v)))
+	} else {
+		p.data = binary.LittleEndian.AppendUint32(p.data, uint32(len(v)))
+	}
+	p.data = append(p.data, v...)
+}
+
+// finish ends the index and returns the page's buffers.
+func (p *fullZipPage) finish() [][]byte {
+	p.row()
+	return [][]byte{p.data, p.index}
 }
 
 // binaryPage21 writes a binary column's rows as one full-zip page (the
 // form pylance 14.0.2 writes for values that do not compress): items back
 // to back, each a definition byte when the page has nulls, then for a
-// valid row a length (u32, or u64 for the large types, which pylance
-// reads only with 64-bit offsets) and the bytes; then the repetition
-// index, n+1 item positions in words as wide as the page needs.
+// valid row a length and the bytes (see fullZipPage).
 func (c *colWriter) binaryPage21(a *Array, firstRow uint64) error {
 	nulls := a.Validity != nil && a.NullCount() > 0
 	layers := []enc21.RepDefLayer{enc21.RepDefLayer_REPDEF_ALL_VALID_ITEM}
@@ -703,54 +739,26 @@ func (c *colWriter) binaryPage21(a *Array, firstRow uint64) error {
 	if nulls {
 		layers[0], ctrl = enc21.RepDefLayer_REPDEF_NULLABLE_ITEM, 1
 	}
-	lenBytes := 4
-	if strings.HasPrefix(a.Type.Logical, "large_") {
-		lenBytes = 8
-	}
-	size := int64(len(a.Values)) + int64(a.Len)*int64(lenBytes+ctrl)
-	if size >= 1<<32 || a.Len >= 1<<31 {
-		return fmt.Errorf("%w: lancefile: a binary page of %d bytes", errkind.Unsupported, size)
-	}
-	width := 4
-	if size < 1<<16 {
-		width = 2
-	}
-	data := make([]byte, 0, size)
-	index := make([]byte, 0, (a.Len+1)*width)
-	put := func(v int) {
-		if width == 2 {
-			index = binary.LittleEndian.AppendUint16(index, uint16(v))
-		} else {
-			index = binary.LittleEndian.AppendUint32(index, uint32(v))
-		}
+	lenBytes := lengthBytes(a.Type)
+	pg, err := newFullZipPage(a.Len, int64(len(a.Values))+int64(a.Len)*int64(lenBytes+ctrl), lenBytes)
+	if err != nil {
+		return err
 	}
 	for i := 0; i < a.Len; i++ {
-		put(len(data))
+		pg.row()
 		valid := a.IsValid(i)
 		if nulls {
 			d := byte(0)
 			if !valid {
 				d = 1
 			}
-			data = append(data, d)
+			pg.data = append(pg.data, d)
 		}
 		if valid {
-			v := a.Values[a.Offsets[i]:a.Offsets[i+1]]
-			if lenBytes == 8 {
-				data = binary.LittleEndian.AppendUint64(data, uint64(len(v)))
-			} else {
-				data = binary.LittleEndian.AppendUint32(data, uint32(len(v)))
-			}
-			data = append(data, v...)
+			pg.value(a.Values[a.Offsets[i]:a.Offsets[i+1]])
 		}
 	}
-	put(len(data))
-	l := &enc21.FullZipLayout{
-		BitsDef: uint32(ctrl), NumItems: uint32(a.Len), NumVisibleItems: uint32(a.Len),
-		ValueCompression: &enc21.CompressiveEncoding{Compression: &enc21.CompressiveEncoding_Variable{
-			Variable: &enc21.Variable{Offsets: flat21(8 * lenBytes)}}},
-		Layers:  layers,
-		Details: &enc21.FullZipLayout_BitsPerOffset{BitsPerOffset: uint32(8 * lenBytes)},
-	}
-	return c.page(0, typeURLPageLayout, pageLayout(l), [][]byte{data, index}, a.Len, firstRow)
+	l := variableFullZip(lenBytes)
+	l.BitsDef, l.NumItems, l.NumVisibleItems, l.Layers = uint32(ctrl), uint32(a.Len), uint32(a.Len), layers
+	return c.page(0, typeURLPageLayout, pageLayout(l), pg.finish(), a.Len, firstRow)
 }

@@ -420,20 +420,9 @@ func verifyNgram(ctx context.Context, st storage.Store, snap *table.Snapshot, im
 	}
 	order, ids := splitProblems(res.Problems)
 	nums := map[string]float64{"tokens": float64(res.Tokens), "rows": float64(res.Rows)}
-	if len(order) > 0 {
-		sr.add(Check{Name: "structure", Verdict: Failed, Damage: DamageNgram, Message: strings.Join(order, "; "), Numbers: nums})
-	} else {
-		sr.add(Check{Name: "structure", Verdict: OK, Numbers: nums,
-			Message: fmt.Sprintf("%d tokens ascending, each posting list well formed, %d (token, row) pairs", res.Tokens, res.Rows)})
-	}
-	switch {
-	case len(ids) > 0:
-		sr.add(Check{Name: "row_ids", Verdict: Failed, Damage: DamageForeignRowIDs, Message: strings.Join(ids, "; ")})
-	case covered == nil:
-		sr.add(Check{Name: "row_ids", Verdict: Skipped, Message: "the dataset uses stable row ids: rows are not mapped to fragments here"})
-	default:
-		sr.add(Check{Name: "row_ids", Verdict: OK, Message: "every row is of a fragment the segment covers"})
-	}
+	addChecks(sr, order, ids, covered == nil, DamageNgram, nums,
+		fmt.Sprintf("%d tokens ascending, each posting list well formed, %d (token, row) pairs", res.Tokens, res.Rows),
+		"every row is of a fragment the segment covers")
 	if len(order) > 0 || covered == nil {
 		return sr, nil // stable ids are not addresses
 	}
@@ -522,19 +511,29 @@ func verifyFTS(ctx context.Context, st storage.Store, snap *table.Snapshot, im *
 	}
 	structure, ids := splitProblems(res.Problems)
 	nums := map[string]float64{"documents": float64(res.Docs), "tokens": float64(res.Tokens), "postings": float64(res.Postings), "partitions": float64(res.Partitions)}
+	addChecks(sr, structure, ids, covered == nil, DamageFTS, nums,
+		fmt.Sprintf("%d documents, %d tokens, %d postings in %d partitions: every posting list and position run decodes, each document's frequencies sum to its token count",
+			res.Docs, res.Tokens, res.Postings, res.Partitions),
+		"every document is a row of a fragment the segment covers")
+	return sr, nil
+}
+
+// addChecks records a segment's structure check (failed with damage when
+// structure holds problems, else ok with okMsg) and its row_ids check
+// (failed on foreign rows, skipped on a dataset with stable row ids,
+// else ok with rowsOK).
+func addChecks(sr *SegmentReport, structure, ids []string, stable bool, damage string, nums map[string]float64, okMsg, rowsOK string) {
 	if len(structure) > 0 {
-		sr.add(Check{Name: "structure", Verdict: Failed, Damage: DamageFTS, Message: strings.Join(structure, "; "), Numbers: nums})
+		sr.add(Check{Name: "structure", Verdict: Failed, Damage: damage, Message: strings.Join(structure, "; "), Numbers: nums})
 	} else {
-		sr.add(Check{Name: "structure", Verdict: OK, Numbers: nums,
-			Message: fmt.Sprintf("%d documents, %d tokens, %d postings in %d partitions: every posting list and position run decodes, each document's frequencies sum to its token count", res.Docs, res.Tokens, res.Postings, res.Partitions)})
+		sr.add(Check{Name: "structure", Verdict: OK, Numbers: nums, Message: okMsg})
 	}
 	switch {
 	case len(ids) > 0:
 		sr.add(Check{Name: "row_ids", Verdict: Failed, Damage: DamageForeignRowIDs, Message: strings.Join(ids, "; ")})
-	case covered == nil:
+	case stable:
 		sr.add(Check{Name: "row_ids", Verdict: Skipped, Message: "the dataset uses stable row ids: rows are not mapped to fragments here"})
 	default:
-		sr.add(Check{Name: "row_ids", Verdict: OK, Message: "every document is a row of a fragment the segment covers"})
+		sr.add(Check{Name: "row_ids", Verdict: OK, Message: rowsOK})
 	}
-	return sr, nil
 }

@@ -301,15 +301,29 @@ def test_read_pylance_lists_of_strings(tmp_path, version):
     check_file(path, tbl, [(0, n), (1, 2), (4095, 4097), (3_000, 9_000), (n - 3, n)])
 
 
-def test_lists_of_long_strings_are_unsupported(tmp_path):
-    # Lists of long strings are written full-zip, a layout this reader does
-    # not decode for lists: UnsupportedError, never a claim that the file is
-    # damaged.
-    tbl = pa.table({"s": pa.array([[f"v{i}" + "x" * 400, "w" * 300] for i in range(3000)])})
+@pytest.mark.parametrize("version", ["2.1", "2.2"])
+def test_read_pylance_lists_of_long_strings(tmp_path, version):
+    # Lists of long strings (and the posting blocks of a full-text index)
+    # are written full-zip: each item a control word with its repetition
+    # and definition levels, then its length and bytes. Null lists, empty
+    # lists and null items among them; whole and by range.
+    rng = np.random.default_rng(8)
+    rows = []
+    for i in range(3000):
+        k = int(rng.integers(0, 4))
+        if i % 41 == 0:
+            rows.append(None)
+        elif i % 37 == 0:
+            rows.append([])
+        else:
+            rows.append([None if (i + j) % 29 == 0 else f"v{i}-{j}" + "x" * int(rng.integers(250, 600)) for j in range(k)])
+    tbl = pa.table({"s": pa.array(rows, pa.list_(pa.string())), "b": pa.array(
+        [[rng.bytes(300) for _ in range(1 + i % 3)] for i in range(3000)], pa.list_(pa.large_binary()))})
     path = str(tmp_path / "l.lance")
-    write(path, tbl, "2.2")
-    with pytest.raises(ls.UnsupportedError, match="full-zip lists"):
-        go_inspect(path)
+    write(path, tbl, version)
+    layouts = {f.name: "".join(str(p.encoding) for p in c.pages) for f, c in zip(tbl.schema, LanceFileReader(path).metadata().columns)}
+    assert all("full_zip" in v.lower() or "fullzip" in v.lower() for v in layouts.values()), layouts
+    check_file(path, tbl, [(0, 1), (1000, 1003), (2990, 3000), (40, 45)])
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -27,6 +27,8 @@ INDICES = {
     "cat_idx": ("cat", "BITMAP", "BITMAP", {"bitmap_page_lookup.lance"}),
     "tags_idx": ("tags", "LABEL_LIST", "LABEL_LIST", {"bitmap_page_lookup.lance"}),
     "text_idx": ("text", "INVERTED", "INVERTED", {"metadata.lance", "part_0_tokens.lance", "part_0_invert.lance", "part_0_docs.lance"}),
+    # the posting layout of FTS format_version 3, which we do not read yet
+    "text_v3": ("text", "INVERTED", "INVERTED", {"metadata.lance", "part_0_tokens.lance", "part_0_invert.lance", "part_0_docs.lance"}),
     "cat_ngram": ("cat", "NGRAM", "NGRAM", {"ngram_postings.lance"}),
     "id_zm": ("id", "ZONEMAP", "ZONEMAP", {"zonemap.lance"}),
     "id_bf": ("id", "BLOOMFILTER", "BLOOMFILTER", {"bloomfilter.lance"}),
@@ -34,6 +36,10 @@ INDICES = {
 
 
 INDEX_VERSIONS = {"LABEL_LIST": 1, "INVERTED": 2}
+#: index name -> create_scalar_index parameters
+PARAMS = {"text_v3": {"format_version": 3}}
+#: indices merges handle; the others are refused by every verb
+MERGED = set(INDICES) - {"text_v3"}
 
 
 def _table(start: int) -> pa.Table:
@@ -53,7 +59,7 @@ def scalar_uri(tmp_path_factory):
     uri = str(tmp_path_factory.mktemp("scalar") / "t")
     ds = lance.write_dataset(_table(0), uri)
     for name, (col, kind, _, _) in INDICES.items():
-        ds.create_scalar_index(col, kind, name=name)
+        ds.create_scalar_index(col, kind, name=name, **PARAMS.get(name, {}))
     ds.create_index("vec", "IVF_PQ", num_partitions=2, num_sub_vectors=2)
     for a in range(APPENDS):
         ds = lance.write_dataset(_table(ROWS * (a + 1)), uri, mode="append")
@@ -84,8 +90,8 @@ def test_scalar_segments_are_listed_with_their_type_and_files(scalar_uri, name):
     assert {s.uuid for s in segs} == pylance and len(segs) == 1 + APPENDS
     # pylance 14.0.2 writes LABEL_LIST segments as index version 1 and
     # INVERTED as 2, the others 0 (the reference notes say every scalar type
-    # is 0).
-    assert {s.index_version for s in segs} == {INDEX_VERSIONS.get(ours, 0)}
+    # is 0); an INVERTED index of FTS format 3 as 3.
+    assert {s.index_version for s in segs} == {3 if name == "text_v3" else INDEX_VERSIONS.get(ours, 0)}
     for s in segs:
         assert s.index_type == ours
         assert s.num_partitions is None
@@ -107,8 +113,11 @@ def test_scalar_segments_are_listed_with_their_type_and_files(scalar_uri, name):
             assert s.distinct_keys == len(per_key)
             assert s.largest_key_rows == max(per_key.values())
             assert s.num_rows == (ROWS if ours == "BITMAP" else None)
+        elif name == "text_idx":
+            # Documents and tokens, from the segment's files.
+            assert s.num_rows == ROWS and s.distinct_keys == ROWS + 4  # hello, world, lanc, segment and the numbers
         else:
-            assert s.num_rows is None
+            assert s.num_rows is None  # a layout we do not read: listed by its files
     # Tables render with the unknown numbers left out.
     assert segs.to_arrow().num_rows == len(segs)
     assert ours in segs.to_text()
@@ -122,11 +131,13 @@ def test_listing_every_index_keeps_to_vector_ones(scalar_uri):
 VECTOR_VERBS = ("health", "reindex", "read_index_model", "search_segment")
 
 
-@pytest.mark.parametrize("name", ["cat_idx", "text_idx", "id_bf", "tags_idx", "cat_ngram"])
+@pytest.mark.parametrize("name", ["cat_idx", "text_idx", "text_v3", "id_bf", "tags_idx", "cat_ngram"])
 def test_every_verb_refuses_a_scalar_index_by_its_type(uri, name):
-    """Types we do not merge yet are refused by every verb; BITMAP and
-    LABEL_LIST (merged, test_bitmap.py), NGRAM (test_ngram.py) and
-    BLOOMFILTER (test_zonemap.py) by the verbs of vector indices."""
+    """Layouts we do not merge yet are refused by every verb that would
+    read them (verify reports the structure check skipped); BITMAP and
+    LABEL_LIST (merged, test_bitmap.py), NGRAM (test_ngram.py),
+    BLOOMFILTER (test_zonemap.py) and INVERTED (test_fts.py) by the verbs
+    of vector indices."""
     ours = INDICES[name][2]
     before = _state(uri)
     segs = ls.open(uri).list_index_segments(name)
@@ -142,8 +153,13 @@ def test_every_verb_refuses_a_scalar_index_by_its_type(uri, name):
         "read_index_model": lambda: ls.read_index_model(uri, name),
         "search_segment": lambda: ls.search_segment(uri, name, segs[0].uuid, np.zeros(8, np.float32)),
     }
-    if ours in ("BITMAP", "LABEL_LIST", "NGRAM", "BLOOMFILTER"):
+    if name in MERGED:
         calls = {v: c for v, c in calls.items() if v in VECTOR_VERBS}
+    else:  # an INVERTED index of FTS format 3
+        rep = calls.pop("verify")()
+        assert [c.verdict for c in rep.segments[0].checks if c.name == "structure"] == ["skipped"]
+        assert "format_version" in rep.segments[0].checks[-1].message or any("format_version" in c.message for c in rep.segments[0].checks)
+        calls.pop("repair")
     for verb, call in calls.items():
         with pytest.raises(ls.UnsupportedError, match=ours) as info:
             call()
@@ -182,27 +198,30 @@ def test_cli_lists_and_refuses_scalar_indices(uri):
     out = subprocess.run(run + ["ls", uri, "--index", "cat_idx"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "BITMAP" in out.stdout
-    out = subprocess.run(run + ["optimize", uri, "--index", "text_idx"], capture_output=True, text=True, env=dict(os.environ))
+    out = subprocess.run(run + ["optimize", uri, "--index", "text_v3"], capture_output=True, text=True, env=dict(os.environ))
     assert out.returncode == 7, (out.returncode, out.stderr)  # UnsupportedError
-    assert "INVERTED" in out.stderr and "NotFound" not in out.stderr
+    assert "INVERTED" in out.stderr and "format_version" in out.stderr and "NotFound" not in out.stderr
 
 
-def test_maintain_all_passes_over_inverted_and_merges_the_rest(uri, caplog):
+def test_maintain_all_passes_over_what_it_cannot_read_and_merges_the_rest(uri, caplog):
     """maintain_all over the whole table: every index but the INVERTED one
-    (not merged yet) ends in one segment, the INVERTED one is left as it
-    was with a warning naming it; named explicitly, it is refused."""
-    text_before = [s.uuid for s in ls.open(uri).list_index_segments("text_idx")]
+    of FTS format 3 (not read yet) ends in one segment, that one is left as
+    it was with a warning naming it; named explicitly, it is refused."""
+    text_before = [s.uuid for s in ls.open(uri).list_index_segments("text_v3")]
     with pytest.raises(ls.UnsupportedError, match="INVERTED"):
-        ls.maintain_all(uri, index_names=["id_idx", "text_idx"], policy="all")
+        ls.maintain_all(uri, index_names=["id_idx", "text_v3"], policy="all")
     with pytest.raises(ls.InvalidInputError, match="index_names"):
         ls.maintain_all(uri, index_names=["id_idx", "id_idx"])
     with caplog.at_level("WARNING", logger="lance_segmerge.maintain"):
         reports = ls.maintain_all(uri, policy="all")
-    assert "text_idx" in caplog.text and "INVERTED" in caplog.text
-    assert {r.index_name for r in reports} == set(INDICES) - {"text_idx"} | {"vec_idx"}
+    assert "text_v3" in caplog.text and "INVERTED" in caplog.text
+    assert {r.index_name for r in reports} == MERGED | {"vec_idx"}
     for name in {r.index_name for r in reports}:
         assert len(ls.open(uri).list_index_segments(name)) == 1, name
-    assert [s.uuid for s in ls.open(uri).list_index_segments("text_idx")] == text_before
+    assert [s.uuid for s in ls.open(uri).list_index_segments("text_v3")] == text_before
+    # pylance searches the merged full-text index: every row has "hello".
+    hits = lance.dataset(uri).to_table(full_text_query=lance.query.MatchQuery("hello", "text"), columns=["id"])
+    assert sorted(hits["id"].to_pylist()) == list(range(ROWS * (APPENDS + 1)))
     assert lance.dataset(uri).count_rows("id = 5") == 1
 
 
@@ -212,7 +231,7 @@ def test_cli_maintain_without_an_index_maintains_every_index(uri):
     assert out.returncode == 3 and "--index" in out.stderr, (out.returncode, out.stderr)  # InvalidInputError
     out = subprocess.run(run + ["--executor", "local"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    for name in set(INDICES) - {"text_idx"} | {"vec_idx"}:
+    for name in MERGED | {"vec_idx"}:
         assert f"{name}: version" in out.stdout, (name, out.stdout)
         assert len(ls.open(uri).list_index_segments(name)) == 1, name
-    assert "text_idx" in out.stderr and "INVERTED" in out.stderr  # passed over, with a warning
+    assert "text_v3" in out.stderr and "INVERTED" in out.stderr  # passed over, with a warning
