@@ -275,6 +275,10 @@ func sameLayout(segs []*Segment) error {
 			return fmt.Errorf("%w: INVERTED segments %s and %s were built with different parameters (%s, %s): one analyzer per merge",
 				errkind.InvalidInput, table.IndexUUID(segs[0].Index), table.IndexUUID(s.Index), segs[0].Meta.Params, s.Meta.Params)
 		}
+		if s.Meta.Keys[keyFormat] != segs[0].Meta.Keys[keyFormat] {
+			return fmt.Errorf("%w: INVERTED segments %s and %s are of FTS formats %s and %s: one format per merge", errkind.InvalidInput,
+				table.IndexUUID(segs[0].Index), table.IndexUUID(s.Index), segs[0].Meta.Keys[keyFormat], s.Meta.Keys[keyFormat])
+		}
 		if s.Meta.WithPositions() != segs[0].Meta.WithPositions() {
 			return fmt.Errorf("%w: INVERTED segments %s and %s differ in positions", errkind.InvalidInput, table.IndexUUID(segs[0].Index), table.IndexUUID(s.Index))
 		}

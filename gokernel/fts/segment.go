@@ -82,7 +82,7 @@ type Segment struct {
 }
 
 // Open reads a segment's metadata.lance and checks that its layout is one
-// this package reads: format_version 2, 128-document posting blocks, the
+// this package reads: FTS format 2 or 3 with 128-document posting blocks, the
 // varint_delta_v1 tail codec, an fst or arrow token set, and positions (if
 // any) in the shared_stream_v2 layout with the packed_delta_v1 codec. Any
 // other layout is errkind.Unsupported, naming it.
@@ -125,9 +125,16 @@ func Open(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Segment
 	return s, nil
 }
 
-// checkLayout refuses index layouts this package does not read.
+// checkLayout refuses index layouts this package does not read. FTS
+// formats 2 and 3 lay out 128-document blocks alike (pylance 14.0.2 writes
+// 2 by default, 3 with format_version=3); 256-document blocks (format 3
+// with block_size=256) pack 8 lanes and patch frequencies, and are not
+// read yet.
 func checkLayout(keys map[string]string) error {
-	want := map[string]string{keyFormat: "2", keyBlockSize: strconv.Itoa(BlockSize), keyTailCodec: tailVarintDelta}
+	if f := keys[keyFormat]; f != "2" && f != "3" {
+		return fmt.Errorf("%w: format_version %q (this version reads FTS formats 2 and 3)", errkind.Unsupported, f)
+	}
+	want := map[string]string{keyBlockSize: strconv.Itoa(BlockSize), keyTailCodec: tailVarintDelta}
 	for k, v := range want {
 		if keys[k] != v {
 			return fmt.Errorf("%w: %s %q (this version reads %s %q)", errkind.Unsupported, k, keys[k], k, v)

@@ -8,6 +8,7 @@ segments merge again, and verify_index checks every posting list."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -142,6 +143,13 @@ def _versions(uri: str) -> dict[str, tuple[int, int]]:
     return out
 
 
+def _meta(uri: str) -> dict[bytes, bytes]:
+    """The schema metadata of the index's (one) segment's metadata.lance."""
+    ds = lance.dataset(uri)
+    (ix,) = [i for i in ds.list_indices() if i["name"] == "text_idx"]
+    return dict(LanceFileReader(str(Path(uri) / "_indices" / ix["uuid"] / "metadata.lance")).read_all().to_table().schema.metadata)
+
+
 def _docs(uri: str) -> list[tuple[int, int]]:
     ds = lance.dataset(uri)
     (ix,) = [i for i in ds.list_indices() if i["name"] == "text_idx"]
@@ -169,20 +177,20 @@ def test_merged_segments_merge_again(deltas, tmp_path):
 @pytest.mark.parametrize("params", [
     {},  # pylance's defaults: no positions
     {"base_tokenizer": "whitespace", "stem": False, "remove_stop_words": False, "lower_case": False, "ascii_folding": False},
-], ids=["defaults", "whitespace-raw"])
+    {"format_version": 3, "with_position": True},  # FTS format 3, 128-document blocks
+], ids=["defaults", "whitespace-raw", "format3"])
 def test_analyzer_parameters_are_kept(params, tmp_path):
     src = str(tmp_path / "src")
     _build(src, 1500, 3, 200, **params)
     ours, theirs = _pair(src, tmp_path)
     ls.optimize(ours, "text_idx", executor="local")
     lance.dataset(theirs).optimize.optimize_indices(num_indices_to_merge=10)
-    queries = QUERIES + (["Ünïcödé", "straße"] if params else [])
+    queries = QUERIES + (["Ünïcödé", "straße"] if "base_tokenizer" in params else []) + (PHRASES if params.get("with_position") else [])
     _close(_answers(ours, queries), _answers(theirs, queries))
-    meta = lambda uri: LanceFileReader(  # noqa: E731
-        str(next(Path(uri, "_indices").glob("*/metadata.lance")))).read_all().to_table().schema.metadata
-    import json
-    assert json.loads(meta(ours)[b"params"]) == json.loads(meta(theirs)[b"params"])
-    if not params:
+    mine, pylance = _meta(ours), _meta(theirs)
+    assert json.loads(mine.pop(b"params")) == json.loads(pylance.pop(b"params"))
+    assert mine == pylance  # format, block size, codecs, token set, partitions
+    if not params:  # a phrase needs positions, in our merge as in pylance's
         with pytest.raises(Exception, match="position"):
             lance.dataset(ours).to_table(full_text_query='"lance index"')
 

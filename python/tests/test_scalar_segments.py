@@ -27,7 +27,7 @@ INDICES = {
     "cat_idx": ("cat", "BITMAP", "BITMAP", {"bitmap_page_lookup.lance"}),
     "tags_idx": ("tags", "LABEL_LIST", "LABEL_LIST", {"bitmap_page_lookup.lance"}),
     "text_idx": ("text", "INVERTED", "INVERTED", {"metadata.lance", "part_0_tokens.lance", "part_0_invert.lance", "part_0_docs.lance"}),
-    # the posting layout of FTS format_version 3, which we do not read yet
+    # 256-document posting blocks (FTS format 3), which we do not read yet
     "text_v3": ("text", "INVERTED", "INVERTED", {"metadata.lance", "part_0_tokens.lance", "part_0_invert.lance", "part_0_docs.lance"}),
     "cat_ngram": ("cat", "NGRAM", "NGRAM", {"ngram_postings.lance"}),
     "id_zm": ("id", "ZONEMAP", "ZONEMAP", {"zonemap.lance"}),
@@ -37,7 +37,7 @@ INDICES = {
 
 INDEX_VERSIONS = {"LABEL_LIST": 1, "INVERTED": 2}
 #: index name -> create_scalar_index parameters
-PARAMS = {"text_v3": {"format_version": 3}}
+PARAMS = {"text_v3": {"format_version": 3, "block_size": 256}}
 #: indices merges handle; the others are refused by every verb
 MERGED = set(INDICES) - {"text_v3"}
 
@@ -155,10 +155,10 @@ def test_every_verb_refuses_a_scalar_index_by_its_type(uri, name):
     }
     if name in MERGED:
         calls = {v: c for v, c in calls.items() if v in VECTOR_VERBS}
-    else:  # an INVERTED index of FTS format 3
+    else:  # an INVERTED index of 256-document blocks
         rep = calls.pop("verify")()
         assert [c.verdict for c in rep.segments[0].checks if c.name == "structure"] == ["skipped"]
-        assert "format_version" in rep.segments[0].checks[-1].message or any("format_version" in c.message for c in rep.segments[0].checks)
+        assert any("posting_block_size" in c.message for c in rep.segments[0].checks)
         calls.pop("repair")
     for verb, call in calls.items():
         with pytest.raises(ls.UnsupportedError, match=ours) as info:
@@ -200,12 +200,12 @@ def test_cli_lists_and_refuses_scalar_indices(uri):
     assert "BITMAP" in out.stdout
     out = subprocess.run(run + ["optimize", uri, "--index", "text_v3"], capture_output=True, text=True, env=dict(os.environ))
     assert out.returncode == 7, (out.returncode, out.stderr)  # UnsupportedError
-    assert "INVERTED" in out.stderr and "format_version" in out.stderr and "NotFound" not in out.stderr
+    assert "INVERTED" in out.stderr and "posting_block_size" in out.stderr and "NotFound" not in out.stderr
 
 
 def test_maintain_all_passes_over_what_it_cannot_read_and_merges_the_rest(uri, caplog):
     """maintain_all over the whole table: every index but the INVERTED one
-    of FTS format 3 (not read yet) ends in one segment, that one is left as
+    of 256-document blocks (not read yet) ends in one segment, that one is left as
     it was with a warning naming it; named explicitly, it is refused."""
     text_before = [s.uuid for s in ls.open(uri).list_index_segments("text_v3")]
     with pytest.raises(ls.UnsupportedError, match="INVERTED"):
