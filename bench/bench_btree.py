@@ -61,11 +61,12 @@ CHILD = r"""
 import json, os, resource, shutil, sys, time
 job = json.loads(sys.argv[1])
 uri = job["uri"]
-if job["kind"] == "ours":
+if job["kind"] in ("ours", "ours_flat"):
     import lance_segmerge as ls
     ls.kernel_version()
+    fan_in = 4096 if job["kind"] == "ours_flat" else 32  # ours_flat: every segment in one task
     t0 = time.perf_counter()
-    ls.optimize(uri, job.get("index", "k_idx"), executor="local", progress=False)
+    ls.optimize(uri, job.get("index", "k_idx"), executor="local", progress=False, fan_in=fan_in)
     dt = time.perf_counter() - t0
 elif job["kind"] == "pylance":
     import lance
@@ -109,13 +110,15 @@ def _child(job: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
     return res
 
 
-def contend(src: str, tmp: str, files: list[str], repeats: int, timeout: float | None, **job: Any) -> dict[str, list[dict[str, Any]]]:
-    """Runs ours, pylance and the floor ``repeats`` times each, each on a
-    fresh copy of ``src`` under ``tmp`` (``<kind><repeat>``), alternating
-    their order; ``job`` adds to every run's job (n, index)."""
-    runs: dict[str, list[dict[str, Any]]] = {"ours": [], "pylance": [], "floor": []}
+def contend(src: str, tmp: str, files: list[str], repeats: int, timeout: float | None,
+            kinds: tuple[str, ...] = ("ours", "pylance", "floor"), **job: Any) -> dict[str, list[dict[str, Any]]]:
+    """Runs each of ``kinds`` (ours, ours_flat, pylance, floor) ``repeats``
+    times, each on a fresh copy of ``src`` under ``tmp``
+    (``<kind><repeat>``), alternating their order; ``job`` adds to every
+    run's job (n, index)."""
+    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
     for r in range(repeats):
-        order = ["ours", "pylance", "floor"] if r % 2 == 0 else ["floor", "pylance", "ours"]
+        order = list(kinds) if r % 2 == 0 else list(reversed(kinds))
         for kind in order:
             dst = os.path.join(tmp, f"{kind}{r}")
             shutil.copytree(src, dst)

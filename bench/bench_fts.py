@@ -8,7 +8,11 @@ and ``--deltas`` appends, each indexed by
 in fresh processes (bench_btree's harness):
 
 * ``ours``: ``lance_segmerge.optimize`` of the index (one worker, in
-  process), commit included; its peak RSS;
+  process, the default fan_in of 32: a tree of merges), commit included;
+  its peak RSS;
+* ``ours_flat``: the same with every segment in one task (``fan_in`` above
+  the segment count): an FTS merge holds its inputs' posting lists either
+  way, so the tree's later levels only repeat work;
 * ``pylance``: ``optimize_indices(num_indices_to_merge=<all>)``;
 * ``floor``: the same input bytes read and written once in user space.
 
@@ -145,13 +149,15 @@ def main() -> int:
         build_s = time.perf_counter() - t0
         files = _index_files(src)
         in_bytes = sum(os.path.getsize(f) for f in files)
-        runs = contend(src, tmp, files, p["repeats"], args.timeout, n=p["deltas"] + 1, index=INDEX)
+        runs = contend(src, tmp, files, p["repeats"], args.timeout, kinds=("ours", "ours_flat", "pylance", "floor"),
+                       n=p["deltas"] + 1, index=INDEX)
         before = _answers(src)
         ours = _answers(os.path.join(tmp, "ours0"))
         same = _same(ours, before)
         if not runs["pylance"][0].get("stopped"):
             same = same and _same(ours, _answers(os.path.join(tmp, "pylance0")))
-        after = {n: len(_index_files(os.path.join(tmp, f"{n}0"))) for n in ("ours", "pylance")}
+        same = same and _same(_answers(os.path.join(tmp, "ours_flat0")), ours)
+        after = {n: len(_index_files(os.path.join(tmp, f"{n}0"))) for n in ("ours", "ours_flat", "pylance")}
     best = {k: min(v, key=lambda x: x["seconds"]) for k, v in runs.items()}
     lines = [
         f"# INVERTED merge, preset `{args.preset}`",
@@ -163,12 +169,12 @@ def main() -> int:
         "| run | seconds | ratio to pylance | ratio to floor | peak RSS (MiB) | index files after |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for k in ("ours", "pylance", "floor"):
+    for k in ("ours", "ours_flat", "pylance", "floor"):
         s = best[k]["seconds"]
         more = ">" if best[k].get("stopped") else ""
         lines.append(f"| {k} | {more}{s:.2f} | {s / best['pylance']['seconds']:.2f} | {s / best['floor']['seconds']:.2f} | "
                      f"{best[k]['rss_mib']:.0f} | {after.get(k, '-')} |")
-    lines += ["", f"top-100 rows and BM25 scores identical on {len(QUERIES)} queries (ours against the deltas"
+    lines += ["", f"top-100 rows and BM25 scores identical on {len(QUERIES)} queries (ours and ours_flat against the deltas"
               f"{'' if best['pylance'].get('stopped') else ' and against pylance'}): {'yes' if same else 'NO'}."]
     text = "\n".join(lines) + "\n"
     out = Path(args.out)

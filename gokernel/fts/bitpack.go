@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/bits"
+	"slices"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 )
@@ -47,11 +48,12 @@ func unpack4x(dst *[BlockSize]uint32, src []byte, w int) error {
 // must fit in w bits) in the layout unpack4x reads.
 func pack4x(out []byte, src *[BlockSize]uint32, w int) []byte {
 	start := len(out)
-	out = append(out, make([]byte, packedLen(w))...)
+	out = slices.Grow(out, packedLen(w))[:start+packedLen(w)]
+	dst := out[start:]
+	clear(dst)
 	if w == 0 {
 		return out
 	}
-	dst := out[start:]
 	for lane := 0; lane < 4; lane++ {
 		for k := 0; k < 32; k++ {
 			bit := k * w

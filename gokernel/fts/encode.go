@@ -108,15 +108,15 @@ type encoded struct {
 	impacts  [][]byte
 }
 
-// encodePosting writes a posting list as blocks of BlockSize documents
-// (see DecodePosting), each led by its best document weight times
-// scale (idfScale of the list's length over the partition's documents),
-// with one impact entry per block and one per 32 blocks.
+// encodePosting appends a posting list to buf as blocks of BlockSize
+// documents (see DecodePosting), each led by its best document weight
+// times scale (idfScale of the list's length over the partition's
+// documents), with one impact entry per block and one per 32 blocks. The
+// returned blocks alias buf's bytes from its old length on.
 func encodePosting(p *Posting, numTokens []uint32, avgdl, scale float32, buf []byte) (encoded, []byte) {
 	var e encoded
 	n := p.Len()
 	starts := make([]int, 0, n/BlockSize+2)
-	buf = buf[:0]
 	var vals [BlockSize]uint32
 	e.maxScore = float32(math.Inf(-1))
 	for lo := 0; lo < n; lo += BlockSize {

@@ -7,8 +7,12 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"runtime"
+	"runtime/debug"
 	"sort"
 	"strconv"
+	"sync"
+	"sync/atomic"
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/google/uuid"
@@ -77,7 +81,12 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 		return nil, err
 	}
 	res := &Result{}
-	var parts []*part
+	type load struct {
+		seg  *Segment
+		p    uint64
+		keep func(uint64) bool
+	}
+	var loads []load
 	deleted := roaring.New()
 	for i, s := range segs {
 		deleted.Or(s.Meta.Deleted)
@@ -86,23 +95,33 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 			keep = opts.Keep[i]
 		}
 		for _, p := range s.Meta.Partitions {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			pt, err := loadPart(ctx, s, p)
-			if err != nil {
-				return nil, err
-			}
-			pt.remap = make([]int32, len(pt.docs.RowIDs))
-			for d, id := range pt.docs.RowIDs {
-				pt.remap[d] = -1
-				if keep == nil || keep(id) {
-					pt.remap[d] = 0 // numbered below
-				}
-			}
-			res.DocsRead += uint64(len(pt.docs.RowIDs))
-			parts = append(parts, pt)
+			loads = append(loads, load{s, p, keep})
 		}
+	}
+	// Partitions load on several goroutines (reading and decoding their
+	// files is most of a merge of many small deltas).
+	parts := make([]*part, len(loads))
+	err := parallel(ctx, len(loads), func(i int) error {
+		l := loads[i]
+		pt, err := loadPart(ctx, l.seg, l.p)
+		if err != nil {
+			return err
+		}
+		pt.remap = make([]int32, len(pt.docs.RowIDs))
+		for d, id := range pt.docs.RowIDs {
+			pt.remap[d] = -1
+			if l.keep == nil || l.keep(id) {
+				pt.remap[d] = 0 // numbered below
+			}
+		}
+		parts[i] = pt
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, pt := range parts {
+		res.DocsRead += uint64(len(pt.docs.RowIDs))
 	}
 	// Documents, in input order.
 	var rowIDs []uint64
@@ -128,17 +147,43 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 		avgdl = float32(float32(total) / float32(len(rowIDs)))
 	}
 
-	// Tokens: the first partition's in its id order, then each new one.
-	type source struct{ part, id int }
+	// Tokens: the first partition's in its id order, then each new one;
+	// each token's (partition, id) pairs chained in partition order
+	// through flat arrays (first, last per token; next per pair).
+	type source struct {
+		part, id int32
+		next     int32
+	}
+	pairs := 0
+	for _, pt := range parts {
+		pairs += len(pt.tokens)
+	}
 	var order []string
-	sources := map[string][]source{}
+	var first, last []int32
+	srcs := make([]source, 0, pairs)
+	cand := map[string]int32{}
 	for pi, pt := range parts {
 		for id, tok := range pt.tokens {
-			if _, ok := sources[tok]; !ok {
+			c, ok := cand[tok]
+			if !ok {
+				c = int32(len(order))
+				cand[tok] = c
 				order = append(order, tok)
+				first, last = append(first, -1), append(last, -1)
 			}
-			sources[tok] = append(sources[tok], source{pi, id})
+			k := int32(len(srcs))
+			srcs = append(srcs, source{part: int32(pi), id: int32(id), next: -1})
+			if last[c] < 0 {
+				first[c] = k
+			} else {
+				srcs[last[c]].next = k
+			}
+			last[c] = k
 		}
+	}
+	cand = nil
+	for _, pt := range parts {
+		pt.tokens = nil // order holds each token once
 	}
 
 	dir := table.IndexDir(&pb.IndexMetadata{Uuid: &pb.UUID{Uuid: opts.IndexUUID[:]}})
@@ -151,69 +196,28 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 		return nil, err
 	}
 	defer iw.abort()
-	var merged, p Posting
-	var posIn, posOut []uint32
-	var blockRuns []uint32
-	var buf []byte
+	m := &tokenMerger{parts: parts, order: order, withPos: withPos, numTokens: numTokens, avgdl: avgdl, docs: len(rowIDs),
+		sources: func(c int, visit func(part, id int) error) error {
+			for k := first[c]; k >= 0; k = srcs[k].next {
+				if err := visit(int(srcs[k].part), int(srcs[k].id)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}}
 	var outTokens []string
-	for _, tok := range order {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		merged.Docs, merged.Freqs, posOut = merged.Docs[:0], merged.Freqs[:0], posOut[:0]
-		for _, src := range sources[tok] {
-			pt := parts[src.part]
-			if err := DecodePosting(pt.inv.Blocks(src.id), int(pt.inv.Length[src.id]), &p); err != nil {
-				return nil, fmt.Errorf("fts merge: token %q: %w", tok, err)
+	err = m.run(ctx, func(c *chunk) error {
+		for i := range c.tokens {
+			if err := iw.add(c.enc[i], c.lens[i], c.runs[i], c.blockRuns[i]); err != nil {
+				return err
 			}
-			if withPos {
-				if posIn, err = pt.inv.decodePositions(src.id, p.Freqs, posIn[:0]); err != nil {
-					return nil, fmt.Errorf("fts merge: token %q: %w", tok, err)
-				}
-			}
-			at := 0
-			for i, d := range p.Docs {
-				if int(d) >= len(pt.remap) {
-					return nil, fmt.Errorf("%w: fts merge: token %q names document %d of %d", errkind.Corrupt, tok, d, len(pt.remap))
-				}
-				f := int(p.Freqs[i])
-				if r := pt.remap[d]; r >= 0 {
-					merged.Docs = append(merged.Docs, uint32(r))
-					merged.Freqs = append(merged.Freqs, p.Freqs[i])
-					if withPos {
-						posOut = append(posOut, posIn[at:at+f]...)
-					}
-				}
-				at += f
-			}
+			res.Postings += uint64(c.lens[i])
 		}
-		if merged.Len() == 0 {
-			continue // every row of the token was dropped
-		}
-		var e encoded
-		e, buf = encodePosting(&merged, numTokens, avgdl, idfScale(merged.Len(), len(rowIDs)), buf)
-		var run []byte
-		blockRuns = blockRuns[:0]
-		if withPos {
-			at := 0
-			for lo := 0; lo < merged.Len(); lo += BlockSize {
-				blockRuns = append(blockRuns, uint32(len(run)))
-				n := 0
-				for _, f := range merged.Freqs[lo:min(lo+BlockSize, merged.Len())] {
-					n += int(f)
-				}
-				run = appendPositionRun(run, posOut[at:at+n])
-				at += n
-			}
-			if uint64(len(run)) > math.MaxUint32 {
-				return nil, fmt.Errorf("%w: fts merge: token %q has %d bytes of positions", errkind.Unsupported, tok, len(run))
-			}
-		}
-		if err := iw.add(e, uint32(merged.Len()), run, blockRuns); err != nil {
-			return nil, err
-		}
-		outTokens = append(outTokens, tok)
-		res.Postings += uint64(merged.Len())
+		outTokens = append(outTokens, c.tokens...)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	res.TokensWritten = uint64(len(outTokens))
 	invFile, err := iw.finish()
@@ -242,6 +246,221 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 	}
 	res.Files = append(files, f)
 	return res, nil
+}
+
+// tokenMerger merges each output token's posting lists, chunks of tokens
+// on several goroutines, and hands the chunks to the writer in order.
+type tokenMerger struct {
+	parts     []*part
+	order     []string
+	sources   func(c int, visit func(part, id int) error) error
+	withPos   bool
+	numTokens []uint32
+	avgdl     float32
+	docs      int
+}
+
+// chunk is a run of output tokens, merged and encoded (tokens left
+// without documents are left out).
+type chunk struct {
+	lo, hi    int
+	out       chan *chunk
+	tokens    []string
+	enc       []encoded
+	lens      []uint32
+	runs      [][]byte
+	blockRuns [][]uint32
+	err       error
+}
+
+// chunkTokens is how many tokens a goroutine merges at a time.
+const chunkTokens = 512
+
+// scratch is one goroutine's reused buffers.
+type scratch struct {
+	merged, p     Posting
+	posIn, posOut []uint32
+	blocks        [][]byte
+}
+
+// run merges every token, on up to GOMAXPROCS goroutines with at most two
+// chunks per goroutine in flight, and calls write with each chunk in
+// token order. A panic in a goroutine becomes an error (it would abort
+// the interpreter).
+func (m *tokenMerger) run(ctx context.Context, write func(*chunk) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	workers := max(1, min(runtime.GOMAXPROCS(0), 8))
+	jobs := make(chan *chunk)
+	results := make(chan chan *chunk, 2*workers)
+	go func() {
+		defer close(jobs)
+		defer close(results)
+		for lo := 0; lo < len(m.order); lo += chunkTokens {
+			c := &chunk{lo: lo, hi: min(lo+chunkTokens, len(m.order)), out: make(chan *chunk, 1)}
+			select {
+			case results <- c.out:
+			case <-ctx.Done():
+				return
+			}
+			select {
+			case jobs <- c:
+			case <-ctx.Done():
+				c.out <- &chunk{err: ctx.Err()}
+				return
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var sc scratch
+			for c := range jobs {
+				func() {
+					defer func() {
+						if r := recover(); r != nil {
+							c.err = fmt.Errorf("lance-segmerge kernel panic in an fts merge goroutine: %v\n%s", r, debug.Stack())
+						}
+						c.out <- c
+					}()
+					c.err = m.merge(ctx, c, &sc)
+				}()
+			}
+		}()
+	}
+	defer wg.Wait()
+	for out := range results {
+		c := <-out
+		err := c.err
+		if err == nil {
+			err = write(c)
+		}
+		if err != nil {
+			cancel()
+			for range results { // let the producer end; workers answer on buffered channels
+			}
+			return err
+		}
+	}
+	return ctx.Err()
+}
+
+// merge merges the tokens of c: each one's posting lists from every
+// partition holding it, documents renumbered (dropped ones left out) and
+// positions moved, then encoded for the merged partition.
+func (m *tokenMerger) merge(ctx context.Context, c *chunk, sc *scratch) error {
+	var buf []byte // the chunk's blocks live here: not reused across chunks
+	for t := c.lo; t < c.hi; t++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		tok := m.order[t]
+		sc.merged.Docs, sc.merged.Freqs, sc.posOut = sc.merged.Docs[:0], sc.merged.Freqs[:0], sc.posOut[:0]
+		err := m.sources(t, func(pi, id int) error {
+			pt := m.parts[pi]
+			sc.blocks = pt.inv.blocksInto(id, sc.blocks[:0])
+			if err := DecodePosting(sc.blocks, int(pt.inv.Length[id]), &sc.p); err != nil {
+				return err
+			}
+			var err error
+			if m.withPos {
+				if sc.posIn, err = pt.inv.decodePositions(id, sc.p.Freqs, sc.posIn[:0]); err != nil {
+					return err
+				}
+			}
+			at := 0
+			for i, d := range sc.p.Docs {
+				if int(d) >= len(pt.remap) {
+					return fmt.Errorf("%w: document %d of %d", errkind.Corrupt, d, len(pt.remap))
+				}
+				f := int(sc.p.Freqs[i])
+				if r := pt.remap[d]; r >= 0 {
+					sc.merged.Docs = append(sc.merged.Docs, uint32(r))
+					sc.merged.Freqs = append(sc.merged.Freqs, sc.p.Freqs[i])
+					if m.withPos {
+						sc.posOut = append(sc.posOut, sc.posIn[at:at+f]...)
+					}
+				}
+				at += f
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("fts merge: token %q: %w", tok, err)
+		}
+		n := sc.merged.Len()
+		if n == 0 {
+			continue // every row of the token was dropped
+		}
+		var e encoded
+		e, buf = encodePosting(&sc.merged, m.numTokens, m.avgdl, idfScale(n, m.docs), buf)
+		var run []byte
+		var runs []uint32
+		if m.withPos {
+			at := 0
+			for lo := 0; lo < n; lo += BlockSize {
+				runs = append(runs, uint32(len(run)))
+				k := 0
+				for _, f := range sc.merged.Freqs[lo:min(lo+BlockSize, n)] {
+					k += int(f)
+				}
+				run = appendPositionRun(run, sc.posOut[at:at+k])
+				at += k
+			}
+			if uint64(len(run)) > math.MaxUint32 {
+				return fmt.Errorf("%w: fts merge: token %q has %d bytes of positions", errkind.Unsupported, tok, len(run))
+			}
+		}
+		c.tokens = append(c.tokens, tok)
+		c.enc = append(c.enc, e)
+		c.lens = append(c.lens, uint32(n))
+		c.runs = append(c.runs, run)
+		c.blockRuns = append(c.blockRuns, runs)
+	}
+	return nil
+}
+
+// parallel calls f(0..n-1) on up to GOMAXPROCS goroutines and returns
+// the first error (the others stop at their next item). A panic becomes
+// an error.
+func parallel(ctx context.Context, n int, f func(i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	fail := func(err error) {
+		once.Do(func() { first = err; cancel() })
+	}
+	for w := 0; w < max(1, min(runtime.GOMAXPROCS(0), 8, n)); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() {
+				if r := recover(); r != nil {
+					fail(fmt.Errorf("lance-segmerge kernel panic in an fts goroutine: %v\n%s", r, debug.Stack()))
+				}
+			}()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				if err := f(i); err != nil {
+					fail(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if first == nil {
+		return ctx.Err()
+	}
+	return first
 }
 
 func loadPart(ctx context.Context, s *Segment, p uint64) (*part, error) {

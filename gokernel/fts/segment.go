@@ -284,14 +284,15 @@ type Invert struct {
 func (v *Invert) Tokens() int { return len(v.Length) }
 
 // Blocks returns token t's posting blocks.
-func (v *Invert) Blocks(t int) [][]byte {
+func (v *Invert) Blocks(t int) [][]byte { return v.blocksInto(t, nil) }
+
+// blocksInto appends token t's posting blocks to dst.
+func (v *Invert) blocksInto(t int, dst [][]byte) [][]byte {
 	it := v.Postings.Items
-	lo, hi := v.Postings.Offsets[t], v.Postings.Offsets[t+1]
-	out := make([][]byte, 0, hi-lo)
-	for i := lo; i < hi; i++ {
-		out = append(out, it.Values[it.Offsets[i]:it.Offsets[i+1]])
+	for i := v.Postings.Offsets[t]; i < v.Postings.Offsets[t+1]; i++ {
+		dst = append(dst, it.Values[it.Offsets[i]:it.Offsets[i+1]])
 	}
-	return out
+	return dst
 }
 
 // ReadInvert reads partition p's posting lists.

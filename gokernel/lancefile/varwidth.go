@@ -580,7 +580,14 @@ func (r *Reader) readVarFullZipList(ctx context.Context, pg *pageIO, l *enc21.Fu
 	}
 	defMask := uint32(1)<<l.GetBitsDef() - 1
 	lv := newLevelsOut(rd)
-	items := newVarBuilder(item, 0)
+	// Sized for the span: the page's items if it is read whole, else a
+	// guess that grows.
+	est := int(l.GetNumItems())
+	if a != 0 || b != int(pg.page.GetLength()) {
+		est = min(est, (b-a)*2)
+	}
+	items := newVarBuilder(item, est)
+	items.out.Values = make([]byte, 0, len(data))
 	var rep, def [1]uint16
 	for pos := 0; pos < len(data); {
 		if err := ctx.Err(); err != nil {
