@@ -18,6 +18,7 @@
 // scores after our merge equal those after its own.
 //
 // Memory: a merge holds every input's posting lists as stored
-// (compressed), plus one token's decoded lists; the output is written a
-// window of tokens at a time.
+// (compressed), plus a chunk of tokens' decoded lists per goroutine (the
+// partitions load, and the tokens merge, on GOMAXPROCS goroutines); the
+// output is written a window of tokens at a time, in token order.
 package fts

@@ -64,7 +64,8 @@ func Names() []string {
 // this is checked before any byte is written.
 //
 // Memory: the inputs' posting lists are held compressed, as stored, plus
-// one token's decoded lists at a time.
+// per goroutine a chunk of tokens' decoded lists, and up to two encoded
+// chunks per goroutine waiting for the writer.
 func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opts MergeOptions) (*Result, error) {
 	if len(metas) == 0 {
 		return nil, fmt.Errorf("%w: at least one INVERTED segment is required", errkind.InvalidInput)
@@ -123,68 +124,16 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 	for _, pt := range parts {
 		res.DocsRead += uint64(len(pt.docs.RowIDs))
 	}
-	// Documents, in input order.
-	var rowIDs []uint64
-	var numTokens []uint32
-	var total uint64
-	for _, pt := range parts {
-		for d, r := range pt.remap {
-			if r < 0 {
-				continue
-			}
-			if len(rowIDs) >= math.MaxInt32 {
-				return nil, fmt.Errorf("%w: fts merge: more than 2^31 documents in one partition", errkind.Unsupported)
-			}
-			pt.remap[d] = int32(len(rowIDs))
-			rowIDs = append(rowIDs, pt.docs.RowIDs[d])
-			numTokens = append(numTokens, pt.docs.NumTokens[d])
-			total += uint64(pt.docs.NumTokens[d])
-		}
+	rowIDs, numTokens, total, err := numberDocs(parts)
+	if err != nil {
+		return nil, err
 	}
 	res.DocsWritten = uint64(len(rowIDs))
 	var avgdl float32
 	if len(rowIDs) > 0 {
 		avgdl = float32(float32(total) / float32(len(rowIDs)))
 	}
-
-	// Tokens: the first partition's in its id order, then each new one;
-	// each token's (partition, id) pairs chained in partition order
-	// through flat arrays (first, last per token; next per pair).
-	type source struct {
-		part, id int32
-		next     int32
-	}
-	pairs := 0
-	for _, pt := range parts {
-		pairs += len(pt.tokens)
-	}
-	var order []string
-	var first, last []int32
-	srcs := make([]source, 0, pairs)
-	cand := map[string]int32{}
-	for pi, pt := range parts {
-		for id, tok := range pt.tokens {
-			c, ok := cand[tok]
-			if !ok {
-				c = int32(len(order))
-				cand[tok] = c
-				order = append(order, tok)
-				first, last = append(first, -1), append(last, -1)
-			}
-			k := int32(len(srcs))
-			srcs = append(srcs, source{part: int32(pi), id: int32(id), next: -1})
-			if last[c] < 0 {
-				first[c] = k
-			} else {
-				srcs[last[c]].next = k
-			}
-			last[c] = k
-		}
-	}
-	cand = nil
-	for _, pt := range parts {
-		pt.tokens = nil // order holds each token once
-	}
+	order, sources := unionTokens(parts)
 
 	dir := table.IndexDir(&pb.IndexMetadata{Uuid: &pb.UUID{Uuid: opts.IndexUUID[:]}})
 	withPos := segs[0].Meta.WithPositions()
@@ -196,15 +145,7 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 		return nil, err
 	}
 	defer iw.abort()
-	m := &tokenMerger{parts: parts, order: order, withPos: withPos, numTokens: numTokens, avgdl: avgdl, docs: len(rowIDs),
-		sources: func(c int, visit func(part, id int) error) error {
-			for k := first[c]; k >= 0; k = srcs[k].next {
-				if err := visit(int(srcs[k].part), int(srcs[k].id)); err != nil {
-					return err
-				}
-			}
-			return nil
-		}}
+	m := &tokenMerger{parts: parts, order: order, sources: sources, withPos: withPos, numTokens: numTokens, avgdl: avgdl, docs: len(rowIDs)}
 	var outTokens []string
 	err = m.run(ctx, func(c *chunk) error {
 		for i := range c.tokens {
@@ -246,6 +187,72 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 	}
 	res.Files = append(files, f)
 	return res, nil
+}
+
+// numberDocs numbers the documents that stay, partition after partition
+// (remap: input document -> output document), and returns their row ids,
+// token counts and total tokens.
+func numberDocs(parts []*part) (rowIDs []uint64, numTokens []uint32, total uint64, err error) {
+	for _, pt := range parts {
+		for d, r := range pt.remap {
+			if r < 0 {
+				continue
+			}
+			if len(rowIDs) >= math.MaxInt32 {
+				return nil, nil, 0, fmt.Errorf("%w: fts merge: more than 2^31 documents in one partition", errkind.Unsupported)
+			}
+			pt.remap[d] = int32(len(rowIDs))
+			rowIDs = append(rowIDs, pt.docs.RowIDs[d])
+			numTokens = append(numTokens, pt.docs.NumTokens[d])
+			total += uint64(pt.docs.NumTokens[d])
+		}
+	}
+	return rowIDs, numTokens, total, nil
+}
+
+// unionTokens orders the output tokens (the first partition's in its id
+// order, then each new one) and returns, for output token c, a walk over
+// the (partition, token id) pairs holding it, in partition order. The
+// pairs are chained through flat arrays (first and last per token, next
+// per pair); the partitions' own token lists are released.
+func unionTokens(parts []*part) ([]string, func(c int, visit func(part, id int) error) error) {
+	type pair struct{ part, id, next int32 }
+	n := 0
+	for _, pt := range parts {
+		n += len(pt.tokens)
+	}
+	var order []string
+	var first, last []int32
+	pairs := make([]pair, 0, n)
+	cand := map[string]int32{}
+	for pi, pt := range parts {
+		for id, tok := range pt.tokens {
+			c, ok := cand[tok]
+			if !ok {
+				c = int32(len(order))
+				cand[tok] = c
+				order = append(order, tok)
+				first, last = append(first, -1), append(last, -1)
+			}
+			k := int32(len(pairs))
+			pairs = append(pairs, pair{part: int32(pi), id: int32(id), next: -1})
+			if last[c] < 0 {
+				first[c] = k
+			} else {
+				pairs[last[c]].next = k
+			}
+			last[c] = k
+		}
+		pt.tokens = nil // order holds each token once
+	}
+	return order, func(c int, visit func(part, id int) error) error {
+		for k := first[c]; k >= 0; k = pairs[k].next {
+			if err := visit(int(pairs[k].part), int(pairs[k].id)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 }
 
 // tokenMerger merges each output token's posting lists, chunks of tokens
