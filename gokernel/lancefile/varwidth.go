@@ -489,6 +489,20 @@ func varFullZip(l *enc21.FullZipLayout, t DataType, list bool) (repdef, int, *fs
 	return rd, lenBytes, fs, nil
 }
 
+// fullZipValue reads the value at data[pos:]: its length (lenBytes wide),
+// then its bytes; it returns them and the position after.
+func fullZipValue(data []byte, pos, lenBytes int) ([]byte, int, error) {
+	if pos+lenBytes > len(data) {
+		return nil, 0, fmt.Errorf("%w: full-zip length truncated", errkind.Corrupt)
+	}
+	n := readWordN(data[pos:], 0, lenBytes)
+	pos += lenBytes
+	if n > uint64(len(data)-pos) {
+		return nil, 0, fmt.Errorf("%w: full-zip value of %d bytes with %d left", errkind.Corrupt, n, len(data)-pos)
+	}
+	return data[pos : pos+int(n)], pos + int(n), nil
+}
+
 // fullZipSpan reads the items of rows [a, b) of a full-zip page: its
 // repetition index (page buffer 1) holds the byte position of each row's
 // first item, then the end.
@@ -547,18 +561,14 @@ func (r *Reader) readVarFullZip(ctx context.Context, pg *pageIO, l *enc21.FullZi
 			vb.add(nil, false)
 			continue
 		}
-		if pos+lenBytes > len(data) {
-			return nil, fmt.Errorf("%w: full-zip length truncated", errkind.Corrupt)
+		v, next, err := fullZipValue(data, pos, lenBytes)
+		if err != nil {
+			return nil, err
 		}
-		n := readWordN(data[pos:], 0, lenBytes)
-		pos += lenBytes
-		if n > uint64(len(data)-pos) {
-			return nil, fmt.Errorf("%w: full-zip value of %d bytes with %d left", errkind.Corrupt, n, len(data)-pos)
-		}
-		if err := vb.addCodes(fs, data[pos:pos+int(n)]); err != nil {
+		if err := vb.addCodes(fs, v); err != nil {
 			return nil, fmt.Errorf("row %d: %w", a+vb.out.Len, err)
 		}
-		pos += int(n)
+		pos = next
 	}
 	return vb.finish(), nil
 }
@@ -609,18 +619,14 @@ func (r *Reader) readVarFullZipList(ctx context.Context, pg *pageIO, l *enc21.Fu
 			items.add(nil, false)
 			continue
 		}
-		if pos+lenBytes > len(data) {
-			return nil, fmt.Errorf("%w: full-zip length truncated", errkind.Corrupt)
-		}
-		n := readWordN(data[pos:], 0, lenBytes)
-		pos += lenBytes
-		if n > uint64(len(data)-pos) {
-			return nil, fmt.Errorf("%w: full-zip value of %d bytes with %d left", errkind.Corrupt, n, len(data)-pos)
-		}
-		if err := items.addCodes(fs, data[pos:pos+int(n)]); err != nil {
+		v, next, err := fullZipValue(data, pos, lenBytes)
+		if err != nil {
 			return nil, err
 		}
-		pos += int(n)
+		if err := items.addCodes(fs, v); err != nil {
+			return nil, err
+		}
+		pos = next
 	}
 	lv.finish()
 	if lv.rows != b-a || lv.items != items.out.Len {
