@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -68,8 +69,9 @@ def _query(q: str) -> str:
     return " ".join(VOCAB[int(w[1:])] for w in q.split())
 
 
-def _build(uri: str, docs: int, deltas: int) -> None:
-    import lance
+def text_tables(docs: int, parts: int) -> Any:
+    """``parts`` tables of ``docs // parts`` generated documents each
+    (ids running on), the same for every caller."""
     import numpy as np
     import pyarrow as pa
 
@@ -77,20 +79,24 @@ def _build(uri: str, docs: int, deltas: int) -> None:
     vocab = np.array(VOCAB)
     p = 1.0 / np.arange(1, len(VOCAB) + 1) ** 1.07
     p /= p.sum()
-    per = docs // (deltas + 1)
-
-    def table(start: int) -> pa.Table:
+    per = docs // parts
+    for i in range(parts):
         lens = rng.integers(5, 81, per)
         words = vocab[rng.choice(len(VOCAB), int(lens.sum()), p=p)]
         cuts = np.cumsum(lens)[:-1]
         text = [" ".join(ws) for ws in np.split(words, cuts)]
-        return pa.table({"id": np.arange(start, start + per), "text": text})
+        yield pa.table({"id": np.arange(per * i, per * (i + 1)), "text": text})
 
-    ds = lance.write_dataset(table(0), uri)
-    ds.create_scalar_index("text", "INVERTED")
-    for i in range(deltas):
-        ds = lance.write_dataset(table(per * (i + 1)), uri, mode="append")
-        ds.optimize.optimize_indices(index_names=[INDEX], num_indices_to_merge=0)
+
+def _build(uri: str, docs: int, deltas: int) -> None:
+    import lance
+
+    for i, t in enumerate(text_tables(docs, deltas + 1)):
+        ds = lance.write_dataset(t, uri, mode="append" if i else "create")
+        if i == 0:
+            ds.create_scalar_index("text", "INVERTED")
+        else:
+            ds.optimize.optimize_indices(index_names=[INDEX], num_indices_to_merge=0)
 
 
 def _index_files(uri: str) -> list[str]:

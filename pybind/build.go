@@ -248,7 +248,7 @@ func FragmentRows(uri, optionsJSON string, version int) (out string, err error) 
 	return string(b), tagged(err)
 }
 
-// BuildScalarSegment builds one uncommitted BTREE or BITMAP segment over
+// BuildScalarSegment builds one uncommitted scalar or full-text segment over
 // some fragments of a dataset version (0 = latest) from the column's data;
 // buildOptionsJSON holds segment.ScalarBuildOptions. Returns the
 // segment's info JSON, with statistics. opID names the operation for

@@ -1,5 +1,5 @@
-// Package fts reads, merges and checks the segments of Lance full-text
-// (INVERTED) indices, as pylance 14.0.2 writes them.
+// Package fts reads, builds, merges and checks the segments of Lance
+// full-text (INVERTED) indices, as pylance 14.0.2 writes them.
 //
 // A segment is metadata.lance (the analyzer's parameters, the partition
 // ids, the layout keys) and, per partition N, part_N_tokens.lance (token
@@ -16,6 +16,11 @@
 // position deltas moved as they are, then blocks, BM25 block scores and
 // impacts computed for the merged partition's statistics, so pylance's
 // scores after our merge equal those after its own.
+//
+// Build analyzes text as pylance's analyzer does (analyzer.go: the
+// tokenizers, filters, stop words; stem.go: Snowball English 3.x) and a
+// Builder writes the documents' posting lists as a segment of one
+// partition, through the same encoder as Merge.
 //
 // Memory: a merge holds every input's posting lists as stored
 // (compressed), plus a chunk of tokens' decoded lists per goroutine (the

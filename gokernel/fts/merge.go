@@ -137,15 +137,27 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 
 	dir := table.IndexDir(&pb.IndexMetadata{Uuid: &pb.UUID{Uuid: opts.IndexUUID[:]}})
 	withPos := segs[0].Meta.WithPositions()
+	m := &tokenMerger{order: order, gather: gatherParts(parts, sources, withPos), withPos: withPos, numTokens: numTokens, avgdl: avgdl, docs: len(rowIDs)}
 	// The output keeps the inputs' Lance file version (pylance 14.0.2
-	// writes 2.2).
-	version := segs[0].Meta.Version
-	iw, err := newInvertWriter(ctx, st, dir, version, withPos, invertKeys(segs[0].Meta.Keys))
-	if err != nil {
+	// writes 2.2) and analyzer.
+	if err := writeOutput(ctx, st, dir, segs[0].Meta, deleted, m, rowIDs, total, res); err != nil {
 		return nil, err
 	}
+	return res, nil
+}
+
+// writeOutput writes a segment of one partition: the documents rowIDs
+// (with m.numTokens tokens each, total in all) and m's tokens, merged
+// and encoded on m's goroutines, then the token map, the documents and
+// metadata.lance with meta's parameters and layout. On error nothing it
+// wrote is left.
+func writeOutput(ctx context.Context, st storage.Store, dir string, meta Meta, deleted *roaring.Bitmap, m *tokenMerger, rowIDs []uint64, total uint64, res *Result) error {
+	version := meta.Version
+	iw, err := newInvertWriter(ctx, st, dir, version, m.withPos, invertKeys(meta.Keys))
+	if err != nil {
+		return err
+	}
 	defer iw.abort()
-	m := &tokenMerger{parts: parts, order: order, sources: sources, withPos: withPos, numTokens: numTokens, avgdl: avgdl, docs: len(rowIDs)}
 	var outTokens []string
 	err = m.run(ctx, func(c *chunk) error {
 		for i := range c.tokens {
@@ -158,35 +170,35 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	res.TokensWritten = uint64(len(outTokens))
 	invFile, err := iw.finish()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	files := []*pb.IndexFile{invFile}
 	written := []string{invFile.GetPath()}
-	fail := func(err error) (*Result, error) {
+	fail := func(err error) error {
 		for _, n := range written {
 			_ = st.Delete(context.WithoutCancel(ctx), dir+n)
 		}
-		return nil, err
+		return err
 	}
 	f, err := writeTokens(ctx, st, dir, version, outTokens)
 	if err != nil {
 		return fail(err)
 	}
 	files, written = append(files, f), append(written, f.GetPath())
-	if f, err = writeDocs(ctx, st, dir, version, rowIDs, numTokens, total); err != nil {
+	if f, err = writeDocs(ctx, st, dir, version, rowIDs, m.numTokens, total); err != nil {
 		return fail(err)
 	}
 	files, written = append(files, f), append(written, f.GetPath())
-	if f, err = writeMetadata(ctx, st, dir, segs[0].Meta, deleted); err != nil {
+	if f, err = writeMetadata(ctx, st, dir, meta, deleted, false); err != nil {
 		return fail(err)
 	}
 	res.Files = append(files, f)
-	return res, nil
+	return nil
 }
 
 // numberDocs numbers the documents that stay, partition after partition
@@ -258,9 +270,11 @@ func unionTokens(parts []*part) ([]string, func(c int, visit func(part, id int) 
 // tokenMerger merges each output token's posting lists, chunks of tokens
 // on several goroutines, and hands the chunks to the writer in order.
 type tokenMerger struct {
-	parts     []*part
-	order     []string
-	sources   func(c int, visit func(part, id int) error) error
+	order []string
+	// gather puts token t's documents, frequencies and (withPos) position
+	// deltas, in document order, in sc.merged and sc.posOut (emptied
+	// before the call).
+	gather    func(t int, sc *scratch) error
 	withPos   bool
 	numTokens []uint32
 	avgdl     float32
@@ -365,36 +379,7 @@ func (m *tokenMerger) merge(ctx context.Context, c *chunk, sc *scratch) error {
 		}
 		tok := m.order[t]
 		sc.merged.Docs, sc.merged.Freqs, sc.posOut = sc.merged.Docs[:0], sc.merged.Freqs[:0], sc.posOut[:0]
-		err := m.sources(t, func(pi, id int) error {
-			pt := m.parts[pi]
-			sc.blocks = pt.inv.blocksInto(id, sc.blocks[:0])
-			if err := DecodePosting(sc.blocks, int(pt.inv.Length[id]), &sc.p); err != nil {
-				return err
-			}
-			var err error
-			if m.withPos {
-				if sc.posIn, err = pt.inv.decodePositions(id, sc.p.Freqs, sc.posIn[:0]); err != nil {
-					return err
-				}
-			}
-			at := 0
-			for i, d := range sc.p.Docs {
-				if int(d) >= len(pt.remap) {
-					return fmt.Errorf("%w: document %d of %d", errkind.Corrupt, d, len(pt.remap))
-				}
-				f := int(sc.p.Freqs[i])
-				if r := pt.remap[d]; r >= 0 {
-					sc.merged.Docs = append(sc.merged.Docs, uint32(r))
-					sc.merged.Freqs = append(sc.merged.Freqs, sc.p.Freqs[i])
-					if m.withPos {
-						sc.posOut = append(sc.posOut, sc.posIn[at:at+f]...)
-					}
-				}
-				at += f
-			}
-			return nil
-		})
-		if err != nil {
+		if err := m.gather(t, sc); err != nil {
 			return fmt.Errorf("fts merge: token %q: %w", tok, err)
 		}
 		n := sc.merged.Len()
@@ -427,6 +412,43 @@ func (m *tokenMerger) merge(ctx context.Context, c *chunk, sc *scratch) error {
 		c.blockRuns = append(c.blockRuns, runs)
 	}
 	return nil
+}
+
+// gatherParts gathers an output token's lists from every input
+// partition holding it (sources), documents renumbered by each part's
+// remap and dropped ones left out.
+func gatherParts(parts []*part, sources func(c int, visit func(part, id int) error) error, withPos bool) func(int, *scratch) error {
+	return func(t int, sc *scratch) error {
+		return sources(t, func(pi, id int) error {
+			pt := parts[pi]
+			sc.blocks = pt.inv.blocksInto(id, sc.blocks[:0])
+			if err := DecodePosting(sc.blocks, int(pt.inv.Length[id]), &sc.p); err != nil {
+				return err
+			}
+			var err error
+			if withPos {
+				if sc.posIn, err = pt.inv.decodePositions(id, sc.p.Freqs, sc.posIn[:0]); err != nil {
+					return err
+				}
+			}
+			at := 0
+			for i, d := range sc.p.Docs {
+				if int(d) >= len(pt.remap) {
+					return fmt.Errorf("%w: document %d of %d", errkind.Corrupt, d, len(pt.remap))
+				}
+				f := int(sc.p.Freqs[i])
+				if r := pt.remap[d]; r >= 0 {
+					sc.merged.Docs = append(sc.merged.Docs, uint32(r))
+					sc.merged.Freqs = append(sc.merged.Freqs, sc.p.Freqs[i])
+					if withPos {
+						sc.posOut = append(sc.posOut, sc.posIn[at:at+f]...)
+					}
+				}
+				at += f
+			}
+			return nil
+		})
+	}
 }
 
 // parallel calls f(0..n-1) on up to GOMAXPROCS goroutines and returns
@@ -648,12 +670,17 @@ func writeDocs(ctx context.Context, st storage.Store, dir string, v lancefile.Ve
 	})
 }
 
-func writeMetadata(ctx context.Context, st storage.Store, dir string, m Meta, deleted *roaring.Bitmap) (*pb.IndexFile, error) {
+// writeMetadata writes metadata.lance naming one partition, 0, or none
+// when empty.
+func writeMetadata(ctx context.Context, st storage.Store, dir string, m Meta, deleted *roaring.Bitmap, empty bool) (*pb.IndexFile, error) {
 	del, err := deleted.ToBytes()
 	if err != nil {
 		return nil, err
 	}
 	keys := map[string]string{keyParams: m.Params, keyPartitions: "[0]", keyTokenSet: "fst"}
+	if empty {
+		keys[keyPartitions] = "[]"
+	}
 	for k, v := range m.Keys {
 		if k != keyTokenSet {
 			keys[k] = v

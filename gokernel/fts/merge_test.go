@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/google/uuid"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
@@ -31,93 +30,29 @@ type doc struct {
 	toks []string
 }
 
-// writeSegment writes a one-partition segment of docs with this package's
-// writers (the layout pylance reads: python/tests/test_fts.py) and returns
-// its index entry.
+// writeSegment writes a one-partition segment of docs with the Builder
+// (the layout pylance reads: python/tests/test_fts.py) and returns its
+// index entry.
 func writeSegment(t *testing.T, st storage.Store, docs []doc, params string) *pb.IndexMetadata {
 	t.Helper()
-	ctx := context.Background()
 	id := uuid.New()
 	im := &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: id[:]}, Name: "text_idx"}
-	dir := table.IndexDir(im)
-	var tokens []string
-	ids := map[string]int{}
-	type occ struct{ docs, freqs, deltas []uint32 }
-	var post []*occ
-	var rows []uint64
-	var nt []uint32
-	var total uint64
-	for d, dc := range docs {
-		rows, nt = append(rows, dc.row), append(nt, uint32(len(dc.toks)))
-		total += uint64(len(dc.toks))
-		last := map[string]int{}
-		positions := map[string][]uint32{}
-		var order []string
+	b := NewBuilder(true)
+	for _, dc := range docs {
 		for p, tok := range dc.toks {
-			if _, ok := ids[tok]; !ok {
-				ids[tok] = len(tokens)
-				tokens = append(tokens, tok)
-				post = append(post, &occ{})
+			if err := b.Token([]byte(tok), uint32(p)); err != nil {
+				t.Fatal(err)
 			}
-			if _, ok := positions[tok]; !ok {
-				order = append(order, tok)
-				last[tok] = 0
-				positions[tok] = append(positions[tok], uint32(p))
-			} else {
-				positions[tok] = append(positions[tok], uint32(p-last[tok]))
-			}
-			last[tok] = p
 		}
-		for _, tok := range order {
-			o := post[ids[tok]]
-			o.docs = append(o.docs, uint32(d))
-			o.freqs = append(o.freqs, uint32(len(positions[tok])))
-			o.deltas = append(o.deltas, positions[tok]...)
-		}
-	}
-	avgdl := float32(float32(total) / float32(len(rows)))
-	iw, err := newInvertWriter(ctx, st, dir, testVersion, true, map[string]string{keyFormat: "2", keyBlockSize: "128", keyTailCodec: tailVarintDelta, keyPosLayout: posLayoutShared, keyPosCodec: posCodecPacked})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range post {
-		p := Posting{Docs: o.docs, Freqs: o.freqs}
-		e, _ := encodePosting(&p, nt, avgdl, idfScale(p.Len(), len(rows)), nil)
-		var run []byte
-		var runs []uint32
-		at := 0
-		for lo := 0; lo < p.Len(); lo += BlockSize {
-			runs = append(runs, uint32(len(run)))
-			n := 0
-			for _, f := range p.Freqs[lo:min(lo+BlockSize, p.Len())] {
-				n += int(f)
-			}
-			run = appendPositionRun(run, o.deltas[at:at+n])
-			at += n
-		}
-		if err := iw.add(e, uint32(p.Len()), run, runs); err != nil {
+		if err := b.EndDoc(dc.row); err != nil {
 			t.Fatal(err)
 		}
 	}
-	var files []*pb.IndexFile
-	f, err := iw.finish()
+	res, err := b.Write(context.Background(), st, WriteOptions{Dir: table.IndexDir(im), Params: params, Version: testVersion})
 	if err != nil {
 		t.Fatal(err)
 	}
-	files = append(files, f)
-	if f, err = writeTokens(ctx, st, dir, testVersion, tokens); err != nil {
-		t.Fatal(err)
-	}
-	files = append(files, f)
-	if f, err = writeDocs(ctx, st, dir, testVersion, rows, nt, total); err != nil {
-		t.Fatal(err)
-	}
-	files = append(files, f)
-	meta := Meta{Version: testVersion, Params: params, Keys: map[string]string{keyFormat: "2", keyBlockSize: "128", keyTailCodec: tailVarintDelta, keyPosLayout: posLayoutShared, keyPosCodec: posCodecPacked}}
-	if f, err = writeMetadata(ctx, st, dir, meta, roaring.New()); err != nil {
-		t.Fatal(err)
-	}
-	im.Files = append(files, f)
+	im.Files = res.Files
 	return im
 }
 

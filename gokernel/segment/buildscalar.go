@@ -3,6 +3,7 @@ package segment
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -43,12 +44,18 @@ type ScalarBuildOptions struct {
 	MemoryBytes int `json:"memory_bytes"`
 	// TempDir holds spilled runs (default os.TempDir()).
 	TempDir string `json:"temp_dir"`
+	// Params are an INVERTED index's analyzer parameters (pylance's
+	// create_scalar_index keywords: base_tokenizer, language,
+	// with_position, max_token_length, lower_case, stem,
+	// remove_stop_words, custom_stop_words, ascii_folding), over pylance's
+	// defaults; an index that has segments keeps its own.
+	Params json.RawMessage `json:"params,omitempty"`
 	// Progress receives counters as the build goes (optional).
 	Progress *Progress `json:"-"`
 }
 
 // BuildableScalarTypes are the scalar index types BuildScalar builds.
-var BuildableScalarTypes = map[string]bool{"BTREE": true, "BITMAP": true, "LABEL_LIST": true, "ZONEMAP": true, "BLOOMFILTER": true, "NGRAM": true}
+var BuildableScalarTypes = map[string]bool{"BTREE": true, "BITMAP": true, "LABEL_LIST": true, "ZONEMAP": true, "BLOOMFILTER": true, "NGRAM": true, "INVERTED": true}
 
 // scalarDetailsURL is the index details type pylance 14.0.2's
 // create_index_uncommitted records for each buildable type (an empty
@@ -60,6 +67,7 @@ var scalarDetailsURL = map[string]string{
 	"ZONEMAP":     "/lance.table.ZoneMapIndexDetails",
 	"BLOOMFILTER": "/lance.index.pb.BloomFilterIndexDetails",
 	"NGRAM":       "/lance.table.NGramIndexDetails",
+	"INVERTED":    "/lance.table.InvertedIndexDetails",
 }
 
 // BuildScalar writes one uncommitted BTREE, BITMAP, LABEL_LIST, ZONEMAP, BLOOMFILTER or NGRAM segment over the
@@ -79,7 +87,7 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 	prog.SetStage("validate")
 	switch {
 	case !BuildableScalarTypes[opts.IndexType]:
-		return nil, fmt.Errorf("%w: build: %s segments are not built here (BTREE, BITMAP, LABEL_LIST, ZONEMAP, BLOOMFILTER and NGRAM are; build others with pylance's create_index_uncommitted)", errkind.Unsupported, opts.IndexType)
+		return nil, fmt.Errorf("%w: build: %s segments are not built here (BTREE, BITMAP, LABEL_LIST, ZONEMAP, BLOOMFILTER, NGRAM and INVERTED are; build others with pylance's create_index_uncommitted)", errkind.Unsupported, opts.IndexType)
 	case opts.IndexName == "":
 		return nil, fmt.Errorf("%w: build: an index name is required", errkind.InvalidInput)
 	case len(opts.FragmentIDs) == 0:
@@ -118,6 +126,9 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 	version, err := datasetFileVersion(snap)
 	if err != nil {
 		return nil, err
+	}
+	if opts.IndexType == "INVERTED" {
+		return buildFTS(ctx, st, snap, opts, rd, col, existing, version)
 	}
 	batchSize, rowsPerZone, probability := btree.DefaultBatchSize, zonemap.DefaultRowsPerZone, zonemap.DefaultProbability
 	if existing != nil && (opts.IndexType == "BTREE" || opts.IndexType == "ZONEMAP" || opts.IndexType == "BLOOMFILTER") {
@@ -283,7 +294,11 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 	}
 	done = true
 	prog.SetStage("done")
-	return scalarEntry(id, snap, opts, col, existing, files, rowsPerZone)
+	var details []byte
+	if opts.IndexType == "ZONEMAP" {
+		details = zonemap.Details(col.Type, rowsPerZone)
+	}
+	return scalarEntry(id, snap, opts, col, existing, files, details)
 }
 
 // scalarIndexVersion is the index version pylance 14.0.2 records for a
@@ -292,6 +307,9 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 // holding the row addresses pylance (and Build) write
 // (test_scalar_build.py::test_stable_row_ids_btree_builds_bitmap_refused).
 func scalarIndexVersion(snap *table.Snapshot, typ string) int32 {
+	if typ == "INVERTED" {
+		return ftsIndexVersion
+	}
 	if typ == "LABEL_LIST" || typ == "BTREE" && snap.HasStableRowIDs() {
 		return 1
 	}
@@ -330,9 +348,10 @@ func kindName(otherType string) string {
 }
 
 // scalarEntry is the manifest entry of a built scalar segment: the
-// details and index version of the index it joins (pylance 14.0.2 writes
-// version 0 and an empty details message of the type's own).
-func scalarEntry(id uuid.UUID, snap *table.Snapshot, opts ScalarBuildOptions, col *vecdata.Column, existing *pb.IndexMetadata, files []*pb.IndexFile, rowsPerZone int) (*pb.IndexMetadata, error) {
+// details and index version of the index it joins, else the type's
+// details message holding details (pylance 14.0.2 writes an empty one
+// but for ZONEMAP and INVERTED).
+func scalarEntry(id uuid.UUID, snap *table.Snapshot, opts ScalarBuildOptions, col *vecdata.Column, existing *pb.IndexMetadata, files []*pb.IndexFile, details []byte) (*pb.IndexMetadata, error) {
 	frags := make([]uint32, len(opts.FragmentIDs))
 	for i, f := range opts.FragmentIDs {
 		frags[i] = uint32(f)
@@ -342,13 +361,10 @@ func scalarEntry(id uuid.UUID, snap *table.Snapshot, opts ScalarBuildOptions, co
 	if err != nil {
 		return nil, err
 	}
-	details := &anypb.Any{TypeUrl: scalarDetailsURL[opts.IndexType]}
-	if opts.IndexType == "ZONEMAP" {
-		details.Value = zonemap.Details(col.Type, rowsPerZone)
-	}
+	d := &anypb.Any{TypeUrl: scalarDetailsURL[opts.IndexType], Value: details}
 	iv := scalarIndexVersion(snap, opts.IndexType)
 	if existing != nil {
-		details = cloneAny(existing.GetIndexDetails())
+		d = cloneAny(existing.GetIndexDetails())
 	}
 	now := uint64(time.Now().UnixMilli())
 	return &pb.IndexMetadata{
@@ -357,7 +373,7 @@ func scalarEntry(id uuid.UUID, snap *table.Snapshot, opts ScalarBuildOptions, co
 		Name:           opts.IndexName,
 		DatasetVersion: snap.Ref.Version,
 		FragmentBitmap: bm,
-		IndexDetails:   details,
+		IndexDetails:   d,
 		IndexVersion:   &iv,
 		CreatedAt:      &now,
 		Files:          files,

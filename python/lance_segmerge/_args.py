@@ -34,7 +34,7 @@ from ._validate import (
     _storage_options,
     _uuid,
 )
-from .errors import InvalidInputError, UnsupportedError
+from .errors import InvalidInputError
 
 __all__ = [
     "checked", "CHECKERS", "INDEX_TYPES", "SCALAR_BUILD_TYPES", "METRICS", "EXECUTORS", "POLICIES", "policy_options",
@@ -49,7 +49,7 @@ CHECKERS: dict[str, Callable[[Any], Any]] = {}
 _I31 = 2**31 - 1
 INDEX_TYPES = ("IVF_FLAT", "IVF_SQ", "IVF_PQ", "IVF_RQ")
 #: Scalar index types whose segments the kernel builds from a column's data.
-SCALAR_BUILD_TYPES = ("BTREE", "BITMAP", "LABEL_LIST", "ZONEMAP", "BLOOMFILTER", "NGRAM")
+SCALAR_BUILD_TYPES = ("BTREE", "BITMAP", "LABEL_LIST", "ZONEMAP", "BLOOMFILTER", "NGRAM", "INVERTED")
 METRICS = ("l2", "cosine", "dot")
 EXECUTORS = ("auto", "local", "processes", "ray", "dask")
 POLICIES = ("all", "tiered")
@@ -169,6 +169,37 @@ def _properties(v: Any) -> dict[str, str]:
             raise InvalidInputError(f"properties must map non-empty str keys to str values of at most 4 KiB, got {_show(k)}: {_show(x)}")
         if k.startswith("lance_segmerge."):
             raise InvalidInputError(f"property {k!r}: keys starting with 'lance_segmerge.' are the package's own")
+        out[k] = x
+    return out
+
+
+# pylance's create_scalar_index keywords for an INVERTED index, and their types
+FTS_PARAMS: dict[str, tuple[type, ...]] = {
+    "base_tokenizer": (str,), "language": (str,), "with_position": (bool,), "max_token_length": (int, type(None)),
+    "lower_case": (bool,), "stem": (bool,), "remove_stop_words": (bool,), "custom_stop_words": (list, tuple, type(None)),
+    "ascii_folding": (bool,),
+}
+
+
+@_register()
+def _params(v: Any) -> dict[str, Any]:
+    """A full-text index's analyzer parameters: a dict of pylance's
+    ``create_scalar_index`` keywords (see FTS_PARAMS)."""
+    if not isinstance(v, dict):
+        raise InvalidInputError(f"params must be a dict of analyzer parameters, got {_show(v)}")
+    out: dict[str, Any] = {}
+    for k, x in v.items():
+        if k not in FTS_PARAMS:
+            raise InvalidInputError(f"params: unknown key {_show(k)} (known: {', '.join(FTS_PARAMS)})")
+        kinds = FTS_PARAMS[k]
+        if not any(type(x) is t or t is not bool and isinstance(x, t) and not isinstance(x, bool) for t in kinds):
+            raise InvalidInputError(f"params[{k!r}] must be {' or '.join(t.__name__ for t in kinds)}, got {_show(x)}")
+        if k == "max_token_length" and x is not None and not 0 <= x < 1 << 31:
+            raise InvalidInputError(f"params['max_token_length'] must be in [0, 2^31), got {x}")
+        if k == "custom_stop_words" and x is not None:
+            if not all(isinstance(w, str) for w in x):
+                raise InvalidInputError(f"params['custom_stop_words'] must be a list of str, got {_show(x)}")
+            x = list(x)
         out[k] = x
     return out
 
@@ -293,12 +324,11 @@ def normalize_index_type(v: Any) -> str:
 def _index_type(v: Any) -> str:
     """An index type the build verbs take, any case: a vector type, or a
     scalar type built from the column (``BTREE``, ``BITMAP``, ``LABEL_LIST``,
-    ``ZONEMAP``, ``BLOOMFILTER``, ``NGRAM``)."""
+    ``ZONEMAP``, ``BLOOMFILTER``, ``NGRAM``, ``INVERTED``; ``FTS`` is
+    ``INVERTED``)."""
     t = v.upper() if isinstance(v, str) else v
-    if t in ("INVERTED", "FTS"):
-        raise UnsupportedError(
-            f"index_type {t}: full-text segments are merged, verified and maintained here, not built (their analyzer "
-            "is Lance's); build them with pylance's create_scalar_index or create_index_uncommitted")
+    if t == "FTS":
+        t = "INVERTED"
     if t not in INDEX_TYPES + SCALAR_BUILD_TYPES:
         raise InvalidInputError(f"index_type must be one of {', '.join(INDEX_TYPES + SCALAR_BUILD_TYPES)}, got {_show(v)}")
     return str(t)

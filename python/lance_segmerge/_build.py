@@ -52,6 +52,7 @@ def build_index_segment(
     progress: OperationProgressArg = None,
     window_rows: Optional[int] = None,
     memory_bytes: Optional[int] = None,
+    params: Optional[dict[str, Any]] = None,
 ) -> IndexSegment:
     """Build one uncommitted index segment over some fragments.
 
@@ -81,6 +82,18 @@ def build_index_segment(
     BLOOMFILTER stream the fragments in order into zones of 8,192 live rows
     (or the index's zone size), each with its bounds or its bloom filter.
 
+    Full-text indices (``INVERTED``, alias ``FTS``; a string column):
+    each live, non-null row is analyzed as pylance 14.0.2 analyzes it
+    (simple or whitespace tokenizer, tokens of ``max_token_length`` bytes
+    or more dropped, lower-casing, English Snowball stemming, stop words,
+    ASCII folding; positions when ``with_position``) and the segment is
+    written as pylance lays one out, one partition, its BM25 statistics
+    its own (pylance scores a query over all of an index's segments
+    together). Rows without tokens are left out, as pylance leaves them.
+    The documents' posting lists are held in memory until the segment is
+    written: bound them by the fragments given. A configuration or a
+    character whose tokens are not reproduced here is refused.
+
     Parameters
     ----------
     dataset : Dataset or str
@@ -92,8 +105,8 @@ def build_index_segment(
         string or binary; for LABEL_LIST a list of those).
     index_type : str
         ``IVF_FLAT``, ``IVF_SQ``, ``IVF_PQ`` or ``IVF_RQ`` (the model's), or
-        ``BTREE``, ``BITMAP``, ``LABEL_LIST``, ``ZONEMAP``, ``BLOOMFILTER`` or
-        ``NGRAM`` (a string column).
+        ``BTREE``, ``BITMAP``, ``LABEL_LIST``, ``ZONEMAP``, ``BLOOMFILTER``,
+        ``NGRAM`` or ``INVERTED`` (``FTS``) (a string column).
     fragment_ids : list of int
         The fragments this segment covers.
     model : IndexModel, optional
@@ -113,6 +126,14 @@ def build_index_segment(
     memory_bytes : int, optional
         Encoded rows (vector) or (value, row) pairs (scalar) held in memory
         before spilling to a temporary file (default 64 MiB, 128 MiB).
+    params : dict, optional
+        An INVERTED index's analyzer: pylance's ``create_scalar_index``
+        keywords ``base_tokenizer`` ("simple" or "whitespace"),
+        ``language`` ("English"), ``with_position``, ``max_token_length``
+        (bytes; None: no limit), ``lower_case``, ``stem``,
+        ``remove_stop_words``, ``custom_stop_words``, ``ascii_folding``,
+        over pylance's defaults. A segment joining an index takes the
+        index's own (given ones must say the same).
 
     Returns
     -------
@@ -124,21 +145,27 @@ def build_index_segment(
         A model that does not fit (kind, metric, dimension, parameters), a
         model missing (vector) or given (scalar), unknown or repeated
         fragments, a column that is not a float vector (vector), an index
-        of that name on another column or of another type.
+        of that name on another column or of another type, ``params`` for
+        another type than INVERTED or unlike the index's.
     UnsupportedError
         Vectors of another element type, stable row ids (vector, BITMAP,
         LABEL_LIST, ZONEMAP, BLOOMFILTER and NGRAM), NGRAM text with a
         character whose folding is not reproduced, shallow clones, a scalar column of a type with no order
-        (bool, lists, structs).
+        (bool, lists, structs); INVERTED analyzers other than those above
+        (another tokenizer or language, stemming or folding without
+        lower-casing) or text with a character whose folding is not
+        reproduced (the error names it).
     CancelledError
         The build was cancelled; nothing it wrote is left.
     """
     ds = as_dataset(dataset)
+    if params is not None and index_type != "INVERTED":
+        raise InvalidInputError(f"params: analyzer parameters are for INVERTED indices, not {index_type}")
     if index_type in SCALAR_BUILD_TYPES:
         if model is not None:
             raise InvalidInputError(f"model: a {index_type} index has no model; pass none")
         return build_scalar_segment(ds, column, index_type, fragment_ids, name=name, index_uuid=index_uuid,
-                                    progress=progress, window_rows=window_rows, memory_bytes=memory_bytes)
+                                    progress=progress, window_rows=window_rows, memory_bytes=memory_bytes, params=params)
     if model is None:
         raise InvalidInputError(f"model: a {index_type} segment is built with the index's model "
                                 "(train_index_model or read_index_model)")
@@ -169,10 +196,13 @@ def build_scalar_segment(
     progress: OperationProgressArg = None,
     window_rows: Optional[int] = None,
     memory_bytes: Optional[int] = None,
+    params: Optional[dict[str, Any]] = None,
 ) -> IndexSegment:
     """One scalar segment built by the kernel (arguments checked)."""
     opts = _build_options(column, name, fragment_ids, index_uuid, window_rows, memory_bytes)
     opts["index_type"] = index_type
+    if params:
+        opts["params"] = params
     with Reporter(progress, "build") as reporter:
         out = _ffi.run_operation("BuildScalarSegment", (ds.uri, ds.options_json, ds.version, json.dumps(opts)), reporter.poll)
     seg = IndexSegment._from_kernel(json.loads(out))

@@ -176,6 +176,22 @@ def cmd_optimize(args: argparse.Namespace) -> int:
     return 0
 
 
+def _params(pairs: list[str]) -> Optional[dict[str, Any]]:
+    """KEY=JSON pairs as a dict (a bare word is a string)."""
+    if not pairs:
+        return None
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, val = pair.partition("=")
+        if not sep:
+            raise errors.InvalidInputError(f"--param {pair!r}: expected KEY=VALUE")
+        try:
+            out[key] = json.loads(val)
+        except ValueError:
+            out[key] = val
+    return out
+
+
 def cmd_build(args: argparse.Namespace) -> int:
     from .build import create_index  # numpy and pyarrow (the lance extra): only the build path needs them
 
@@ -197,6 +213,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         fragments_per_task=args.fragments_per_task,
         fan_in=args.fan_in,
         progress=not args.no_progress,
+        params=_params(args.param),
     )
     print(f"{args.name or args.column + '_idx'}: {args.index_type} on {args.column}, version {ds.version} -> {out.version}")
     return 0
@@ -413,10 +430,14 @@ def build_parser() -> argparse.ArgumentParser:
                     help="sizes: segment sizes before and after (default); tree: the merges run; partitions: IVF partition sizes")
     op.set_defaults(fn=cmd_optimize)
 
-    bd = sub.add_parser("build", parents=[store], help="train, build segments on workers, merge and commit a vector index")
+    bd = sub.add_parser("build", parents=[store], help="build an index's segments on workers, merge and commit it (vector: trained first)")
     bd.add_argument("uri")
     bd.add_argument("--column", required=True)
-    bd.add_argument("--index-type", required=True, choices=["IVF_FLAT", "IVF_SQ", "IVF_PQ", "IVF_RQ"])
+    bd.add_argument("--index-type", required=True, type=str.upper,
+                    choices=["IVF_FLAT", "IVF_SQ", "IVF_PQ", "IVF_RQ", "BTREE", "BITMAP", "LABEL_LIST", "ZONEMAP", "BLOOMFILTER", "NGRAM",
+                             "INVERTED", "FTS"])
+    bd.add_argument("--param", action="append", default=[], metavar="KEY=JSON",
+                    help="an INVERTED analyzer parameter as JSON or a bare word, e.g. with_position=true or base_tokenizer=whitespace (repeatable)")
     bd.add_argument("--name", help="index name (default: <column>_idx)")
     bd.add_argument("--metric", default="l2", choices=["l2", "cosine", "dot"])
     bd.add_argument("--num-partitions", type=int, help="IVF partitions (default: about sqrt(rows))")

@@ -79,6 +79,7 @@ def build_task(job: dict[str, Any]) -> dict[str, Any]:
         return build_scalar_segment(
             as_dataset(job["dataset"]), job["column"], job["index_type"], job["fragment_ids"], name=job["name"],
             index_uuid=job.get("index_uuid"), window_rows=job.get("window_rows"), memory_bytes=job.get("memory_bytes"),
+            params=job.get("params"),
         ).to_dict()
     seg = _build_segment(
         as_dataset(job["dataset"]),

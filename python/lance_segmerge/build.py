@@ -51,6 +51,7 @@ def create_index(
     window_rows: Optional[int] = None,
     memory_bytes: Optional[int] = None,
     properties: Optional[dict[str, str]] = None,
+    params: Optional[dict[str, Any]] = None,
     storage_options: Optional[dict[str, str]] = None,
 ) -> Any:
     """Build an index over the whole dataset, distributed, and commit it
@@ -62,10 +63,12 @@ def create_index(
     merges them with the tree merge of :func:`optimize` (the query layout
     is applied once, at the last level), and commits the result as one new
     version. Scalar indices (``BTREE``, ``BITMAP``, ``LABEL_LIST``, ``ZONEMAP``,
-    ``BLOOMFILTER``, ``NGRAM``) are built the same
+    ``BLOOMFILTER``, ``NGRAM``, ``INVERTED``) are built the same
     way without a model: each worker sorts its fragments' values in
-    bounded memory (see :func:`build_index_segment`), and the segments are
-    merged by the k-way merges of :func:`optimize`. On any failure or
+    bounded memory, or analyzes its fragments' text (see
+    :func:`build_index_segment`), and the segments are merged by the
+    merges of :func:`optimize` (a full-text index's merged segment scores
+    as pylance's own build). On any failure or
     interrupt, running work is cancelled, every segment this call wrote is
     removed, and the dataset is left as it was.
 
@@ -75,10 +78,12 @@ def create_index(
     column : str
         The vector column, or the scalar column of a BTREE, BITMAP or
         ZONEMAP, BLOOMFILTER (a list column for LABEL_LIST, a string column
-        for NGRAM).
+        for NGRAM and INVERTED).
     index_type : str
         ``IVF_FLAT``, ``IVF_SQ``, ``IVF_PQ``, ``IVF_RQ``, ``BTREE``,
-        ``BITMAP``, ``LABEL_LIST``, ``ZONEMAP``, ``BLOOMFILTER`` or ``NGRAM``.
+        ``BITMAP``, ``LABEL_LIST``, ``ZONEMAP``, ``BLOOMFILTER``, ``NGRAM`` or
+        ``INVERTED`` (``FTS``: full text, analyzed as pylance analyzes it;
+        see :func:`build_index_segment`).
     name : str, optional
         Index name; ``<column>_idx`` when omitted. It must not exist yet.
     metric : str, default "l2"
@@ -98,6 +103,9 @@ def create_index(
     progress : bool or callable, default True
         A tqdm bar, or a callable receiving :class:`OptimizeProgress` (build
         tasks are reported as level 0).
+    params : dict, optional
+        An INVERTED index's analyzer (pylance's ``create_scalar_index``
+        keywords; see :func:`build_index_segment`).
     properties : dict of str to str, optional
         Key-values for the commit's transaction (see
         :func:`lance_segmerge.optimize`); the package adds the model's hash.
@@ -116,6 +124,8 @@ def create_index(
     if not frags:
         raise InvalidInputError("the dataset has no fragments to index")
     scalar = index_type in SCALAR_BUILD_TYPES
+    if params is not None and index_type != "INVERTED":
+        raise InvalidInputError(f"params: analyzer parameters are for INVERTED indices, not {index_type}")
     if scalar and model is not None:
         raise InvalidInputError(f"model: a {index_type} index has no model; pass none")
     if model is not None:
@@ -144,7 +154,7 @@ def create_index(
         groups = group_fragments(frags, fragments_per_task, int(workers))
         jobs = [
             {"dataset": ds, "column": column, "index_type": index_type, "fragment_ids": g, "model": m, "name": name,
-             "index_uuid": run.new_output(), "window_rows": window_rows, "memory_bytes": memory_bytes}
+             "index_uuid": run.new_output(), "window_rows": window_rows, "memory_bytes": memory_bytes, "params": params}
             for g in groups
         ]
         done = [0]

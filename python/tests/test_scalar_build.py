@@ -200,8 +200,10 @@ def test_bad_builds_are_refused_and_leave_the_dataset(copy):
         ls.build_index_segment(uri, "flag", "BTREE", [0], **model_free)
     with pytest.raises(ls.InvalidInputError, match="no model"):
         ls.train_index_model(uri, "i64", "BTREE", num_partitions=2)
-    with pytest.raises(ls.UnsupportedError, match="index_type INVERTED: full-text segments are merged"):
-        ls.build_index_segment(uri, "i64", "INVERTED", [0], **model_free)
+    with pytest.raises(ls.InvalidInputError, match="INVERTED index is built here over a string column"):
+        ls.build_index_segment(uri, "i64", "FTS", [0], **model_free)
+    with pytest.raises(ls.InvalidInputError, match="params: analyzer parameters are for INVERTED"):
+        ls.build_index_segment(uri, "i64", "BTREE", [0], params={"stem": False}, **model_free)
     with pytest.raises(ls.InvalidInputError, match="index_type"):
         ls.build_index_segment(uri, "i64", "HASH", [0], **model_free)
     with pytest.raises(ls.InvalidInputError, match="fragment"):
