@@ -1,8 +1,10 @@
 package fts
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
@@ -21,6 +23,18 @@ type CheckResult struct {
 	Partitions             int
 	Docs, Tokens, Postings uint64
 	Problems               []Problem
+	// Params is the segment's analyzer (its params JSON).
+	Params string
+	// Sample are documents evenly spread over the partitions, each with
+	// the tokens its postings give it: to check against the text.
+	Sample []SampledDoc
+}
+
+// SampledDoc is a document as a segment's postings have it.
+type SampledDoc struct {
+	RowID     uint64
+	NumTokens uint32
+	Freqs     map[string]uint32
 }
 
 const maxProblems = 8
@@ -29,13 +43,17 @@ const maxProblems = 8
 // decodes to the documents and length it claims, each document's
 // frequencies sum to its token count, no token is repeated, and, when
 // covered is set, every document is a row of a fragment the segment
-// covers.
-func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered func(fragment uint32) bool) (*CheckResult, error) {
+// covers. It also gathers up to sample documents' tokens (Sample).
+func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered func(fragment uint32) bool, sample int) (*CheckResult, error) {
 	s, err := Open(ctx, st, im)
 	if err != nil {
 		return nil, err
 	}
-	res := &CheckResult{Partitions: len(s.Meta.Partitions)}
+	res := &CheckResult{Partitions: len(s.Meta.Partitions), Params: s.Meta.Params}
+	perPart := 0
+	if n := len(s.Meta.Partitions); n > 0 && sample > 0 {
+		perPart = (sample + n - 1) / n
+	}
 	problem := func(check, format string, args ...any) {
 		if len(res.Problems) < maxProblems {
 			res.Problems = append(res.Problems, Problem{check, fmt.Sprintf(format, args...)})
@@ -53,6 +71,13 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered 
 		res.Tokens += uint64(len(pt.tokens))
 		seen := make(map[string]bool, len(pt.tokens))
 		sums := make([]uint64, len(pt.docs.RowIDs))
+		picked := map[uint32]*SampledDoc{}
+		if nd := len(pt.docs.RowIDs); nd > 0 {
+			for j := range min(perPart, nd) {
+				d := uint32(j * nd / min(perPart, nd))
+				picked[d] = &SampledDoc{RowID: pt.docs.RowIDs[d], NumTokens: pt.docs.NumTokens[d], Freqs: map[string]uint32{}}
+			}
+		}
 		for id, tok := range pt.tokens {
 			if err := ctx.Err(); err != nil {
 				return nil, err
@@ -75,6 +100,9 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered 
 					break
 				}
 				sums[d] += uint64(p.Freqs[i])
+				if sd := picked[d]; sd != nil {
+					sd.Freqs[tok] = p.Freqs[i]
+				}
 			}
 			if pt.pos {
 				if pos, err = pt.inv.decodePositions(id, p.Freqs, pos[:0]); err != nil {
@@ -88,6 +116,9 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered 
 				break
 			}
 		}
+		for _, sd := range picked {
+			res.Sample = append(res.Sample, *sd)
+		}
 		if covered != nil {
 			for _, r := range pt.docs.RowIDs {
 				if !covered(uint32(r >> 32)) {
@@ -97,5 +128,6 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered 
 			}
 		}
 	}
+	slices.SortFunc(res.Sample, func(a, b SampledDoc) int { return cmp.Compare(a.RowID, b.RowID) })
 	return res, nil
 }

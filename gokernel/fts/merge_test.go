@@ -1,6 +1,7 @@
 package fts
 
 import (
+	"reflect"
 	"context"
 	"errors"
 	"fmt"
@@ -150,7 +151,7 @@ func TestMergeKeepsEveryPostingAndPosition(t *testing.T) {
 	ims := []*pb.IndexMetadata{writeSegment(t, st, a, testParams), writeSegment(t, st, b, testParams), writeSegment(t, st, c, testParams)}
 	for i, im := range ims {
 		equalIndex(t, index(t, st, im), want([][]doc{a, b, c}[i]))
-		res, err := Check(ctx, st, im, nil)
+		res, err := Check(ctx, st, im, nil, 0)
 		if err != nil || len(res.Problems) > 0 {
 			t.Fatalf("segment %d: %v %v", i, err, res.Problems)
 		}
@@ -167,9 +168,26 @@ func TestMergeKeepsEveryPostingAndPosition(t *testing.T) {
 		t.Fatalf("docs %d read, %d written", res.DocsRead, res.DocsWritten)
 	}
 	equalIndex(t, index(t, st, merged), want(a, c))
-	chk, err := Check(ctx, st, merged, func(f uint32) bool { return f != 1 })
+	chk, err := Check(ctx, st, merged, func(f uint32) bool { return f != 1 }, 50)
 	if err != nil || len(chk.Problems) > 0 || chk.Docs != 3040 || chk.Partitions != 1 {
 		t.Fatalf("check: %v %+v", err, chk)
+	}
+	// the sampled documents carry their tokens' frequencies
+	byRow := map[uint64][]string{}
+	for _, dc := range append(a, c...) {
+		byRow[dc.row] = dc.toks
+	}
+	if len(chk.Sample) != 50 {
+		t.Fatalf("%d sampled documents", len(chk.Sample))
+	}
+	for _, sd := range chk.Sample {
+		freqs := map[string]uint32{}
+		for _, tok := range byRow[sd.RowID] {
+			freqs[tok]++
+		}
+		if !reflect.DeepEqual(freqs, sd.Freqs) || int(sd.NumTokens) != len(byRow[sd.RowID]) {
+			t.Fatalf("row %d: sampled %v (%d tokens), wrote %v", sd.RowID, sd.Freqs, sd.NumTokens, freqs)
+		}
 	}
 	// A merged segment merges again.
 	d := randomDocs(rng, 3, 300)
@@ -214,7 +232,7 @@ func TestCheckFindsDisagreeingCounts(t *testing.T) {
 	if _, err := writeDocs(ctx, st, dir, testVersion, d.RowIDs, d.NumTokens, d.TotalTokens+1); err != nil {
 		t.Fatal(err)
 	}
-	res, err := Check(ctx, st, im, func(f uint32) bool { return f != 0 })
+	res, err := Check(ctx, st, im, func(f uint32) bool { return f != 0 }, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

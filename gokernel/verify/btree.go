@@ -490,8 +490,8 @@ func checkTokens(ctx context.Context, st storage.Store, snap *table.Snapshot, sr
 // statistics are malformed or disagree with each other.
 const DamageFTS = "fts_postings"
 
-// verifyFTS checks one INVERTED segment (see fts.Check). The text column
-// is not re-tokenized: the analyzer is Lance's.
+// verifyFTS checks one INVERTED segment (see fts.Check), then a sample
+// of its documents against the text column, re-analyzed.
 func verifyFTS(ctx context.Context, st storage.Store, snap *table.Snapshot, im *pb.IndexMetadata) (*SegmentReport, error) {
 	sr, ist, err := startSegment(ctx, st, snap, im)
 	if err != nil {
@@ -505,7 +505,7 @@ func verifyFTS(ctx context.Context, st storage.Store, snap *table.Snapshot, im *
 	if !snap.HasStableRowIDs() {
 		covered = coverage(sr)
 	}
-	res, err := fts.Check(ctx, ist, im, covered)
+	res, err := fts.Check(ctx, ist, im, covered, docSample)
 	if done, err := checkError(ctx, sr, err); done {
 		return sr, err
 	}
@@ -515,7 +515,93 @@ func verifyFTS(ctx context.Context, st storage.Store, snap *table.Snapshot, im *
 		fmt.Sprintf("%d documents, %d tokens, %d postings in %d partitions: every posting list and position run decodes, each document's frequencies sum to its token count",
 			res.Docs, res.Tokens, res.Postings, res.Partitions),
 		"every document is a row of a fragment the segment covers")
-	return sr, nil
+	if len(structure) > 0 || covered == nil {
+		return sr, nil // stable ids are not addresses
+	}
+	return sr, checkDocs(ctx, st, snap, sr, columnOf(snap, im), res)
+}
+
+// docSample is how many of an INVERTED segment's documents the keys
+// check analyzes again.
+const docSample = 256
+
+// checkDocs reads the texts of a sample of an INVERTED segment's
+// documents, analyzes them with the segment's parameters and checks that
+// each has the tokens, frequencies and token count its postings give it.
+// Rows deleted since, and texts the analyzer refuses, are passed over;
+// an analyzer not reproduced here skips the check.
+func checkDocs(ctx context.Context, st storage.Store, snap *table.Snapshot, sr *SegmentReport, column string, res *fts.CheckResult) error {
+	params, err := fts.ParseParams(res.Params)
+	var an *fts.Analyzer
+	if err == nil {
+		an, err = fts.NewAnalyzer(params)
+	}
+	if err != nil {
+		sr.add(Check{Name: "keys", Verdict: Skipped, Message: fmt.Sprintf("the texts are not analyzed again: %v", err)})
+		return nil
+	}
+	rd, err := keysReader(st, snap, sr, column)
+	if rd == nil {
+		return err
+	}
+	addrs := make([]uint64, len(res.Sample))
+	docs := make(map[uint64]fts.SampledDoc, len(res.Sample))
+	for i, d := range res.Sample {
+		addrs[i] = d.RowID
+		docs[d.RowID] = d
+	}
+	vals, err := rd.ReadValues(ctx, addrs) // res.Sample is in row order
+	if err != nil {
+		return err
+	}
+	var bad []string
+	checked, skipped := 0, 0
+	for _, v := range vals {
+		d, ok := docs[v.Addr]
+		if v.Missing || !ok {
+			continue
+		}
+		got := map[string]uint32{}
+		n := uint32(0)
+		if !v.Null {
+			err = an.Analyze(v.Bytes, func(tok []byte, _ uint32) error { got[string(tok)]++; n++; return nil })
+		}
+		if err != nil {
+			skipped++
+			continue
+		}
+		checked++
+		if why := docMismatch(d, got, n); why != "" && len(bad) < maxKeyProblems {
+			bad = append(bad, fmt.Sprintf("row %d (fragment %d, offset %d): %s; its text is %s", v.Addr, v.Addr>>32, uint32(v.Addr), why, showKey(v.Null, v.Bytes)))
+		}
+	}
+	nums := map[string]float64{"sampled": float64(len(res.Sample)), "checked": float64(checked), "mismatched": float64(len(bad)), "refused_texts": float64(skipped)}
+	if len(bad) > 0 {
+		sr.add(Check{Name: "keys", Verdict: Failed, Damage: DamageKeys, Numbers: nums, Message: strings.Join(bad, "; ")})
+		return nil
+	}
+	sr.add(Check{Name: "keys", Verdict: OK, Numbers: nums,
+		Message: fmt.Sprintf("%d sampled documents have, token for token, what their text analyzes to (%d texts the analyzer refuses, passed over)", checked, skipped)})
+	return nil
+}
+
+// docMismatch says how a document's postings differ from its text's
+// tokens ("" when they agree).
+func docMismatch(d fts.SampledDoc, got map[string]uint32, n uint32) string {
+	if n != d.NumTokens {
+		return fmt.Sprintf("the index counts %d tokens, the text has %d", d.NumTokens, n)
+	}
+	for tok, f := range got {
+		if d.Freqs[tok] != f {
+			return fmt.Sprintf("token %q: %d in the index, %d in the text", tok, d.Freqs[tok], f)
+		}
+	}
+	for tok := range d.Freqs {
+		if got[tok] == 0 {
+			return fmt.Sprintf("token %q is in the index, not in the text", tok)
+		}
+	}
+	return ""
 }
 
 // addChecks records a segment's structure check (failed with damage when

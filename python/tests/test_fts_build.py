@@ -107,7 +107,12 @@ def test_build_tokenizes_scores_and_merges_as_pylance(tmp_path):
     assert (b.num_rows, b.distinct_keys, b.index_version, b.index_details) == (a.num_rows, a.distinct_keys, a.index_version, a.index_details)
     qs = _queries(MULTI)
     _close(_answers(ours, qs), _answers(theirs, qs))
-    assert ls.verify_index(ours, "text_idx").clean
+    # verify analyzes a sample of documents again, on pylance's index as on ours
+    for uri in (ours, theirs):
+        rep = ls.verify_index(uri, "text_idx")
+        assert rep.clean, rep
+        (keys,) = [c for s in rep.segments for c in s.checks if c.name == "keys"]
+        assert keys.verdict == "ok" and keys.numbers["checked"] > 100 and keys.numbers["mismatched"] == 0, keys
 
 
 def test_stemmer_and_stop_words_as_pylance(tmp_path):
