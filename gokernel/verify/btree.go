@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -591,12 +592,12 @@ func docMismatch(d fts.SampledDoc, got map[string]uint32, n uint32) string {
 	if n != d.NumTokens {
 		return fmt.Sprintf("the index counts %d tokens, the text has %d", d.NumTokens, n)
 	}
-	for tok, f := range got {
-		if d.Freqs[tok] != f {
+	for _, tok := range slices.Sorted(maps.Keys(got)) { // the first in token order: the same message every run
+		if f := got[tok]; d.Freqs[tok] != f {
 			return fmt.Sprintf("token %q: %d in the index, %d in the text", tok, d.Freqs[tok], f)
 		}
 	}
-	for tok := range d.Freqs {
+	for _, tok := range slices.Sorted(maps.Keys(d.Freqs)) {
 		if got[tok] == 0 {
 			return fmt.Sprintf("token %q is in the index, not in the text", tok)
 		}
