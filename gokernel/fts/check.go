@@ -39,89 +39,59 @@ type SampledDoc struct {
 
 const maxProblems = 8
 
-// Check reads a whole segment: every posting list and position run
-// decodes to the documents and length it claims, each document's
-// frequencies sum to its token count, no token is repeated, and, when
-// covered is set, every document is a row of a fragment the segment
-// covers. It also gathers up to sample documents' tokens (Sample).
-func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered func(fragment uint32) bool, sample int) (*CheckResult, error) {
+// CheckOptions tune Check.
+type CheckOptions struct {
+	// Covered, when set, says which fragments the segment covers: every
+	// document must be a row of one.
+	Covered func(fragment uint32) bool
+	// Sample is how many documents' tokens to gather (CheckResult.Sample).
+	Sample int
+	// Tokens, when > 0, bounds the posting lists decoded per partition to
+	// that many tokens evenly spread, and skips what needs them all (the
+	// sums of frequencies, Sample): the check before a commit of an
+	// output just written.
+	Tokens int
+}
+
+// Check reads a segment: every posting list and position run (or, with
+// opts.Tokens, a sample of them) decodes to the documents and length it
+// claims, each document's frequencies sum to its token count, no token
+// is repeated, and every document is a row of a covered fragment.
+func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, opts CheckOptions) (*CheckResult, error) {
 	s, err := Open(ctx, st, im)
 	if err != nil {
 		return nil, err
 	}
 	res := &CheckResult{Partitions: len(s.Meta.Partitions), Params: s.Meta.Params}
-	perPart := 0
-	if n := len(s.Meta.Partitions); n > 0 && sample > 0 {
-		perPart = (sample + n - 1) / n
-	}
 	problem := func(check, format string, args ...any) {
 		if len(res.Problems) < maxProblems {
 			res.Problems = append(res.Problems, Problem{check, fmt.Sprintf(format, args...)})
 		}
 	}
-	var p Posting
-	var pos []uint32
+	perPart := 0
+	if n := len(s.Meta.Partitions); n > 0 && opts.Sample > 0 && opts.Tokens <= 0 {
+		perPart = (opts.Sample + n - 1) / n
+	}
 	for _, part := range s.Meta.Partitions {
-		pt, err := loadPart(ctx, s, part)
+		var err error
+		if opts.Tokens > 0 {
+			err = checkSampled(ctx, s, part, opts.Tokens, res, problem)
+		} else {
+			err = checkPartition(ctx, s, part, perPart, res, problem)
+		}
 		if err != nil {
-			problem("structure", "partition %d: %v", part, err)
-			continue
+			return nil, err
 		}
-		res.Docs += uint64(len(pt.docs.RowIDs))
-		res.Tokens += uint64(len(pt.tokens))
-		seen := make(map[string]bool, len(pt.tokens))
-		sums := make([]uint64, len(pt.docs.RowIDs))
-		picked := map[uint32]*SampledDoc{}
-		if nd := len(pt.docs.RowIDs); nd > 0 {
-			for j := range min(perPart, nd) {
-				d := uint32(j * nd / min(perPart, nd))
-				picked[d] = &SampledDoc{RowID: pt.docs.RowIDs[d], NumTokens: pt.docs.NumTokens[d], Freqs: map[string]uint32{}}
-			}
-		}
-		for id, tok := range pt.tokens {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			if seen[tok] {
-				problem("structure", "partition %d: token %q twice", part, tok)
-			}
-			seen[tok] = true
-			if err := DecodePosting(pt.inv.Blocks(id), int(pt.inv.Length[id]), &p); err != nil {
-				problem("structure", "partition %d, token %q: %v", part, tok, err)
+		if opts.Covered != nil {
+			// the documents file is small next to the postings: read it again
+			// rather than hold every partition's
+			docs, err := s.ReadDocs(ctx, part)
+			if err != nil {
+				problem("structure", "partition %d: %v", part, err)
 				continue
 			}
-			if p.Len() == 0 {
-				problem("structure", "partition %d, token %q: an empty posting list", part, tok)
-			}
-			res.Postings += uint64(p.Len())
-			for i, d := range p.Docs {
-				if int(d) >= len(sums) {
-					problem("structure", "partition %d, token %q: document %d of %d", part, tok, d, len(sums))
-					break
-				}
-				sums[d] += uint64(p.Freqs[i])
-				if sd := picked[d]; sd != nil {
-					sd.Freqs[tok] = p.Freqs[i]
-				}
-			}
-			if pt.pos {
-				if pos, err = pt.inv.decodePositions(id, p.Freqs, pos[:0]); err != nil {
-					problem("structure", "partition %d, token %q: %v", part, tok, err)
-				}
-			}
-		}
-		for d, n := range pt.docs.NumTokens {
-			if sums[d] != uint64(n) {
-				problem("structure", "partition %d, document %d (row %d): %d tokens, its postings hold %d", part, d, pt.docs.RowIDs[d], n, sums[d])
-				break
-			}
-		}
-		for _, sd := range picked {
-			res.Sample = append(res.Sample, *sd)
-		}
-		if covered != nil {
-			for _, r := range pt.docs.RowIDs {
-				if !covered(uint32(r >> 32)) {
+			for _, r := range docs.RowIDs {
+				if !opts.Covered(uint32(r >> 32)) {
 					problem("row_ids", "partition %d holds row %d of fragment %d, which the segment does not cover", part, r, r>>32)
 					break
 				}
@@ -130,4 +100,119 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered 
 	}
 	slices.SortFunc(res.Sample, func(a, b SampledDoc) int { return cmp.Compare(a.RowID, b.RowID) })
 	return res, nil
+}
+
+type problemFunc func(check, format string, args ...any)
+
+// checkPartition decodes every posting list of a partition.
+func checkPartition(ctx context.Context, s *Segment, part uint64, perPart int, res *CheckResult, problem problemFunc) error {
+	pt, err := loadPart(ctx, s, part)
+	if err != nil {
+		problem("structure", "partition %d: %v", part, err)
+		return nil
+	}
+	res.Docs += uint64(len(pt.docs.RowIDs))
+	res.Tokens += uint64(len(pt.tokens))
+	seen := make(map[string]bool, len(pt.tokens))
+	sums := make([]uint64, len(pt.docs.RowIDs))
+	picked := map[uint32]*SampledDoc{}
+	if nd := len(pt.docs.RowIDs); nd > 0 {
+		for j := range min(perPart, nd) {
+			d := uint32(j * nd / min(perPart, nd))
+			picked[d] = &SampledDoc{RowID: pt.docs.RowIDs[d], NumTokens: pt.docs.NumTokens[d], Freqs: map[string]uint32{}}
+		}
+	}
+	var p Posting
+	var pos []uint32
+	for id, tok := range pt.tokens {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if seen[tok] {
+			problem("structure", "partition %d: token %q twice", part, tok)
+		}
+		seen[tok] = true
+		if err := DecodePosting(pt.inv.Blocks(id), int(pt.inv.Length[id]), &p); err != nil {
+			problem("structure", "partition %d, token %q: %v", part, tok, err)
+			continue
+		}
+		if p.Len() == 0 {
+			problem("structure", "partition %d, token %q: an empty posting list", part, tok)
+		}
+		res.Postings += uint64(p.Len())
+		for i, d := range p.Docs {
+			if int(d) >= len(sums) {
+				problem("structure", "partition %d, token %q: document %d of %d", part, tok, d, len(sums))
+				break
+			}
+			sums[d] += uint64(p.Freqs[i])
+			if sd := picked[d]; sd != nil {
+				sd.Freqs[tok] = p.Freqs[i]
+			}
+		}
+		if pt.pos {
+			if pos, err = pt.inv.decodePositions(id, p.Freqs, pos[:0]); err != nil {
+				problem("structure", "partition %d, token %q: %v", part, tok, err)
+			}
+		}
+	}
+	for d, n := range pt.docs.NumTokens {
+		if sums[d] != uint64(n) {
+			problem("structure", "partition %d, document %d (row %d): %d tokens, its postings hold %d", part, d, pt.docs.RowIDs[d], n, sums[d])
+			break
+		}
+	}
+	for _, sd := range picked {
+		res.Sample = append(res.Sample, *sd)
+	}
+	return nil
+}
+
+// checkSampled reads a partition's documents, token map and lengths, and
+// decodes the posting lists (and positions) of n tokens evenly spread.
+func checkSampled(ctx context.Context, s *Segment, part uint64, n int, res *CheckResult, problem problemFunc) error {
+	docs, err := s.ReadDocs(ctx, part)
+	if err != nil {
+		problem("structure", "partition %d: %v", part, err)
+		return nil
+	}
+	r, closeFn, err := s.open(ctx, InvertFile(part))
+	if err != nil {
+		problem("structure", "partition %d: %v", part, err)
+		return nil
+	}
+	defer closeFn()
+	nt := int(r.NumRows())
+	toks, err := s.ReadTokens(ctx, part, nt)
+	if err != nil {
+		problem("structure", "partition %d: %v", part, err)
+		return nil
+	}
+	res.Docs += uint64(len(docs.RowIDs))
+	res.Tokens += uint64(nt)
+	withPos := s.Meta.WithPositions()
+	var p Posting
+	var pos []uint32
+	for j := range min(n, nt) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		t := uint64(j * nt / min(n, nt))
+		v, err := readInvertRow(ctx, r, t, withPos)
+		if err == nil {
+			err = DecodePosting(v.Blocks(0), int(v.Length[0]), &p)
+		}
+		if err == nil && withPos {
+			pos, err = v.decodePositions(0, p.Freqs, pos[:0])
+		}
+		if err == nil && p.Len() > 0 && int(p.Docs[p.Len()-1]) >= len(docs.RowIDs) {
+			err = fmt.Errorf("document %d of %d", p.Docs[p.Len()-1], len(docs.RowIDs))
+		}
+		if err != nil {
+			problem("structure", "partition %d, token %q: %v", part, toks[t], err)
+			continue
+		}
+		res.Postings += uint64(p.Len())
+	}
+	return nil
 }

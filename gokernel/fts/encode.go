@@ -23,10 +23,24 @@ func idfScale(n, docs int) float32 {
 	return float32(idf * (bm25K1 + 1))
 }
 
-// docWeight is f/(f + K1·(1 - B + B·dl/avgdl)).
-func docWeight(f, dl uint32, avgdl float32) float32 {
+// docNorm is K1·(1 - B + B·dl/avgdl), the part of a document's BM25
+// weight that depends on its length: computed once per document.
+func docNorm(dl uint32, avgdl float32) float32 {
 	bdl := float32(bm25B * float32(dl))
-	norm := float32(bm25K1 * float32((1-bm25B)+float32(bdl/avgdl)))
+	return float32(bm25K1 * float32((1-bm25B)+float32(bdl/avgdl)))
+}
+
+// docNorms are docNorm of every document.
+func docNorms(numTokens []uint32, avgdl float32) []float32 {
+	out := make([]float32, len(numTokens))
+	for d, n := range numTokens {
+		out[d] = docNorm(n, avgdl)
+	}
+	return out
+}
+
+// docWeight is f/(f + norm), norm the document's docNorm.
+func docWeight(f uint32, norm float32) float32 {
 	ff := float32(f)
 	return float32(ff / float32(ff+norm))
 }
@@ -42,6 +56,13 @@ func quantizeLen(v uint32) uint8 {
 	return uint8((v>>s)&7 | uint32(s+1)<<3)
 }
 
+// impactScratch is appendImpact's reused state.
+type impactScratch struct {
+	small [64]uint32 // shortest length + 1 of each small frequency, 0 when unseen
+	big   map[uint32]uint32
+	fs    []uint32
+}
+
 type impactPair struct {
 	freq uint32
 	norm uint8
@@ -50,24 +71,52 @@ type impactPair struct {
 // appendImpact appends one impact entry over documents docs[i] (ascending)
 // with frequencies freqs[i]: the last document, then the frontier of
 // (frequency, shortest quantized length) pairs no other pair beats on both.
-func appendImpact(out []byte, docs, freqs []uint32, numTokens []uint32, scratch map[uint32]uint32) []byte {
-	clear(scratch)
+func appendImpact(out []byte, docs, freqs []uint32, numTokens []uint32, sc *impactScratch) []byte {
+	// the shortest length of each frequency: small ones in an array, the
+	// rest (rare) in a map
+	sc.fs = sc.fs[:0]
+	clear(sc.big)
 	for i, d := range docs {
-		l := numTokens[d]
-		if m, ok := scratch[freqs[i]]; !ok || l < m {
-			scratch[freqs[i]] = l
+		f, l := freqs[i], min(numTokens[d], math.MaxUint32-1) // l+1 below must not wrap
+		if f < uint32(len(sc.small)) {
+			if sc.small[f] == 0 {
+				sc.fs = append(sc.fs, f)
+				sc.small[f] = l + 1 // 0: unseen
+			} else if l+1 < sc.small[f] {
+				sc.small[f] = l + 1
+			}
+			continue
+		}
+		if sc.big == nil {
+			sc.big = map[uint32]uint32{}
+		}
+		if m, ok := sc.big[f]; !ok || l < m {
+			if !ok {
+				sc.fs = append(sc.fs, f)
+			}
+			sc.big[f] = l
 		}
 	}
-	fs := make([]uint32, 0, len(scratch))
-	for f := range scratch {
-		fs = append(fs, f)
+	slices.Sort(sc.fs)
+	fs := sc.fs
+	minLen := func(f uint32) uint32 {
+		if f < uint32(len(sc.small)) {
+			return sc.small[f] - 1
+		}
+		return sc.big[f]
 	}
-	slices.Sort(fs)
+	defer func() {
+		for _, f := range fs {
+			if f < uint32(len(sc.small)) {
+				sc.small[f] = 0
+			}
+		}
+	}()
 	var raw []impactPair
 	best := uint32(math.MaxUint32)
 	rawLens := make([]uint32, 0, len(fs))
 	for i := len(fs) - 1; i >= 0; i-- {
-		if l := scratch[fs[i]]; l < best {
+		if l := minLen(fs[i]); l < best {
 			raw = append(raw, impactPair{freq: fs[i]})
 			rawLens = append(rawLens, l)
 			best = l
@@ -113,7 +162,7 @@ type encoded struct {
 // times scale (idfScale of the list's length over the partition's
 // documents), with one impact entry per block and one per 32 blocks. The
 // returned blocks alias buf's bytes from its old length on.
-func encodePosting(p *Posting, numTokens []uint32, avgdl, scale float32, buf []byte) (encoded, []byte) {
+func encodePosting(p *Posting, numTokens []uint32, norms []float32, scale float32, buf []byte) (encoded, []byte) {
 	var e encoded
 	n := p.Len()
 	starts := make([]int, 0, n/BlockSize+2)
@@ -124,7 +173,7 @@ func encodePosting(p *Posting, numTokens []uint32, avgdl, scale float32, buf []b
 		starts = append(starts, len(buf))
 		best := float32(-math.MaxFloat32)
 		for i := lo; i < hi; i++ {
-			best = max(best, docWeight(p.Freqs[i], numTokens[p.Docs[i]], avgdl))
+			best = max(best, docWeight(p.Freqs[i], norms[p.Docs[i]]))
 		}
 		score := float32(best * scale)
 		e.maxScore = max(e.maxScore, score)
@@ -155,17 +204,17 @@ func encodePosting(p *Posting, numTokens []uint32, avgdl, scale float32, buf []b
 	for i := 0; i+1 < len(starts); i++ {
 		e.blocks = append(e.blocks, buf[starts[i]:starts[i+1]])
 	}
-	scratch := map[uint32]uint32{}
+	var scratch impactScratch
 	var imp []byte
 	var ends []int
 	for lo := 0; lo < n; lo += BlockSize {
 		hi := min(lo+BlockSize, n)
-		imp = appendImpact(imp, p.Docs[lo:hi], p.Freqs[lo:hi], numTokens, scratch)
+		imp = appendImpact(imp, p.Docs[lo:hi], p.Freqs[lo:hi], numTokens, &scratch)
 		ends = append(ends, len(imp))
 	}
 	for lo := 0; lo < n; lo += 32 * BlockSize {
 		hi := min(lo+32*BlockSize, n)
-		imp = appendImpact(imp, p.Docs[lo:hi], p.Freqs[lo:hi], numTokens, scratch)
+		imp = appendImpact(imp, p.Docs[lo:hi], p.Freqs[lo:hi], numTokens, &scratch)
 		ends = append(ends, len(imp))
 	}
 	prev := 0

@@ -279,6 +279,7 @@ type tokenMerger struct {
 	numTokens []uint32
 	avgdl     float32
 	docs      int
+	norms     []float32 // docNorms, set by run
 }
 
 // chunk is a run of output tokens, merged and encoded (tokens left
@@ -311,6 +312,7 @@ type scratch struct {
 func (m *tokenMerger) run(ctx context.Context, write func(*chunk) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	m.norms = docNorms(m.numTokens, m.avgdl)
 	workers := max(1, min(runtime.GOMAXPROCS(0), 8))
 	jobs := make(chan *chunk)
 	results := make(chan chan *chunk, 2*workers)
@@ -387,7 +389,7 @@ func (m *tokenMerger) merge(ctx context.Context, c *chunk, sc *scratch) error {
 			continue // every row of the token was dropped
 		}
 		var e encoded
-		e, buf = encodePosting(&sc.merged, m.numTokens, m.avgdl, idfScale(n, m.docs), buf)
+		e, buf = encodePosting(&sc.merged, m.numTokens, m.norms, idfScale(n, m.docs), buf)
 		var run []byte
 		var runs []uint32
 		if m.withPos {

@@ -151,7 +151,7 @@ func TestMergeKeepsEveryPostingAndPosition(t *testing.T) {
 	ims := []*pb.IndexMetadata{writeSegment(t, st, a, testParams), writeSegment(t, st, b, testParams), writeSegment(t, st, c, testParams)}
 	for i, im := range ims {
 		equalIndex(t, index(t, st, im), want([][]doc{a, b, c}[i]))
-		res, err := Check(ctx, st, im, nil, 0)
+		res, err := Check(ctx, st, im, CheckOptions{})
 		if err != nil || len(res.Problems) > 0 {
 			t.Fatalf("segment %d: %v %v", i, err, res.Problems)
 		}
@@ -168,9 +168,14 @@ func TestMergeKeepsEveryPostingAndPosition(t *testing.T) {
 		t.Fatalf("docs %d read, %d written", res.DocsRead, res.DocsWritten)
 	}
 	equalIndex(t, index(t, st, merged), want(a, c))
-	chk, err := Check(ctx, st, merged, func(f uint32) bool { return f != 1 }, 50)
+	chk, err := Check(ctx, st, merged, CheckOptions{Covered: func(f uint32) bool { return f != 1 }, Sample: 50})
 	if err != nil || len(chk.Problems) > 0 || chk.Docs != 3040 || chk.Partitions != 1 {
 		t.Fatalf("check: %v %+v", err, chk)
+	}
+	// the check before a commit decodes a sample of the lists
+	cheap, err := Check(ctx, st, merged, CheckOptions{Covered: func(f uint32) bool { return f != 1 }, Tokens: 5})
+	if err != nil || len(cheap.Problems) > 0 || cheap.Docs != 3040 || cheap.Tokens != chk.Tokens || cheap.Postings == 0 || cheap.Postings >= chk.Postings {
+		t.Fatalf("sampled check: %v %+v (full: %+v)", err, cheap, chk)
 	}
 	// the sampled documents carry their tokens' frequencies
 	byRow := map[uint64][]string{}
@@ -232,7 +237,7 @@ func TestCheckFindsDisagreeingCounts(t *testing.T) {
 	if _, err := writeDocs(ctx, st, dir, testVersion, d.RowIDs, d.NumTokens, d.TotalTokens+1); err != nil {
 		t.Fatal(err)
 	}
-	res, err := Check(ctx, st, im, func(f uint32) bool { return f != 0 }, 0)
+	res, err := Check(ctx, st, im, CheckOptions{Covered: func(f uint32) bool { return f != 0 }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,7 +40,7 @@ func decodePositionRun(run []byte, freqs []uint32, dst []uint32) ([]uint32, erro
 		dst = append(dst, vals[:]...)
 	}
 	for k := total % BlockSize; k > 0; k-- {
-		v, n := binary.Uvarint(run)
+		v, n := uvarint(run)
 		if n <= 0 || v > math.MaxUint32 {
 			return nil, fmt.Errorf("%w: fts positions: bad varint", errkind.Corrupt)
 		}

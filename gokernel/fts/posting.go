@@ -79,7 +79,7 @@ func DecodePosting(blocks [][]byte, length int, dst *Posting) error {
 		b = b[4:]
 		var doc uint32
 		for i := 0; i < tail; i++ {
-			v, n := binary.Uvarint(b)
+			v, n := uvarint(b)
 			if n <= 0 || v > math.MaxUint32 {
 				return fmt.Errorf("%w: fts posting tail: bad varint", errkind.Corrupt)
 			}
@@ -92,7 +92,7 @@ func DecodePosting(blocks [][]byte, length int, dst *Posting) error {
 			dst.Docs = append(dst.Docs, doc)
 		}
 		for i := 0; i < tail; i++ {
-			v, n := binary.Uvarint(b)
+			v, n := uvarint(b)
 			if n <= 0 || v > math.MaxUint32 {
 				return fmt.Errorf("%w: fts posting tail: bad varint", errkind.Corrupt)
 			}
@@ -109,4 +109,13 @@ func DecodePosting(blocks [][]byte, length int, dst *Posting) error {
 		}
 	}
 	return nil
+}
+
+// uvarint is binary.Uvarint with a fast path for one-byte values, most
+// of a short list's deltas and frequencies.
+func uvarint(b []byte) (uint64, int) {
+	if len(b) > 0 && b[0] < 0x80 {
+		return uint64(b[0]), 1
+	}
+	return binary.Uvarint(b)
 }

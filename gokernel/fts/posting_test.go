@@ -20,7 +20,7 @@ func TestPostingRoundTrip(t *testing.T) {
 			p.Freqs = append(p.Freqs, 1+uint32(rng.IntN(1<<uint(rng.IntN(12)))))
 			doc += 1 + uint32(rng.IntN(5))
 		}
-		e, _ := encodePosting(&p, numTokens, 150, idfScale(n, len(numTokens)), nil)
+		e, _ := encodePosting(&p, numTokens, docNorms(numTokens, 150), idfScale(n, len(numTokens)), nil)
 		blocks := (n + BlockSize - 1) / BlockSize
 		if len(e.blocks) != blocks || len(e.impacts) != blocks+(blocks+31)/32 {
 			t.Fatalf("n=%d: %d blocks, %d impact entries", n, len(e.blocks), len(e.impacts))
@@ -69,7 +69,7 @@ func TestImpactFrontier(t *testing.T) {
 	numTokens := []uint32{5, 3, 9, 3, 40, 2}
 	docs := []uint32{0, 1, 2, 3, 4, 5}
 	freqs := []uint32{1, 1, 2, 3, 3, 1}
-	got := appendImpact(nil, docs, freqs, numTokens, map[uint32]uint32{})
+	got := appendImpact(nil, docs, freqs, numTokens, &impactScratch{})
 	// last doc 5; pairs (1, len 2), (3, len 3): freq 2's shortest (9) is
 	// beaten by freq 3's (3).
 	want := []byte{5, 2, 0<<1 | 1, 2, 1 << 1}

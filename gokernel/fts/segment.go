@@ -295,6 +295,32 @@ func (v *Invert) blocksInto(t int, dst [][]byte) [][]byte {
 	return dst
 }
 
+// readInvertRow reads token t's row of an invert file.
+func readInvertRow(ctx context.Context, r *lancefile.Reader, t uint64, withPos bool) (*Invert, error) {
+	v := &Invert{}
+	var err error
+	if v.Postings, err = r.Read(ctx, postingColumn, t, t+1); err != nil {
+		return nil, err
+	}
+	ln, err := r.Read(ctx, lengthColumn, t, t+1)
+	if err != nil {
+		return nil, err
+	}
+	if ln.Len != 1 || ln.Type.Kind != lancefile.KindUint32 || v.Postings.Items == nil || v.Postings.Items.Type.Kind != lancefile.KindBinary {
+		return nil, fmt.Errorf("%w: invert file: row %d: unexpected columns", errkind.Corrupt, t)
+	}
+	v.Length = []uint32{binary.LittleEndian.Uint32(ln.Values)}
+	if withPos {
+		if v.Positions, err = r.Read(ctx, positionColumn, t, t+1); err != nil {
+			return nil, err
+		}
+		if v.PosBlocks, err = r.Read(ctx, posOffsetColumn, t, t+1); err != nil {
+			return nil, err
+		}
+	}
+	return v, nil
+}
+
 // ReadInvert reads partition p's posting lists.
 func (s *Segment) ReadInvert(ctx context.Context, p uint64) (*Invert, error) {
 	r, closeFn, err := s.open(ctx, InvertFile(p))

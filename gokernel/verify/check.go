@@ -269,7 +269,9 @@ func verifyScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, r
 		case "NGRAM":
 			check = verifyNgram
 		case "INVERTED":
-			check = verifyFTS
+			check = func(ctx context.Context, st storage.Store, snap *table.Snapshot, im *pb.IndexMetadata) (*SegmentReport, error) {
+				return verifyFTS(ctx, st, snap, im, opts.Cheap)
+			}
 		}
 		sr, err := check(ctx, st, snap, im)
 		if err != nil {
