@@ -8,11 +8,10 @@ and ``--deltas`` appends, each indexed by
 in fresh processes (bench_btree's harness):
 
 * ``ours``: ``lance_segmerge.optimize`` of the index (one worker, in
-  process, the default fan_in of 32: a tree of merges), commit included;
-  its peak RSS;
-* ``ours_flat``: the same with every segment in one task (``fan_in`` above
-  the segment count): an FTS merge holds its inputs' posting lists either
-  way, so the tree's later levels only repeat work;
+  process, defaults: the plan puts an INVERTED index's segments in one
+  task), commit included; its peak RSS;
+* ``ours_flat``: the same with ``fan_in`` above the segment count (the
+  same plan now: kept to show it);
 * ``pylance``: ``optimize_indices(num_indices_to_merge=<all>)``;
 * ``floor``: the same input bytes read and written once in user space.
 
