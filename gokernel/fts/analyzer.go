@@ -109,11 +109,11 @@ var englishStopWords = []string{
 // folding. A token keeps the position the tokenizer gave it, so removed
 // tokens leave gaps.
 type Analyzer struct {
-	p        Params
-	maxLen   int // 0: no limit
-	stop     map[string]bool
-	simple   bool
-	lowerBuf []byte
+	p      Params
+	maxLen int // 0: no limit
+	stop   map[string]bool
+	simple bool
+	buf    []byte // the token handed to visit
 	// cache maps a token as the tokenizer cut it to what the filters
 	// make of it: text follows Zipf's law, so most tokens are seen before
 	// and stemming them again is most of the work. Bounded by cacheSize.
@@ -248,11 +248,10 @@ func (a *Analyzer) Analyze(text []byte, visit func(token []byte, pos uint32) err
 		}
 		f, ok := a.cache[string(tok)]
 		if !ok {
-			out, err := a.filter(tok, ascii)
-			if err != nil {
+			var err error
+			if f, err = a.filter(tok, ascii); err != nil {
 				return err
 			}
-			f = filtered{out: string(out), drop: out == nil}
 			if len(a.cache) < cacheSize {
 				a.cache[string(tok)] = f
 			}
@@ -260,8 +259,8 @@ func (a *Analyzer) Analyze(text []byte, visit func(token []byte, pos uint32) err
 		if f.drop {
 			continue
 		}
-		a.lowerBuf = append(a.lowerBuf[:0], f.out...)
-		if err := visit(a.lowerBuf, p); err != nil {
+		a.buf = append(a.buf[:0], f.out...)
+		if err := visit(a.buf, p); err != nil {
 			return err
 		}
 	}
@@ -269,14 +268,14 @@ func (a *Analyzer) Analyze(text []byte, visit func(token []byte, pos uint32) err
 }
 
 // filter applies lower-casing, stemming, stop words and folding to one
-// token; nil when the token is removed.
-func (a *Analyzer) filter(tok []byte, ascii bool) ([]byte, error) {
+// token (drop: the token is removed).
+func (a *Analyzer) filter(tok []byte, ascii bool) (filtered, error) {
 	if !ascii && (a.p.Stem || a.p.ASCIIFolding) {
 		for _, r := range string(tok) {
 			if r >= utf8.RuneSelf && !isAlnum(r) {
 				// punctuation inside a whitespace token: stemming's apostrophe rules
 				// and folding's punctuation table are not reproduced for it
-				return nil, fmt.Errorf("%w: INVERTED build: character %U inside a token, with stemming or ASCII folding", errkind.Unsupported, r)
+				return filtered{}, fmt.Errorf("%w: INVERTED build: character %U inside a token, with stemming or ASCII folding", errkind.Unsupported, r)
 			}
 		}
 	}
@@ -288,16 +287,15 @@ func (a *Analyzer) filter(tok []byte, ascii bool) ([]byte, error) {
 		s = stemEnglish(s)
 	}
 	if a.stop[s] {
-		return nil, nil
+		return filtered{drop: true}, nil
 	}
 	if a.p.ASCIIFolding && !ascii {
 		var err error
 		if s, err = foldToken(s); err != nil {
-			return nil, err
+			return filtered{}, err
 		}
 	}
-	a.lowerBuf = append(a.lowerBuf[:0], s...)
-	return a.lowerBuf, nil
+	return filtered{out: s}, nil
 }
 
 // lower lower-cases as tantivy's LowerCaser: ASCII letters, or every

@@ -73,23 +73,17 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, opts Che
 		perPart = (opts.Sample + n - 1) / n
 	}
 	for _, part := range s.Meta.Partitions {
+		var docs *Docs
 		var err error
 		if opts.Tokens > 0 {
-			err = checkSampled(ctx, s, part, opts.Tokens, res, problem)
+			docs, err = checkSampled(ctx, s, part, opts.Tokens, res, problem)
 		} else {
-			err = checkPartition(ctx, s, part, perPart, res, problem)
+			docs, err = checkPartition(ctx, s, part, perPart, res, problem)
 		}
 		if err != nil {
 			return nil, err
 		}
-		if opts.Covered != nil {
-			// the documents file is small next to the postings: read it again
-			// rather than hold every partition's
-			docs, err := s.ReadDocs(ctx, part)
-			if err != nil {
-				problem("structure", "partition %d: %v", part, err)
-				continue
-			}
+		if opts.Covered != nil && docs != nil {
 			for _, r := range docs.RowIDs {
 				if !opts.Covered(uint32(r >> 32)) {
 					problem("row_ids", "partition %d holds row %d of fragment %d, which the segment does not cover", part, r, r>>32)
@@ -105,11 +99,11 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, opts Che
 type problemFunc func(check, format string, args ...any)
 
 // checkPartition decodes every posting list of a partition.
-func checkPartition(ctx context.Context, s *Segment, part uint64, perPart int, res *CheckResult, problem problemFunc) error {
+func checkPartition(ctx context.Context, s *Segment, part uint64, perPart int, res *CheckResult, problem problemFunc) (*Docs, error) {
 	pt, err := loadPart(ctx, s, part)
 	if err != nil {
 		problem("structure", "partition %d: %v", part, err)
-		return nil
+		return nil, nil
 	}
 	res.Docs += uint64(len(pt.docs.RowIDs))
 	res.Tokens += uint64(len(pt.tokens))
@@ -126,7 +120,7 @@ func checkPartition(ctx context.Context, s *Segment, part uint64, perPart int, r
 	var pos []uint32
 	for id, tok := range pt.tokens {
 		if err := ctx.Err(); err != nil {
-			return err
+			return nil, err
 		}
 		if seen[tok] {
 			problem("structure", "partition %d: token %q twice", part, tok)
@@ -165,28 +159,28 @@ func checkPartition(ctx context.Context, s *Segment, part uint64, perPart int, r
 	for _, sd := range picked {
 		res.Sample = append(res.Sample, *sd)
 	}
-	return nil
+	return pt.docs, nil
 }
 
 // checkSampled reads a partition's documents, token map and lengths, and
 // decodes the posting lists (and positions) of n tokens evenly spread.
-func checkSampled(ctx context.Context, s *Segment, part uint64, n int, res *CheckResult, problem problemFunc) error {
+func checkSampled(ctx context.Context, s *Segment, part uint64, n int, res *CheckResult, problem problemFunc) (*Docs, error) {
 	docs, err := s.ReadDocs(ctx, part)
 	if err != nil {
 		problem("structure", "partition %d: %v", part, err)
-		return nil
+		return nil, nil
 	}
 	r, closeFn, err := s.open(ctx, InvertFile(part))
 	if err != nil {
 		problem("structure", "partition %d: %v", part, err)
-		return nil
+		return nil, nil
 	}
 	defer closeFn()
 	nt := int(r.NumRows())
 	toks, err := s.ReadTokens(ctx, part, nt)
 	if err != nil {
 		problem("structure", "partition %d: %v", part, err)
-		return nil
+		return nil, nil
 	}
 	res.Docs += uint64(len(docs.RowIDs))
 	res.Tokens += uint64(nt)
@@ -195,7 +189,7 @@ func checkSampled(ctx context.Context, s *Segment, part uint64, n int, res *Chec
 	var pos []uint32
 	for j := range min(n, nt) {
 		if err := ctx.Err(); err != nil {
-			return err
+			return nil, err
 		}
 		t := uint64(j * nt / min(n, nt))
 		v, err := readInvertRow(ctx, r, t, withPos)
@@ -214,5 +208,5 @@ func checkSampled(ctx context.Context, s *Segment, part uint64, n int, res *Chec
 		}
 		res.Postings += uint64(p.Len())
 	}
-	return nil
+	return docs, nil
 }

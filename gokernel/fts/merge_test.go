@@ -1,11 +1,11 @@
 package fts
 
 import (
-	"reflect"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
