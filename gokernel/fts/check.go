@@ -98,68 +98,91 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, opts Che
 
 type problemFunc func(check, format string, args ...any)
 
-// checkPartition decodes every posting list of a partition.
+// checkPartition decodes every posting list of a partition, reading the
+// invert file in windows.
 func checkPartition(ctx context.Context, s *Segment, part uint64, perPart int, res *CheckResult, problem problemFunc) (*Docs, error) {
-	pt, err := loadPart(ctx, s, part)
+	docs, err := s.ReadDocs(ctx, part)
 	if err != nil {
 		problem("structure", "partition %d: %v", part, err)
 		return nil, nil
 	}
-	res.Docs += uint64(len(pt.docs.RowIDs))
-	res.Tokens += uint64(len(pt.tokens))
-	seen := make(map[string]bool, len(pt.tokens))
-	sums := make([]uint64, len(pt.docs.RowIDs))
+	r, closeFn, err := s.open(ctx, InvertFile(part))
+	if err != nil {
+		problem("structure", "partition %d: %v", part, err)
+		return nil, nil
+	}
+	defer closeFn()
+	rows := r.NumRows()
+	toks, err := s.ReadTokens(ctx, part, int(rows))
+	if err != nil {
+		problem("structure", "partition %d: %v", part, err)
+		return nil, nil
+	}
+	res.Docs += uint64(len(docs.RowIDs))
+	res.Tokens += rows
+	withPos := s.Meta.WithPositions()
+	seen := make(map[string]bool, len(toks))
+	sums := make([]uint64, len(docs.RowIDs))
 	picked := map[uint32]*SampledDoc{}
-	if nd := len(pt.docs.RowIDs); nd > 0 {
+	if nd := len(docs.RowIDs); nd > 0 {
 		for j := range min(perPart, nd) {
 			d := uint32(j * nd / min(perPart, nd))
-			picked[d] = &SampledDoc{RowID: pt.docs.RowIDs[d], NumTokens: pt.docs.NumTokens[d], Freqs: map[string]uint32{}}
+			picked[d] = &SampledDoc{RowID: docs.RowIDs[d], NumTokens: docs.NumTokens[d], Freqs: map[string]uint32{}}
 		}
 	}
 	var p Posting
 	var pos []uint32
-	for id, tok := range pt.tokens {
+	step := windowRows(rows, r.Size())
+	for lo := uint64(0); lo < rows; lo += step {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if seen[tok] {
-			problem("structure", "partition %d: token %q twice", part, tok)
+		v, err := readInvertRange(ctx, r, lo, min(lo+step, rows), withPos, false)
+		if err != nil {
+			problem("structure", "partition %d: %v", part, err)
+			return docs, nil
 		}
-		seen[tok] = true
-		if err := DecodePosting(pt.inv.Blocks(id), int(pt.inv.Length[id]), &p); err != nil {
-			problem("structure", "partition %d, token %q: %v", part, tok, err)
-			continue
-		}
-		if p.Len() == 0 {
-			problem("structure", "partition %d, token %q: an empty posting list", part, tok)
-		}
-		res.Postings += uint64(p.Len())
-		for i, d := range p.Docs {
-			if int(d) >= len(sums) {
-				problem("structure", "partition %d, token %q: document %d of %d", part, tok, d, len(sums))
-				break
+		for t := range v.Length {
+			tok := toks[lo+uint64(t)]
+			if seen[tok] {
+				problem("structure", "partition %d: token %q twice", part, tok)
 			}
-			sums[d] += uint64(p.Freqs[i])
-			if sd := picked[d]; sd != nil {
-				sd.Freqs[tok] = p.Freqs[i]
-			}
-		}
-		if pt.pos {
-			if pos, err = pt.inv.decodePositions(id, p.Freqs, pos[:0]); err != nil {
+			seen[tok] = true
+			if err := DecodePosting(v.Blocks(t), int(v.Length[t]), &p); err != nil {
 				problem("structure", "partition %d, token %q: %v", part, tok, err)
+				continue
+			}
+			if p.Len() == 0 {
+				problem("structure", "partition %d, token %q: an empty posting list", part, tok)
+			}
+			res.Postings += uint64(p.Len())
+			for i, d := range p.Docs {
+				if int(d) >= len(sums) {
+					problem("structure", "partition %d, token %q: document %d of %d", part, tok, d, len(sums))
+					break
+				}
+				sums[d] += uint64(p.Freqs[i])
+				if sd := picked[d]; sd != nil {
+					sd.Freqs[tok] = p.Freqs[i]
+				}
+			}
+			if withPos {
+				if pos, err = v.decodePositions(t, p.Freqs, pos[:0]); err != nil {
+					problem("structure", "partition %d, token %q: %v", part, tok, err)
+				}
 			}
 		}
 	}
-	for d, n := range pt.docs.NumTokens {
+	for d, n := range docs.NumTokens {
 		if sums[d] != uint64(n) {
-			problem("structure", "partition %d, document %d (row %d): %d tokens, its postings hold %d", part, d, pt.docs.RowIDs[d], n, sums[d])
+			problem("structure", "partition %d, document %d (row %d): %d tokens, its postings hold %d", part, d, docs.RowIDs[d], n, sums[d])
 			break
 		}
 	}
 	for _, sd := range picked {
 		res.Sample = append(res.Sample, *sd)
 	}
-	return pt.docs, nil
+	return docs, nil
 }
 
 // checkSampled reads a partition's documents, token map and lengths, and

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -31,6 +32,13 @@ type MergeOptions struct {
 	// Keep, when set, says for each input which of its rows stay (nil
 	// entries keep every row).
 	Keep []func(rowID uint64) bool
+	// MemoryBytes bounds the stored posting lists held at once (default
+	// DefaultMemoryBytes): the output tokens are merged in buckets of
+	// about this many bytes, spilled to a temporary file when there is
+	// more than one.
+	MemoryBytes int64
+	// TempDir holds the spill file (os.TempDir() when "").
+	TempDir string
 }
 
 // Result is what Merge wrote.
@@ -40,13 +48,24 @@ type Result struct {
 	TokensWritten, Postings uint64
 }
 
-// part is one input partition, loaded.
+// part is what a merge holds of one input partition (its posting lists
+// are streamed, not held).
 type part struct {
-	docs   *Docs
-	inv    *Invert
-	tokens []string
-	remap  []int32 // input doc -> output doc, -1 if dropped
-	pos    bool
+	docs     *Docs
+	tokens   []string
+	lengths  []uint32 // documents per token id
+	invBytes int64    // size of the invert file
+	remap    []int32  // input doc -> output doc, -1 if dropped
+	// dense: no document is dropped, input doc d is output doc base+d
+	dense bool
+	base  uint32
+}
+
+// load is one input partition to read.
+type load struct {
+	seg  *Segment
+	p    uint64
+	keep func(uint64) bool
 }
 
 // Names lists the files of a merged segment (one partition, 0).
@@ -63,9 +82,12 @@ func Names() []string {
 // partition. The inputs must have equal analyzer parameters and layout;
 // this is checked before any byte is written.
 //
-// Memory: the inputs' posting lists are held compressed, as stored, plus
-// per goroutine a chunk of tokens' decoded lists, and up to two encoded
-// chunks per goroutine waiting for the writer.
+// Memory: the posting lists of one bucket of output tokens (about
+// MemoryBytes of them as stored; see spill.go), per goroutine a chunk of
+// tokens' decoded lists and up to two encoded chunks waiting for the
+// writer, and what grows with the inputs: per document 16 bytes, per
+// input token row 8 bytes (16 until the posting lists are streamed), each
+// distinct token once.
 func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opts MergeOptions) (*Result, error) {
 	if len(metas) == 0 {
 		return nil, fmt.Errorf("%w: at least one INVERTED segment is required", errkind.InvalidInput)
@@ -82,11 +104,6 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 		return nil, err
 	}
 	res := &Result{}
-	type load struct {
-		seg  *Segment
-		p    uint64
-		keep func(uint64) bool
-	}
 	var loads []load
 	deleted := roaring.New()
 	for i, s := range segs {
@@ -99,12 +116,12 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 			loads = append(loads, load{s, p, keep})
 		}
 	}
-	// Partitions load on several goroutines (reading and decoding their
-	// files is most of a merge of many small deltas).
+	// Documents, tokens and posting lengths load on several goroutines
+	// (many small deltas: mostly opening files).
 	parts := make([]*part, len(loads))
 	err := parallel(ctx, len(loads), func(i int) error {
 		l := loads[i]
-		pt, err := loadPart(ctx, l.seg, l.p)
+		pt, err := loadHead(ctx, l.seg, l.p)
 		if err != nil {
 			return err
 		}
@@ -128,16 +145,69 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 	if err != nil {
 		return nil, err
 	}
+	for _, pt := range parts {
+		pt.docs = nil // remap and the output's arrays say it all
+	}
 	res.DocsWritten = uint64(len(rowIDs))
 	var avgdl float32
 	if len(rowIDs) > 0 {
 		avgdl = float32(float32(total) / float32(len(rowIDs)))
 	}
-	order, sources := unionTokens(parts)
-
-	dir := table.IndexDir(&pb.IndexMetadata{Uuid: &pb.UUID{Uuid: opts.IndexUUID[:]}})
+	u, err := unionTokens(parts)
+	if err != nil {
+		return nil, err
+	}
 	withPos := segs[0].Meta.WithPositions()
-	m := &tokenMerger{order: order, gather: gatherParts(parts, sources, withPos), withPos: withPos, numTokens: numTokens, avgdl: avgdl, docs: len(rowIDs)}
+	budget := opts.MemoryBytes
+	if budget <= 0 {
+		budget = DefaultMemoryBytes
+	}
+	bounds, bucketOf, estimate := u.buckets(parts, budget)
+	sp, err := newSpill(len(bounds)-1, estimate, opts.TempDir)
+	if err != nil {
+		return nil, err
+	}
+	defer sp.close()
+	if err := sp.scatter(ctx, loads, parts, u, bucketOf, withPos); err != nil {
+		return nil, err
+	}
+	u.cOf, u.slot = nil, nil // what the scatter needed
+	for _, pt := range parts {
+		pt.lengths = nil
+	}
+	var data, buf []byte
+	m := &tokenMerger{order: u.order, bounds: bounds, withPos: withPos, numTokens: numTokens, avgdl: avgdl, docs: len(rowIDs),
+		load: func(w int) error {
+			data = nil
+			b, err := sp.load(w, buf)
+			data, buf = b, b[:0]
+			return err
+		},
+		gather: func(t int, sc *scratch) error {
+			srcs := u.sources[u.tokStart[t]:u.tokStart[t+1]]
+			// Touch every record first: the loads are independent, so the
+			// memory system fetches them together instead of one miss per
+			// record in the loop below.
+			var touch byte
+			for _, src := range srcs {
+				if int(src.loc) < len(data) {
+					touch |= data[src.loc]
+				}
+			}
+			sc.touch = touch
+			for _, src := range srcs {
+				rec, err := parseRecord(data[src.loc:], withPos, sc.blocks)
+				if err != nil {
+					return err
+				}
+				sc.blocks = rec.blocks
+				if err := gatherOne(sc, rec, parts[src.part], withPos); err != nil {
+					return err
+				}
+			}
+			return nil
+		}}
+	dir := table.IndexDir(&pb.IndexMetadata{Uuid: &pb.UUID{Uuid: opts.IndexUUID[:]}})
 	// The output keeps the inputs' Lance file version (pylance 14.0.2
 	// writes 2.2) and analyzer.
 	if err := writeOutput(ctx, st, dir, segs[0].Meta, deleted, m, rowIDs, total, res); err != nil {
@@ -205,13 +275,23 @@ func writeOutput(ctx context.Context, st storage.Store, dir string, meta Meta, d
 // (remap: input document -> output document), and returns their row ids,
 // token counts and total tokens.
 func numberDocs(parts []*part) (rowIDs []uint64, numTokens []uint32, total uint64, err error) {
+	n := 0
 	for _, pt := range parts {
+		for _, r := range pt.remap {
+			if r >= 0 {
+				n++
+			}
+		}
+	}
+	if n > math.MaxInt32 {
+		return nil, nil, 0, fmt.Errorf("%w: fts merge: %d documents in one partition (at most 2^31)", errkind.Unsupported, n)
+	}
+	rowIDs, numTokens = make([]uint64, 0, n), make([]uint32, 0, n)
+	for _, pt := range parts {
+		pt.dense, pt.base = !slices.Contains(pt.remap, -1), uint32(len(rowIDs))
 		for d, r := range pt.remap {
 			if r < 0 {
 				continue
-			}
-			if len(rowIDs) >= math.MaxInt32 {
-				return nil, nil, 0, fmt.Errorf("%w: fts merge: more than 2^31 documents in one partition", errkind.Unsupported)
 			}
 			pt.remap[d] = int32(len(rowIDs))
 			rowIDs = append(rowIDs, pt.docs.RowIDs[d])
@@ -222,55 +302,121 @@ func numberDocs(parts []*part) (rowIDs []uint64, numTokens []uint32, total uint6
 	return rowIDs, numTokens, total, nil
 }
 
-// unionTokens orders the output tokens (the first partition's in its id
-// order, then each new one) and returns, for output token c, a walk over
-// the (partition, token id) pairs holding it, in partition order. The
-// pairs are chained through flat arrays (first and last per token, next
-// per pair); the partitions' own token lists are released.
-func unionTokens(parts []*part) ([]string, func(c int, visit func(part, id int) error) error) {
-	type pair struct{ part, id, next int32 }
+// tokenUnion is the output's tokens and, for each, where its posting
+// lists are in the inputs.
+type tokenUnion struct {
+	// order is the output tokens: the first partition's in its id
+	// order, then each new one.
+	order []string
+	// sources[tokStart[c]:tokStart[c+1]] are output token c's posting
+	// lists, in partition order: laid out token by token, as the merge
+	// reads them.
+	tokStart []int32
+	sources  []source
+	// Per (partition, token id), at start[part] + id: the output token
+	// (cOf) and the index in sources (slot). Needed until the scatter.
+	start []int32
+	cOf   []int32
+	slot  []int32
+}
+
+// source is one input posting list of an output token.
+type source struct {
+	part int32
+	loc  uint32 // the record's offset in the token's bucket
+}
+
+// unionTokens builds the union of the partitions' tokens and releases
+// their own token lists.
+func unionTokens(parts []*part) (*tokenUnion, error) {
 	n := 0
 	for _, pt := range parts {
 		n += len(pt.tokens)
 	}
-	var order []string
-	var first, last []int32
-	pairs := make([]pair, 0, n)
+	if n >= math.MaxInt32 {
+		return nil, fmt.Errorf("%w: fts merge: %d posting lists in all inputs (at most 2^31)", errkind.Unsupported, n)
+	}
+	u := &tokenUnion{cOf: make([]int32, 0, n), start: make([]int32, len(parts)+1)}
+	var counts []int32
 	cand := map[string]int32{}
 	for pi, pt := range parts {
-		for id, tok := range pt.tokens {
+		u.start[pi] = int32(len(u.cOf))
+		for _, tok := range pt.tokens {
 			c, ok := cand[tok]
 			if !ok {
-				c = int32(len(order))
+				c = int32(len(u.order))
 				cand[tok] = c
-				order = append(order, tok)
-				first, last = append(first, -1), append(last, -1)
+				u.order = append(u.order, tok)
+				counts = append(counts, 0)
 			}
-			k := int32(len(pairs))
-			pairs = append(pairs, pair{part: int32(pi), id: int32(id), next: -1})
-			if last[c] < 0 {
-				first[c] = k
-			} else {
-				pairs[last[c]].next = k
-			}
-			last[c] = k
+			counts[c]++
+			u.cOf = append(u.cOf, c)
 		}
 		pt.tokens = nil // order holds each token once
 	}
-	return order, func(c int, visit func(part, id int) error) error {
-		for k := first[c]; k >= 0; k = pairs[k].next {
-			if err := visit(int(pairs[k].part), int(pairs[k].id)); err != nil {
-				return err
-			}
-		}
-		return nil
+	u.start[len(parts)] = int32(n)
+	u.tokStart = make([]int32, len(u.order)+1)
+	for c, k := range counts {
+		u.tokStart[c+1] = u.tokStart[c] + k
+		counts[c] = u.tokStart[c] // from here: the next free slot
 	}
+	u.sources, u.slot = make([]source, n), make([]int32, n)
+	for pi := range parts {
+		for k := u.start[pi]; k < u.start[pi+1]; k++ {
+			c := u.cOf[k]
+			u.sources[counts[c]].part = int32(pi)
+			u.slot[k] = counts[c]
+			counts[c]++
+		}
+	}
+	return u, nil
+}
+
+// buckets cuts the output tokens into runs of about budget stored bytes,
+// estimated from each input's file size shared out by documents per
+// token. It returns the runs' bounds (token ids), each token's bucket
+// and the bytes expected when there is one bucket.
+func (u *tokenUnion) buckets(parts []*part, budget int64) (bounds []int, bucketOf []int32, estimate int64) {
+	est := make([]float32, len(u.order))
+	var total float64
+	for pi, pt := range parts {
+		var docs uint64
+		for _, l := range pt.lengths {
+			docs += uint64(l)
+		}
+		if docs == 0 {
+			continue
+		}
+		per := float64(pt.invBytes) / float64(docs)
+		for id, l := range pt.lengths {
+			e := per*float64(l) + 16
+			est[u.cOf[int(u.start[pi])+id]] += float32(e)
+			total += e
+		}
+	}
+	target := max(float64(budget), total/maxBuckets)
+	bucketOf = make([]int32, len(u.order))
+	bounds = []int{0}
+	var acc float64
+	for c, e := range est {
+		if acc > 0 && acc+float64(e) > target {
+			bounds, acc = append(bounds, c), 0
+		}
+		acc += float64(e)
+		bucketOf[c] = int32(len(bounds) - 1)
+	}
+	bounds = append(bounds, len(u.order))
+	return bounds, bucketOf, int64(total)
 }
 
 // tokenMerger merges each output token's posting lists, chunks of tokens
 // on several goroutines, and hands the chunks to the writer in order.
 type tokenMerger struct {
 	order []string
+	// bounds, when set, cut order into runs merged one after the other,
+	// load(w) called before run w's first token.
+	bounds []int
+	load   func(w int) error
 	// gather puts token t's documents, frequencies and (withPos) position
 	// deltas, in document order, in sc.merged and sc.posOut (emptied
 	// before the call).
@@ -303,6 +449,7 @@ type scratch struct {
 	merged, p     Posting
 	posIn, posOut []uint32
 	blocks        [][]byte
+	touch         byte // see Merge's gather
 }
 
 // run merges every token, on up to GOMAXPROCS goroutines with at most two
@@ -310,17 +457,36 @@ type scratch struct {
 // token order. A panic in a goroutine becomes an error (it would abort
 // the interpreter).
 func (m *tokenMerger) run(ctx context.Context, write func(*chunk) error) error {
+	m.norms = docNorms(m.numTokens, m.avgdl)
+	bounds := m.bounds
+	if bounds == nil {
+		bounds = []int{0, len(m.order)}
+	}
+	for w := 0; w+1 < len(bounds); w++ {
+		if m.load != nil {
+			if err := m.load(w); err != nil {
+				return err
+			}
+		}
+		if err := m.runRange(ctx, bounds[w], bounds[w+1], write); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runRange merges tokens [lo, hi).
+func (m *tokenMerger) runRange(ctx context.Context, lo, hi int, write func(*chunk) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	m.norms = docNorms(m.numTokens, m.avgdl)
 	workers := max(1, min(runtime.GOMAXPROCS(0), 8))
 	jobs := make(chan *chunk)
 	results := make(chan chan *chunk, 2*workers)
 	go func() {
 		defer close(jobs)
 		defer close(results)
-		for lo := 0; lo < len(m.order); lo += chunkTokens {
-			c := &chunk{lo: lo, hi: min(lo+chunkTokens, len(m.order)), out: make(chan *chunk, 1)}
+		for at := lo; at < hi; at += chunkTokens {
+			c := &chunk{lo: at, hi: min(at+chunkTokens, hi), out: make(chan *chunk, 1)}
 			select {
 			case results <- c.out:
 			case <-ctx.Done():
@@ -416,41 +582,48 @@ func (m *tokenMerger) merge(ctx context.Context, c *chunk, sc *scratch) error {
 	return nil
 }
 
-// gatherParts gathers an output token's lists from every input
-// partition holding it (sources), documents renumbered by each part's
-// remap and dropped ones left out.
-func gatherParts(parts []*part, sources func(c int, visit func(part, id int) error) error, withPos bool) func(int, *scratch) error {
-	return func(t int, sc *scratch) error {
-		return sources(t, func(pi, id int) error {
-			pt := parts[pi]
-			sc.blocks = pt.inv.blocksInto(id, sc.blocks[:0])
-			if err := DecodePosting(sc.blocks, int(pt.inv.Length[id]), &sc.p); err != nil {
-				return err
-			}
-			var err error
-			if withPos {
-				if sc.posIn, err = pt.inv.decodePositions(id, sc.p.Freqs, sc.posIn[:0]); err != nil {
-					return err
-				}
-			}
-			at := 0
-			for i, d := range sc.p.Docs {
-				if int(d) >= len(pt.remap) {
-					return fmt.Errorf("%w: document %d of %d", errkind.Corrupt, d, len(pt.remap))
-				}
-				f := int(sc.p.Freqs[i])
-				if r := pt.remap[d]; r >= 0 {
-					sc.merged.Docs = append(sc.merged.Docs, uint32(r))
-					sc.merged.Freqs = append(sc.merged.Freqs, sc.p.Freqs[i])
-					if withPos {
-						sc.posOut = append(sc.posOut, sc.posIn[at:at+f]...)
-					}
-				}
-				at += f
-			}
-			return nil
-		})
+// gatherOne decodes one input's posting list of a token and appends
+// its documents that stay, renumbered, to sc.merged (and their position
+// deltas to sc.posOut).
+func gatherOne(sc *scratch, rec record, pt *part, withPos bool) error {
+	if err := DecodePosting(rec.blocks, rec.length, &sc.p); err != nil {
+		return err
 	}
+	var err error
+	if withPos {
+		if sc.posIn, err = decodePositionRuns(rec.stream, rec.runs, sc.p.Freqs, sc.posIn[:0]); err != nil {
+			return err
+		}
+	}
+	remap := pt.remap
+	if pt.dense {
+		// Nothing dropped: shift the documents, copy the rest whole.
+		if n := len(sc.p.Docs); n > 0 && int(sc.p.Docs[n-1]) >= len(remap) {
+			return fmt.Errorf("%w: document %d of %d", errkind.Corrupt, sc.p.Docs[n-1], len(remap))
+		}
+		for _, d := range sc.p.Docs {
+			sc.merged.Docs = append(sc.merged.Docs, pt.base+d)
+		}
+		sc.merged.Freqs = append(sc.merged.Freqs, sc.p.Freqs...)
+		sc.posOut = append(sc.posOut, sc.posIn...)
+		return nil
+	}
+	at := 0
+	for i, d := range sc.p.Docs {
+		if int(d) >= len(remap) {
+			return fmt.Errorf("%w: document %d of %d", errkind.Corrupt, d, len(remap))
+		}
+		f := int(sc.p.Freqs[i])
+		if r := remap[d]; r >= 0 {
+			sc.merged.Docs = append(sc.merged.Docs, uint32(r))
+			sc.merged.Freqs = append(sc.merged.Freqs, sc.p.Freqs[i])
+			if withPos {
+				sc.posOut = append(sc.posOut, sc.posIn[at:at+f]...)
+			}
+		}
+		at += f
+	}
+	return nil
 }
 
 // parallel calls f(0..n-1) on up to GOMAXPROCS goroutines and returns
@@ -494,16 +667,24 @@ func parallel(ctx context.Context, n int, f func(i int) error) error {
 	return first
 }
 
-func loadPart(ctx context.Context, s *Segment, p uint64) (*part, error) {
-	pt := &part{pos: s.Meta.WithPositions()}
+// loadHead reads what a merge needs of partition p before its posting
+// lists: documents, tokens and each token's document count.
+func loadHead(ctx context.Context, s *Segment, p uint64) (*part, error) {
+	pt := &part{}
 	var err error
 	if pt.docs, err = s.ReadDocs(ctx, p); err != nil {
 		return nil, err
 	}
-	if pt.inv, err = s.ReadInvert(ctx, p); err != nil {
+	r, closeFn, err := s.open(ctx, InvertFile(p))
+	if err != nil {
 		return nil, err
 	}
-	if pt.tokens, err = s.ReadTokens(ctx, p, pt.inv.Tokens()); err != nil {
+	defer closeFn()
+	pt.invBytes = r.Size()
+	if pt.lengths, err = readU32s(ctx, r, lengthColumn, 0, r.NumRows()); err != nil {
+		return nil, fmt.Errorf("%s: %w", InvertFile(p), err)
+	}
+	if pt.tokens, err = s.ReadTokens(ctx, p, len(pt.lengths)); err != nil {
 		return nil, err
 	}
 	return pt, nil
@@ -539,18 +720,23 @@ func sameLayout(segs []*Segment) error {
 // decodePositions appends the position deltas of token t (whose documents
 // have frequencies freqs), block run by block run.
 func (v *Invert) decodePositions(t int, freqs []uint32, dst []uint32) ([]uint32, error) {
-	stream := v.Positions.Values[v.Positions.Offsets[t]:v.Positions.Offsets[t+1]]
 	pb := v.PosBlocks
 	lo, hi := pb.Offsets[t], pb.Offsets[t+1]
-	nb := int(hi - lo)
+	return decodePositionRuns(v.Positions.Values[v.Positions.Offsets[t]:v.Positions.Offsets[t+1]], pb.Items.Values[4*lo:4*hi], freqs, dst)
+}
+
+// decodePositionRuns appends the position deltas of a token's stream,
+// whose block runs start at runs (little-endian uint32).
+func decodePositionRuns(stream, runs []byte, freqs []uint32, dst []uint32) ([]uint32, error) {
+	nb := len(runs) / 4
 	if want := (len(freqs) + BlockSize - 1) / BlockSize; nb != want {
 		return nil, fmt.Errorf("%w: fts positions: %d runs for %d blocks", errkind.Corrupt, nb, want)
 	}
 	for b := 0; b < nb; b++ {
-		start := binary.LittleEndian.Uint32(pb.Items.Values[4*(int(lo)+b):])
+		start := binary.LittleEndian.Uint32(runs[4*b:])
 		end := uint32(len(stream))
 		if b+1 < nb {
-			end = binary.LittleEndian.Uint32(pb.Items.Values[4*(int(lo)+b+1):])
+			end = binary.LittleEndian.Uint32(runs[4*(b+1):])
 		}
 		if start > end || int(end) > len(stream) {
 			return nil, fmt.Errorf("%w: fts positions: run [%d,%d) of %d bytes", errkind.Corrupt, start, end, len(stream))

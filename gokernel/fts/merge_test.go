@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -38,7 +39,7 @@ func writeSegment(t *testing.T, st storage.Store, docs []doc, params string) *pb
 	t.Helper()
 	id := uuid.New()
 	im := &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: id[:]}, Name: "text_idx"}
-	b := NewBuilder(true)
+	b := NewBuilder(strings.Contains(params, `"with_position":true`))
 	for _, dc := range docs {
 		for p, tok := range dc.toks {
 			if err := b.Token([]byte(tok), uint32(p)); err != nil {
@@ -68,6 +69,28 @@ func randomDocs(rng *rand.Rand, frag uint64, n int) []doc {
 		out = append(out, doc{row: frag<<32 | uint64(i), toks: toks})
 	}
 	return out
+}
+
+// loaded is a partition read whole.
+type loaded struct {
+	docs   *Docs
+	inv    *Invert
+	tokens []string
+}
+
+func loadPart(ctx context.Context, s *Segment, p uint64) (*loaded, error) {
+	pt := &loaded{}
+	var err error
+	if pt.docs, err = s.ReadDocs(ctx, p); err != nil {
+		return nil, err
+	}
+	if pt.inv, err = s.ReadInvert(ctx, p); err != nil {
+		return nil, err
+	}
+	if pt.tokens, err = s.ReadTokens(ctx, p, pt.inv.Tokens()); err != nil {
+		return nil, err
+	}
+	return pt, nil
 }
 
 // index reads a segment back as token -> row -> positions.
@@ -202,6 +225,99 @@ func TestMergeKeepsEveryPostingAndPosition(t *testing.T) {
 		t.Fatal(err)
 	}
 	equalIndex(t, index(t, st, &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: again[:]}, Files: res.Files}), want(a, c, d))
+}
+
+// TestMergeSpillsBuckets merges with budgets that cut the output tokens
+// into many buckets, spilled to a file: the files equal those of a merge
+// in one bucket in memory, and no spill file is left behind.
+func TestMergeSpillsBuckets(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		params string
+		budget int64
+	}{
+		{"positions, one token a bucket", testParams, 1},
+		{"positions, 4 KiB buckets", testParams, 4 << 10},
+		{"no positions, 16 KiB buckets", `{"base_tokenizer":"simple","with_position":false}`, 16 << 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			st := storage.NewMem("mem://t")
+			rng := rand.New(rand.NewPCG(5, 6))
+			var ims []*pb.IndexMetadata
+			for f := range 4 {
+				ims = append(ims, writeSegment(t, st, randomDocs(rng, uint64(f), 300*(f+1)), tc.params))
+			}
+			drop := func(r uint64) bool { return r%7 != 3 }
+			keep := []func(uint64) bool{drop, nil, drop, nil}
+			files := func(opts MergeOptions) map[string][]byte {
+				opts.IndexUUID, opts.Keep = uuid.New(), keep
+				res, err := Merge(ctx, st, ims, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out := map[string][]byte{}
+				dir := table.IndexDir(&pb.IndexMetadata{Uuid: &pb.UUID{Uuid: opts.IndexUUID[:]}})
+				for _, f := range res.Files {
+					obj, err := st.Open(ctx, dir+f.GetPath())
+					if err != nil {
+						t.Fatal(err)
+					}
+					b := make([]byte, obj.Size())
+					if err := obj.ReadAt(ctx, b, 0); err != nil {
+						t.Fatal(err)
+					}
+					obj.Close()
+					out[f.GetPath()] = b
+				}
+				return out
+			}
+			tmp := t.TempDir()
+			whole := files(MergeOptions{})
+			spilled := files(MergeOptions{MemoryBytes: tc.budget, TempDir: tmp})
+			if len(whole) != 4 || !reflect.DeepEqual(whole, spilled) {
+				t.Fatalf("spilled merge wrote different files (%d and %d files)", len(whole), len(spilled))
+			}
+			if left, _ := os.ReadDir(tmp); len(left) != 0 {
+				t.Fatalf("spill files left: %v", left)
+			}
+		})
+	}
+}
+
+func TestMergeBuckets(t *testing.T) {
+	pt := func(invBytes int64, tokens []string, lengths ...uint32) *part {
+		return &part{tokens: tokens, lengths: lengths, invBytes: invBytes}
+	}
+	for _, tc := range []struct {
+		name   string
+		budget int64
+		want   []int
+	}{
+		{"all in one", 1 << 20, []int{0, 3}},
+		{"the heavy token alone", 600, []int{0, 1, 3}},
+		{"one token a bucket", 1, []int{0, 1, 2, 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			parts := []*part{pt(1000, []string{"a", "b"}, 90, 10), pt(100, []string{"c", "a"}, 5, 5)}
+			u, err := unionTokens(parts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bounds, bucketOf, estimate := u.buckets(parts, tc.budget)
+			if !slices.Equal(bounds, tc.want) {
+				t.Fatalf("bounds %v, want %v", bounds, tc.want)
+			}
+			for c := range u.order {
+				if w := bucketOf[c]; bounds[w] > c || c >= bounds[w+1] {
+					t.Fatalf("token %d in bucket %d of %v", c, w, bounds)
+				}
+			}
+			if estimate < 1100 || estimate > 1100+4*16 {
+				t.Fatalf("estimate %d for 1,100 stored bytes", estimate)
+			}
+		})
+	}
 }
 
 func TestMergeRefusesMixedAnalyzers(t *testing.T) {

@@ -297,26 +297,9 @@ func (v *Invert) blocksInto(t int, dst [][]byte) [][]byte {
 
 // readInvertRow reads token t's row of an invert file.
 func readInvertRow(ctx context.Context, r *lancefile.Reader, t uint64, withPos bool) (*Invert, error) {
-	v := &Invert{}
-	var err error
-	if v.Postings, err = r.Read(ctx, postingColumn, t, t+1); err != nil {
-		return nil, err
-	}
-	ln, err := r.Read(ctx, lengthColumn, t, t+1)
+	v, err := readInvertRange(ctx, r, t, t+1, withPos, false)
 	if err != nil {
-		return nil, err
-	}
-	if ln.Len != 1 || ln.Type.Kind != lancefile.KindUint32 || v.Postings.Items == nil || v.Postings.Items.Type.Kind != lancefile.KindBinary {
-		return nil, fmt.Errorf("%w: invert file: row %d: unexpected columns", errkind.Corrupt, t)
-	}
-	v.Length = []uint32{binary.LittleEndian.Uint32(ln.Values)}
-	if withPos {
-		if v.Positions, err = r.Read(ctx, positionColumn, t, t+1); err != nil {
-			return nil, err
-		}
-		if v.PosBlocks, err = r.Read(ctx, posOffsetColumn, t, t+1); err != nil {
-			return nil, err
-		}
+		return nil, fmt.Errorf("invert file: %w", err)
 	}
 	return v, nil
 }
@@ -328,39 +311,66 @@ func (s *Segment) ReadInvert(ctx context.Context, p uint64) (*Invert, error) {
 		return nil, err
 	}
 	defer closeFn()
+	v, err := readInvertRange(ctx, r, 0, r.NumRows(), s.Meta.WithPositions(), true)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", InvertFile(p), err)
+	}
+	return v, nil
+}
+
+// readInvertRange reads rows [lo, hi) of an invert file (their max
+// scores only when scores is set: a merge computes them afresh).
+func readInvertRange(ctx context.Context, r *lancefile.Reader, lo, hi uint64, withPos, scores bool) (*Invert, error) {
 	v := &Invert{}
-	if v.Postings, err = r.ReadAll(ctx, postingColumn); err != nil {
+	var err error
+	if v.Postings, err = r.Read(ctx, postingColumn, lo, hi); err != nil {
 		return nil, err
 	}
-	ms, err := r.ReadAll(ctx, maxScoreColumn)
-	if err != nil {
+	n := int(hi - lo)
+	if v.Postings.Len != n || v.Postings.Items == nil || v.Postings.Items.Type.Kind != lancefile.KindBinary {
+		return nil, fmt.Errorf("%w: rows [%d,%d): column %s is %s of %d rows", errkind.Corrupt, lo, hi, postingColumn, v.Postings.Type, v.Postings.Len)
+	}
+	if v.Length, err = readU32s(ctx, r, lengthColumn, lo, hi); err != nil {
 		return nil, err
 	}
-	ln, err := r.ReadAll(ctx, lengthColumn)
-	if err != nil {
-		return nil, err
-	}
-	n := v.Postings.Len
-	if ms.Len != n || ln.Len != n || ms.Type.Kind != lancefile.KindFloat32 || ln.Type.Kind != lancefile.KindUint32 || v.Postings.Items == nil || v.Postings.Items.Type.Kind != lancefile.KindBinary {
-		return nil, fmt.Errorf("%w: %s: columns of %d, %d and %d rows", errkind.Corrupt, InvertFile(p), n, ms.Len, ln.Len)
-	}
-	v.MaxScore, v.Length = make([]float32, n), make([]uint32, n)
-	for i := 0; i < n; i++ {
-		v.MaxScore[i] = math.Float32frombits(binary.LittleEndian.Uint32(ms.Values[4*i:]))
-		v.Length[i] = binary.LittleEndian.Uint32(ln.Values[4*i:])
-	}
-	if s.Meta.WithPositions() {
-		if v.Positions, err = r.ReadAll(ctx, positionColumn); err != nil {
+	if scores {
+		ms, err := readU32s(ctx, r, maxScoreColumn, lo, hi)
+		if err != nil {
 			return nil, err
 		}
-		if v.PosBlocks, err = r.ReadAll(ctx, posOffsetColumn); err != nil {
+		v.MaxScore = make([]float32, n)
+		for i, b := range ms {
+			v.MaxScore[i] = math.Float32frombits(b)
+		}
+	}
+	if withPos {
+		if v.Positions, err = r.Read(ctx, positionColumn, lo, hi); err != nil {
 			return nil, err
 		}
-		if v.Positions.Len != n || v.PosBlocks.Len != n {
-			return nil, fmt.Errorf("%w: %s: positions of %d and %d rows for %d tokens", errkind.Corrupt, InvertFile(p), v.Positions.Len, v.PosBlocks.Len, n)
+		if v.PosBlocks, err = r.Read(ctx, posOffsetColumn, lo, hi); err != nil {
+			return nil, err
+		}
+		if v.Positions.Len != n || v.PosBlocks.Len != n || v.PosBlocks.Items == nil {
+			return nil, fmt.Errorf("%w: rows [%d,%d): positions of %d and %d rows", errkind.Corrupt, lo, hi, v.Positions.Len, v.PosBlocks.Len)
 		}
 	}
 	return v, nil
+}
+
+// readU32s reads rows [lo, hi) of a uint32 or float32 column as bits.
+func readU32s(ctx context.Context, r *lancefile.Reader, name string, lo, hi uint64) ([]uint32, error) {
+	a, err := r.Read(ctx, name, lo, hi)
+	if err != nil {
+		return nil, err
+	}
+	if a.Len != int(hi-lo) || (a.Type.Kind != lancefile.KindUint32 && a.Type.Kind != lancefile.KindFloat32) || len(a.Values) < 4*a.Len {
+		return nil, fmt.Errorf("%w: rows [%d,%d): column %s is %s of %d rows", errkind.Corrupt, lo, hi, name, a.Type, a.Len)
+	}
+	out := make([]uint32, a.Len)
+	for i := range out {
+		out[i] = binary.LittleEndian.Uint32(a.Values[4*i:])
+	}
+	return out, nil
 }
 
 // Description is what a listing says of a segment, read from its files'

@@ -68,6 +68,12 @@ type MergeOptions struct {
 	// in the partition and inserts the others' rows; "rebuild" builds
 	// every graph from nothing, as Lance's merger does.
 	HNSWGraph string `json:"hnsw_graph"`
+	// MemoryBytes, for INVERTED merges, bounds the stored posting lists
+	// held at once (fts.MergeOptions.MemoryBytes; default
+	// fts.DefaultMemoryBytes).
+	MemoryBytes int64 `json:"memory_bytes"`
+	// TempDir holds an INVERTED merge's spill file (os.TempDir() when "").
+	TempDir string `json:"temp_dir"`
 	// Progress receives counters as the merge goes (optional).
 	Progress *Progress `json:"-"`
 }

@@ -284,7 +284,7 @@ func mergeFTS(ctx context.Context, st storage.Store, snap *table.Snapshot, metas
 		return nil, err
 	}
 	opts.Progress.SetStage("merge")
-	res, err := fts.Merge(ctx, st, metas, fts.MergeOptions{IndexUUID: id, Keep: keep})
+	res, err := fts.Merge(ctx, st, metas, fts.MergeOptions{IndexUUID: id, Keep: keep, MemoryBytes: opts.MemoryBytes, TempDir: opts.TempDir})
 	if err != nil {
 		removeOutput(ctx, st, dir, fts.Names()...)
 		return nil, err

@@ -36,6 +36,7 @@ def merge_task(job: dict[str, Any]) -> dict[str, Any]:
         window_rows=job.get("window_rows"),
         parallelism=job.get("parallelism"),
         hnsw_graph=job.get("hnsw_graph", "reuse"),
+        memory_bytes=job.get("memory_bytes"),
     )
     _failpoint("after", job, task)
     return seg.to_dict()

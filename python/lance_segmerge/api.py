@@ -242,8 +242,9 @@ def merge_existing_index_segments(
     parallelism: Optional[int] = None,
     requantize_sq: bool = True,
     hnsw_graph: str = "reuse",
+    memory_bytes: Optional[int] = None,
 ) -> IndexSegment:
-    """Merge segments of one vector index into one new, uncommitted segment.
+    """Merge segments of one index into one new, uncommitted segment.
 
     Each input's codes are brought back to row-major order using that
     input's own layout flag (PQ ``transposed``, RQ ``packed``), rows of
@@ -329,6 +330,7 @@ def merge_existing_index_segments(
     return _merge(
         as_dataset(dataset), to_segments(segments_or_task), index_uuid=index_uuid, progress=progress,
         window_rows=window_rows, parallelism=parallelism, requantize_sq=requantize_sq, hnsw_graph=hnsw_graph,
+        memory_bytes=memory_bytes,
     )
 
 
@@ -342,9 +344,11 @@ def _merge(
     parallelism: Optional[int] = None,
     requantize_sq: bool = True,
     hnsw_graph: str = "reuse",
+    memory_bytes: Optional[int] = None,
 ) -> IndexSegment:
     opts: dict[str, Any] = {"strict_sq": not requantize_sq, "hnsw_graph": hnsw_graph}
-    for key, val in (("index_uuid", index_uuid), ("window_rows", window_rows), ("parallelism", parallelism)):
+    for key, val in (("index_uuid", index_uuid), ("window_rows", window_rows), ("parallelism", parallelism),
+                     ("memory_bytes", memory_bytes)):
         if val is not None:
             opts[key] = val
     with Reporter(progress, "merge") as reporter:
