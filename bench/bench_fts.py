@@ -43,6 +43,7 @@ PRESETS = {
     "smoke": {"docs": 20_000, "deltas": 20, "repeats": 1},
     "medium": {"docs": 200_000, "deltas": 100, "repeats": 2},
     "default": {"docs": 1_000_000, "deltas": 200, "repeats": 2},
+    "large": {"docs": 3_000_000, "deltas": 200, "repeats": 1},  # memory stays bounded as the corpus grows
 }
 INDEX = "text_idx"
 QUERIES = ["w12", "w3 w77", "w1500 w2", "w19999", "w5 w6 w7 w8", "w40 w41"]

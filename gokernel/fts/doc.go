@@ -22,8 +22,10 @@
 // Builder writes the documents' posting lists as a segment of one
 // partition, through the same encoder as Merge.
 //
-// Memory: a merge holds every input's posting lists as stored
-// (compressed), plus a chunk of tokens' decoded lists per goroutine (the
-// partitions load, and the tokens merge, on GOMAXPROCS goroutines); the
-// output is written a window of tokens at a time, in token order.
+// Memory: a merge streams the inputs' posting lists, as stored, into
+// buckets of output tokens of about MergeOptions.MemoryBytes each (one
+// in memory, or several in an unlinked temporary file: spill.go) and
+// merges one bucket at a time, a chunk of tokens per goroutine; the output
+// is written a window of tokens at a time, in token order. What grows with
+// the inputs is per document (16 bytes) and per input token row (8 bytes).
 package fts

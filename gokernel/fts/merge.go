@@ -162,7 +162,7 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 	if budget <= 0 {
 		budget = DefaultMemoryBytes
 	}
-	bounds, bucketOf, estimate := u.buckets(parts, budget)
+	bounds, bucketOf, est, estimate := u.buckets(parts, budget)
 	sp, err := newSpill(len(bounds)-1, estimate, opts.TempDir)
 	if err != nil {
 		return nil, err
@@ -176,7 +176,7 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 		pt.lengths = nil
 	}
 	var data, buf []byte
-	m := &tokenMerger{order: u.order, bounds: bounds, withPos: withPos, numTokens: numTokens, avgdl: avgdl, docs: len(rowIDs),
+	m := &tokenMerger{order: u.order, bounds: bounds, cost: est, withPos: withPos, numTokens: numTokens, avgdl: avgdl, docs: len(rowIDs),
 		load: func(w int) error {
 			data = nil
 			b, err := sp.load(w, buf)
@@ -374,10 +374,10 @@ func unionTokens(parts []*part) (*tokenUnion, error) {
 
 // buckets cuts the output tokens into runs of about budget stored bytes,
 // estimated from each input's file size shared out by documents per
-// token. It returns the runs' bounds (token ids), each token's bucket
-// and the bytes expected when there is one bucket.
-func (u *tokenUnion) buckets(parts []*part, budget int64) (bounds []int, bucketOf []int32, estimate int64) {
-	est := make([]float32, len(u.order))
+// token. It returns the runs' bounds (token ids), each token's bucket,
+// each token's estimated bytes and the bytes expected in all.
+func (u *tokenUnion) buckets(parts []*part, budget int64) (bounds []int, bucketOf []int32, est []float32, estimate int64) {
+	est = make([]float32, len(u.order))
 	var total float64
 	for pi, pt := range parts {
 		var docs uint64
@@ -406,7 +406,7 @@ func (u *tokenUnion) buckets(parts []*part, budget int64) (bounds []int, bucketO
 		bucketOf[c] = int32(len(bounds) - 1)
 	}
 	bounds = append(bounds, len(u.order))
-	return bounds, bucketOf, int64(total)
+	return bounds, bucketOf, est, int64(total)
 }
 
 // tokenMerger merges each output token's posting lists, chunks of tokens
@@ -417,6 +417,10 @@ type tokenMerger struct {
 	// load(w) called before run w's first token.
 	bounds []int
 	load   func(w int) error
+	// cost, when set, is each token's estimated stored bytes: a chunk
+	// ends at chunkBytes of them, so that the few tokens that hold most
+	// postings (Zipf) do not make chunks of hundreds of megabytes.
+	cost []float32
 	// gather puts token t's documents, frequencies and (withPos) position
 	// deltas, in document order, in sc.merged and sc.posOut (emptied
 	// before the call).
@@ -441,8 +445,12 @@ type chunk struct {
 	err       error
 }
 
-// chunkTokens is how many tokens a goroutine merges at a time.
-const chunkTokens = 512
+// chunkTokens and chunkBytes bound the tokens a goroutine merges at a
+// time.
+const (
+	chunkTokens = 512
+	chunkBytes  = 2 << 20
+)
 
 // scratch is one goroutine's reused buffers.
 type scratch struct {
@@ -485,8 +493,19 @@ func (m *tokenMerger) runRange(ctx context.Context, lo, hi int, write func(*chun
 	go func() {
 		defer close(jobs)
 		defer close(results)
-		for at := lo; at < hi; at += chunkTokens {
-			c := &chunk{lo: at, hi: min(at+chunkTokens, hi), out: make(chan *chunk, 1)}
+		for at := lo; at < hi; {
+			end := min(at+chunkTokens, hi)
+			if m.cost != nil {
+				var b float32
+				for t := at; t < end; t++ {
+					if b += m.cost[t]; b >= chunkBytes {
+						end = t + 1
+						break
+					}
+				}
+			}
+			c := &chunk{lo: at, hi: end, out: make(chan *chunk, 1)}
+			at = end
 			select {
 			case results <- c.out:
 			case <-ctx.Done():

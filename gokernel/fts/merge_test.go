@@ -304,7 +304,7 @@ func TestMergeBuckets(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			bounds, bucketOf, estimate := u.buckets(parts, tc.budget)
+			bounds, bucketOf, _, estimate := u.buckets(parts, tc.budget)
 			if !slices.Equal(bounds, tc.want) {
 				t.Fatalf("bounds %v, want %v", bounds, tc.want)
 			}

@@ -73,13 +73,15 @@ func RequireVector(im *pb.IndexMetadata) error {
 // the manifest records), the Lance file version of its files and, where
 // one file holds a row per indexed row (BTREE's page_data.lance), the rows.
 func otherStats(ctx context.Context, st storage.Store, im *pb.IndexMetadata, typ string) (*Stats, error) {
-	return otherStatsOf(ctx, st, im, typ, true)
+	return otherStatsOf(ctx, st, im, typ, true, nil)
 }
 
 // otherStatsOf is otherStats; without counted, BITMAP and LABEL_LIST
 // segments are not streamed to count their keys and rows (a plan's
 // segments: counting reads every bitmap, seconds for a million keys).
-func otherStatsOf(ctx context.Context, st storage.Store, im *pb.IndexMetadata, typ string, counted bool) (*Stats, error) {
+// described, when set, is an INVERTED segment's description, already
+// read (a plan reads it to size its tasks).
+func otherStatsOf(ctx context.Context, st storage.Store, im *pb.IndexMetadata, typ string, counted bool, described *fts.Description) (*Stats, error) {
 	dir := table.IndexDir(im)
 	entries, err := st.List(ctx, dir)
 	if err != nil {
@@ -106,7 +108,11 @@ func otherStatsOf(ctx context.Context, st storage.Store, im *pb.IndexMetadata, t
 		}
 	}
 	if typ == "INVERTED" {
-		if d, err := fts.Describe(ctx, st, im); err == nil {
+		d, err := described, error(nil)
+		if d == nil {
+			d, err = fts.Describe(ctx, st, im)
+		}
+		if err == nil {
 			s.FileVersion, s.NumRows, s.rowsCounted = d.Version.String(), d.Docs, true
 			s.NumPartitions, s.DistinctKeys = d.Partitions, &d.Tokens
 			return s, nil

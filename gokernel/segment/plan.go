@@ -222,10 +222,10 @@ func PlanSegments(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 	} else {
 		o := opts.Options
 		if sz.indexType == "INVERTED" {
-			// An FTS merge holds every input's posting lists whichever way
-			// they are grouped, and a tree's last level holds them all:
-			// smaller first-level groups only repeat work (bench_fts: 9.5 s
-			// as a tree of 32, 8.2 s in one task), so one task takes them.
+			// A tree's last level rewrites every posting list (one
+			// partition holds every token), so smaller first-level
+			// groups only repeat work (bench_fts: 9.5 s as a tree of 32,
+			// 8.2 s in one task): one task takes them all.
 			o.SegmentsPerTask = max(o.SegmentsPerTask, len(metas))
 		}
 		groups = policy.Group(bytes, rows, o)
@@ -385,7 +385,7 @@ func bitmapSizes(ctx context.Context, st storage.Store, snap *table.Snapshot, me
 			sz.bytes[i] += f.GetSizeBytes()
 		}
 	}
-	sz.stats = func(i int) (*Stats, error) { return otherStatsOf(ctx, st, metas[i], typ, false) }
+	sz.stats = func(i int) (*Stats, error) { return otherStatsOf(ctx, st, metas[i], typ, false, nil) }
 	return sz, nil
 }
 
@@ -419,17 +419,18 @@ func ftsSizes(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata) 
 		return nil, err
 	}
 	sz := &planSizes{indexType: "INVERTED", rows: make([]uint64, len(metas)), bytes: make([]uint64, len(metas)), close: func() {}}
+	descs := make([]*fts.Description, len(metas))
 	for i, im := range metas {
 		d, err := fts.Describe(ctx, st, im)
 		if err != nil {
 			return nil, err
 		}
-		sz.rows[i] = d.Docs
+		descs[i], sz.rows[i] = d, d.Docs
 		for _, f := range im.GetFiles() {
 			sz.bytes[i] += f.GetSizeBytes()
 		}
 	}
-	sz.stats = func(i int) (*Stats, error) { return otherStats(ctx, st, metas[i], "INVERTED") }
+	sz.stats = func(i int) (*Stats, error) { return otherStatsOf(ctx, st, metas[i], "INVERTED", true, descs[i]) }
 	return sz, nil
 }
 
