@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -282,6 +283,23 @@ func TestMergeSpillsBuckets(t *testing.T) {
 				t.Fatalf("spill files left: %v", left)
 			}
 		})
+	}
+}
+
+// TestMergeSpillFailsCleanly: a spill file that cannot be made is an I/O
+// error, and the merge writes nothing.
+func TestMergeSpillFailsCleanly(t *testing.T) {
+	ctx := context.Background()
+	st := storage.NewMem("mem://t")
+	rng := rand.New(rand.NewPCG(7, 8))
+	ims := []*pb.IndexMetadata{writeSegment(t, st, randomDocs(rng, 0, 200), testParams), writeSegment(t, st, randomDocs(rng, 1, 200), testParams)}
+	before, _ := st.List(ctx, "")
+	_, err := Merge(ctx, st, ims, MergeOptions{IndexUUID: uuid.New(), MemoryBytes: 1, TempDir: filepath.Join(t.TempDir(), "missing")})
+	if !errors.Is(err, errkind.IO) || !strings.Contains(err.Error(), "spill file") {
+		t.Fatalf("err = %v", err)
+	}
+	if after, _ := st.List(ctx, ""); len(after) != len(before) {
+		t.Fatalf("a failed merge left %d files", len(after)-len(before))
 	}
 }
 

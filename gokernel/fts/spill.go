@@ -53,13 +53,13 @@ func newSpill(buckets int, estimate int64, dir string) (*spill, error) {
 	}
 	f, err := os.CreateTemp(dir, "lance-segmerge-fts-*.spill")
 	if err != nil {
-		return nil, fmt.Errorf("fts merge: spill file: %w", err)
+		return nil, fmt.Errorf("%w: fts merge: spill file: %w", errkind.IO, err)
 	}
 	// Unlinked while open: the file goes when it is closed, or when the
 	// process dies.
 	if err := os.Remove(f.Name()); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("fts merge: spill file: %w", err)
+		return nil, fmt.Errorf("%w: fts merge: spill file: %w", errkind.IO, err)
 	}
 	s.f = f
 	return s, nil
@@ -77,7 +77,7 @@ func (s *spill) add(w int, p []byte) (uint64, error) {
 		s.mem = append(s.mem, p...)
 	} else {
 		if _, err := s.f.Write(p); err != nil {
-			return 0, fmt.Errorf("fts merge: spill file: %w", err)
+			return 0, fmt.Errorf("%w: fts merge: spill file: %w", errkind.IO, err)
 		}
 		s.chunks[w] = append(s.chunks[w], spillChunk{s.size, len(p)})
 		s.size += int64(len(p))
@@ -100,7 +100,7 @@ func (s *spill) load(w int, buf []byte) ([]byte, error) {
 		n := len(buf)
 		buf = buf[:n+c.n]
 		if _, err := s.f.ReadAt(buf[n:], c.off); err != nil {
-			return nil, fmt.Errorf("fts merge: spill file: %w", err)
+			return nil, fmt.Errorf("%w: fts merge: spill file: %w", errkind.IO, err)
 		}
 	}
 	return buf, nil

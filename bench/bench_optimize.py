@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""The whole optimize as a user runs it (issue 30): open to durable commit,
+in a fresh process and in a process that has just used pylance, against
+the read + write floor of the same bytes.
+
+For each IVF type and partition count, pylance writes 1M x 128-d vectors
+as a base with an index and 40 appends, each indexed by
+``optimize_indices(num_indices_to_merge=0)`` (bench_scale's deltas
+datasets, built once per ``--work`` directory). Then, contenders
+alternating, each run on a fresh copy (bench_merge.copy_dataset) in a fresh
+process that starts after a ``sync``:
+
+* ``fresh``: ``lance_segmerge.optimize`` in process, one task, verify and
+  commit included; the report's commit time is the files' fsync and the
+  manifest;
+* ``after_pylance``: the same process first runs pylance's
+  ``optimize_indices`` on another copy and 20 nearest-neighbour queries
+  (untimed; its writes are left for the kernel to flush, as they are for a
+  user), then our optimize (timed);
+* ``pylance``: ``optimize_indices`` merging every segment;
+* ``floor``: the index files read and written once in user space
+  (bench_merge.read_write_floor);
+* ``durable_floor``: the same, then the output fsynced: what making the
+  merged bytes durable costs on this disk, whoever writes them.
+
+    python bench/bench_optimize.py --preset smoke
+    python bench/bench_optimize.py --preset default   # about 40 minutes on 2 cores
+
+Reports land in ``bench/results/optimize-<preset>-<date>.{md,json}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import bench_merge as bm
+import bench_scale as bs
+
+HERE = Path(__file__).resolve().parent
+os.environ.setdefault("LANCE_LOG", "error")
+
+PRESETS = {
+    "smoke": bs.ScalePreset(rows=20_000, dim=32, partitions=[8, 64], types=["IVF_PQ"], fragments=0, group=0, deltas=8,
+                            delta_rows=500, repeats=1),
+    "default": bs.ScalePreset(rows=1_000_000, dim=128, partitions=[128, 2048], types=["IVF_PQ", "IVF_RQ", "IVF_SQ"],
+                              fragments=0, group=0, deltas=40, delta_rows=5_000, repeats=3),
+}
+QUERIES = 20
+
+
+def fresh(uri: str) -> dict[str, Any]:
+    setup = "import lance_segmerge as ls"
+    work = f"rep = ls.optimize_with_report({uri!r}, 'vec_idx', executor='local', fan_in=64, progress=False)"
+    after = "extra = {'commit_seconds': rep.commit_seconds}"
+    return bm.run_child(setup, work, after)
+
+
+def after_pylance(uri: str, other: str, segments: int, dim: int) -> dict[str, Any]:
+    setup = f"""
+        import lance, numpy as np
+        import lance_segmerge as ls
+        ds = lance.dataset({other!r})
+        ds.optimize.optimize_indices(num_indices_to_merge={segments})
+        q = np.random.default_rng(0).normal(size={dim}).astype(np.float32)
+        for _ in range({QUERIES}):
+            ds.to_table(nearest={{"column": "vec", "q": q, "k": 10, "nprobes": 8}})
+    """
+    work = f"rep = ls.optimize_with_report({uri!r}, 'vec_idx', executor='local', fan_in=64, progress=False)"
+    after = "extra = {'commit_seconds': rep.commit_seconds}"
+    return bm.run_child(setup, work, after)
+
+
+def durable_floor(uri: str, groups: list[list[str]], scratch: str) -> dict[str, Any]:
+    """read_write_floor, then fsync of what it wrote."""
+    setup = f"""
+        import os, shutil
+        groups = [[os.path.join({uri!r}, "_indices", u) for u in g] for g in {groups!r}]
+        dst = {scratch!r}
+        shutil.rmtree(dst, ignore_errors=True)
+        os.makedirs(dst)
+        buf = bytearray(8 << 20)
+    """
+    work = """
+        view = memoryview(buf)
+        for gi, g in enumerate(groups):
+            with open(os.path.join(dst, f"{gi}.out"), "wb", buffering=0) as out:
+                for d in g:
+                    for f in sorted(os.listdir(d)):
+                        with open(os.path.join(d, f), "rb", buffering=0) as src:
+                            while n := src.readinto(buf):
+                                out.write(view[:n])
+                os.fsync(out.fileno())
+    """
+    return bm.run_child(setup, work, f"shutil.rmtree({scratch!r}, ignore_errors=True)")
+
+
+def measure(work: Path, p: bs.ScalePreset, t: str, parts: int) -> dict[str, Any]:
+    data = bs.build(work / "data", p, t, parts)["deltas"]
+    src, groups, segments = data["uri"], data["groups"], data["segments"]
+    in_bytes = bs.index_bytes(src, groups)
+    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in ("fresh", "after_pylance", "pylance", "floor", "durable_floor")}
+    scratch = str(work / "scratch")
+    for r in range(p.repeats):
+        a, b = bm.copy_dataset(src, str(work / "a")), bm.copy_dataset(src, str(work / "b"))
+        runs["fresh"].append(fresh(a))
+        a = bm.copy_dataset(src, str(work / "a"))
+        runs["after_pylance"].append(after_pylance(a, b, segments, p.dim))
+        b = bm.copy_dataset(src, str(work / "b"))
+        runs["pylance"].append(bm.pylance_optimize(b, segments))
+        runs["floor"].append(bm.read_write_floor(src, groups, scratch))
+        runs["durable_floor"].append(durable_floor(src, groups, scratch))
+        print(f"{t} p{parts} repeat {r}: " + ", ".join(f"{k} {v[-1]['seconds']:.2f}s" for k, v in runs.items()), flush=True)
+    med = {k: statistics.median(x["seconds"] for x in v) for k, v in runs.items()}
+    commit = {k: statistics.median(x["commit_seconds"] for x in runs[k]) for k in ("fresh", "after_pylance")}
+    rss = max(x["rss_self"] for x in runs["fresh"]) / 2**20
+    return {"type": t, "partitions": parts, "segments": segments, "index_bytes": in_bytes, "median": med,
+            "commit": commit, "rss_mib": rss, "runs": runs}
+
+
+def report(res: dict[str, Any]) -> str:
+    lines = [
+        f"# The whole optimize (issue 30), preset `{res['preset']}`",
+        "",
+        f"{res['machine']}; medians of {res['repeats']}; each run on a fresh copy in a fresh process after a sync.",
+        "",
+        "| type | partitions | index MiB | fresh s | / floor | / durable floor | commit share | after pylance s | after / fresh "
+        "| pylance s | pylance / fresh | floor s | durable floor s |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for c in res["cases"]:
+        m, cm = c["median"], c["commit"]
+        lines.append(
+            f"| {c['type']} | {c['partitions']} | {c['index_bytes'] / 2**20:.0f} | {m['fresh']:.2f} | "
+            f"{m['fresh'] / m['floor']:.1f} | {m['fresh'] / m['durable_floor']:.2f} | {cm['fresh'] / m['fresh']:.0%} | "
+            f"{m['after_pylance']:.2f} | {m['after_pylance'] / m['fresh']:.2f} | {m['pylance']:.2f} | "
+            f"{m['pylance'] / m['fresh']:.1f} | {m['floor']:.2f} | {m['durable_floor']:.2f} |"
+        )
+    lines += ["", "Targets (issue 30): fresh / floor <= 3 at 2048 partitions and <= 2 at 128; after pylance within 10% "
+              "of fresh; the commit <= 10% of the whole; pylance / fresh >= 10 at 2048 partitions."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="default", choices=sorted(PRESETS))
+    ap.add_argument("--work", help="keep the datasets here (reused by later runs)")
+    ap.add_argument("--out", default=str(HERE / "results"))
+    args = ap.parse_args(argv)
+    p = PRESETS[args.preset]
+    with tempfile.TemporaryDirectory(prefix="optimize-") as tmp:
+        work = Path(args.work or tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        cases = [measure(work, p, t, parts) for t in p.types for parts in p.partitions]
+    m = bm.machine()
+    res = {"preset": args.preset, "repeats": p.repeats, "cases": cases,
+           "machine": f"{m['cores']} cores, {m['memory_gib']} GiB, pylance {m['pylance']}"}
+    text = report(res)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"optimize-{args.preset}-{time.strftime('%Y%m%d-%H%M%S')}"
+    stem.with_suffix(".md").write_text(text)
+    stem.with_suffix(".json").write_text(json.dumps(res, indent=1))
+    print(text)
+    print(f"wrote {stem}.md", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
