@@ -139,6 +139,9 @@ func checkPartition(ctx context.Context, s *Segment, part uint64, perPart int, r
 		}
 		v, err := readInvertRange(ctx, r, lo, min(lo+step, rows), withPos, false)
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
 			problem("structure", "partition %d: %v", part, err)
 			return docs, nil
 		}
