@@ -39,7 +39,7 @@ func BenchmarkCheck(b *testing.B) {
 	out := &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: id[:]}, Files: res.Files}
 	b.ResetTimer()
 	for range b.N {
-		cr, err := Check(context.Background(), st, out, func(uint64) bool { return true })
+		cr, err := Check(context.Background(), st, out, CheckOptions{Covered: func(uint64) bool { return true }})
 		if err != nil || len(cr.Problems) > 0 || cr.Rows != 2_000_000 {
 			b.Fatal(err, cr)
 		}

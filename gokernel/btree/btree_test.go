@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -95,7 +96,7 @@ func TestMergeIsOneSortedRunThatChecksClean(t *testing.T) {
 		metas = append(metas, writeSegment(t, st, slices.Clone(rows), 256, f))
 	}
 	for _, m := range metas {
-		res, err := Check(ctx, st, m, nil)
+		res, err := Check(ctx, st, m, CheckOptions{})
 		if err != nil || len(res.Problems) > 0 {
 			t.Fatalf("input %v: %v %+v", table.IndexUUID(m), err, res)
 		}
@@ -117,7 +118,7 @@ func TestMergeIsOneSortedRunThatChecksClean(t *testing.T) {
 	}
 	covered := func(id uint64) bool { return id>>32 < 4 }
 	merged := &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: out[:]}, Files: res.Files}
-	chk, err := Check(ctx, st, merged, covered)
+	chk, err := Check(ctx, st, merged, CheckOptions{Covered: covered})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +131,7 @@ func TestMergeIsOneSortedRunThatChecksClean(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	chk, err = Check(ctx, st, &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: out2[:]}, Files: again.Files}, nil)
+	chk, err = Check(ctx, st, &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: out2[:]}, Files: again.Files}, CheckOptions{})
 	if err != nil || len(chk.Problems) > 0 || chk.Rows != uint64(want+3) {
 		t.Fatalf("merged again: %v %+v", err, chk)
 	}
@@ -155,7 +156,7 @@ func TestCheckFindsDisorderAndDuplicates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := Check(ctx, st, &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: id[:]}, Files: files}, func(id uint64) bool { return id != 2 })
+	res, err := Check(ctx, st, &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: id[:]}, Files: files}, CheckOptions{Covered: func(id uint64) bool { return id != 2 }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,6 +166,75 @@ func TestCheckFindsDisorderAndDuplicates(t *testing.T) {
 	}
 	if len(res.Problems) != 3 {
 		t.Fatalf("problems %q, want the disorder, the duplicate and the foreign row id", kinds)
+	}
+}
+
+// TestSampledCheck: the check before a commit reads a sample of pages and
+// the whole page table. On a clean segment it finds nothing; it finds a
+// page out of place (from the page table alone), a disorder inside a page
+// it reads, and a row id repeated within the pages it reads.
+func TestSampledCheck(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	st := storage.NewLocal(root, root)
+	write := func(vals []int64, dup bool) *pb.IndexMetadata {
+		id := uuid.New()
+		w, err := newPageWriter(ctx, st, table.IndicesDir+id.String()+"/", lancefile.Primitive(lancefile.KindInt64), 4, lancefile.V2_2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range vals {
+			id := uint64(i)
+			if dup && i == len(vals)-1 {
+				id = 0 // the first row's: both in pages the sample reads
+			}
+			if err := w.add(ctx, false, binary.LittleEndian.AppendUint64(nil, uint64(v)), id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		files, err := w.finish(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: id[:]}, Files: files}
+	}
+	sorted := make([]int64, 40) // 10 pages of 4
+	for i := range sorted {
+		sorted[i] = int64(i)
+	}
+	pageSwapped := slices.Clone(sorted) // pages 4 and 5 swapped: each page sorted, the table not
+	copy(pageSwapped[16:20], sorted[20:24])
+	copy(pageSwapped[20:24], sorted[16:20])
+	inPage := slices.Clone(sorted) // rows 1 and 2 of the first page swapped
+	inPage[1], inPage[2] = inPage[2], inPage[1]
+	for _, tc := range []struct {
+		name string
+		vals []int64
+		dup  bool
+		want string
+	}{
+		{"clean", sorted, false, ""},
+		{"a page out of place", pageSwapped, false, "page 5 starts below the end of page 4"},
+		{"a disorder in a page read", inPage, false, "row 2 is out of order"},
+		{"a row id twice", sorted, true, "row id 0 (fragment 0, offset 0) appears twice"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := Check(ctx, st, write(tc.vals, tc.dup), CheckOptions{Pages: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var msgs []string
+			for _, p := range res.Problems {
+				msgs = append(msgs, p.Message)
+			}
+			all := strings.Join(msgs, "; ")
+			if tc.want == "" && all != "" || tc.want != "" && !strings.Contains(all, tc.want) {
+				t.Fatalf("problems %q, want %q", all, tc.want)
+			}
+			if res.Rows != 40 || res.Pages != 10 {
+				t.Fatalf("rows %d pages %d", res.Rows, res.Pages)
+			}
+		})
 	}
 }
 
@@ -233,7 +303,7 @@ func TestMergeOrdersStringsByTheirBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	merged := &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: out[:]}, Files: res.Files}
-	if chk, err := Check(ctx, st, merged, nil); err != nil || len(chk.Problems) > 0 || chk.Rows != uint64(len(want)) {
+	if chk, err := Check(ctx, st, merged, CheckOptions{}); err != nil || len(chk.Problems) > 0 || chk.Rows != uint64(len(want)) {
 		t.Fatalf("merged: %v %+v", err, chk)
 	}
 	s, err := Open(ctx, st, merged)
@@ -262,7 +332,7 @@ func TestMergeOrdersStringsByTheirBytes(t *testing.T) {
 	}
 	// Check sees strings out of order, including a tie of the first 8 bytes.
 	bad := writeStrings(t, st, []strRow{{v: "customer-2", id: 1}, {v: "customer-1", id: 2}, {v: "b", id: 3}}, 2, true)
-	chk, err := Check(ctx, st, bad, nil)
+	chk, err := Check(ctx, st, bad, CheckOptions{})
 	if err != nil || len(chk.Problems) != 2 {
 		t.Fatalf("disordered strings: %v %+v", err, chk)
 	}

@@ -30,13 +30,26 @@ type CheckResult struct {
 // maxProblems bounds the problems one check reports (each names where).
 const maxProblems = 8
 
-// Check reads a whole segment once and checks what pylance's reader relies
-// on: rows sorted by value with nulls first, each page_lookup row the
-// first and last value and the null count of its page, page_idx i at row
-// i; row ids unique and, when covered is set, of the fragments the
-// segment covers. A file that does not open is an error (errkind.Corrupt,
-// NotFound or Unsupported), not a problem.
-func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered func(rowID uint64) bool) (*CheckResult, error) {
+// CheckOptions tune Check.
+type CheckOptions struct {
+	// Covered, when set, says which row ids the segment may hold.
+	Covered func(rowID uint64) bool
+	// Pages, when above 0 and below the segment's page count, reads only
+	// that many pages, evenly spread (the first and the last among them):
+	// the check of a merge's output before its commit. The page table is
+	// then checked whole (every page's bounds in order of the next one's),
+	// and rows, page bounds and row ids in the pages read.
+	Pages int
+}
+
+// Check reads a segment and checks what pylance's reader relies on: rows
+// sorted by value with nulls first, each page_lookup row the first and
+// last value and the null count of its page, page_idx i at row i; row ids
+// unique and, when opts.Covered is set, of the fragments the segment
+// covers. By default it reads every row once; opts.Pages samples. A file
+// that does not open is an error (errkind.Corrupt, NotFound or
+// Unsupported), not a problem.
+func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, opts CheckOptions) (*CheckResult, error) {
 	s, err := Open(ctx, st, im)
 	if err != nil {
 		return nil, err
@@ -85,15 +98,7 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered 
 		return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
 	}
 	ids := rowset.New(s.Rows)
-	// The next window is decoded while this one is checked.
-	ctx, cancel := context.WithCancel(ctx)
-	windows, wait := readAhead(ctx, newCursor(s, maxWindowRows))
-	defer func() {
-		cancel()
-		wait() // the reader reads s's files, closed when Check returns
-	}()
-	c := newCursor(s, maxWindowRows)
-	var prevNull = true
+	var havePrev, prevNull bool
 	var prevKey uint64
 	var row uint64
 	page, inPage, pageNulls := 0, 0, uint32(0)
@@ -114,21 +119,18 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered 
 				page, uint64(page)*uint64(s.BatchSize), row-1, LookupFile, u32(nullCounts, page), u32(pageIdx, page))
 		}
 	}
-	for w := range windows {
-		if w.err != nil {
-			return nil, w.err
-		}
-		c.vals, c.ids, c.keys, c.n = w.vals, w.ids, w.keys, w.vals.Len
+	// rows checks the rows of c's window, the rows from row on.
+	rows := func(c *cursor) {
 		for c.i = 0; c.i < c.n; c.i++ {
 			valid, key := c.key()
 			if !valid {
 				res.Nulls++
 			}
 			// last is still the previous row's value.
-			if row > 0 && (valid && !prevNull && (key < prevKey || key == prevKey && c.binary && bytes.Compare(c.value(), last) < 0) || !valid && !prevNull) {
+			if havePrev && (valid && !prevNull && (key < prevKey || key == prevKey && c.binary && bytes.Compare(c.value(), last) < 0) || !valid && !prevNull) {
 				problem("structure", "row %d is out of order (rows must be sorted by value, nulls first)", row)
 			}
-			prevNull, prevKey = !valid, key
+			havePrev, prevNull, prevKey = true, !valid, key
 			if inPage == 0 {
 				first, firstNull = append(first[:0], c.value()...), !valid
 			}
@@ -140,7 +142,7 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered 
 			if !ids.Add(rid) {
 				problem("row_ids", "row id %d (fragment %d, offset %d) appears twice", rid, rid>>32, uint32(rid))
 			}
-			if covered != nil && !covered(rid) {
+			if opts.Covered != nil && !opts.Covered(rid) {
 				problem("row_ids", "row id %d is of fragment %d, which the segment does not cover", rid, rid>>32)
 			}
 			row++
@@ -151,6 +153,45 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered 
 			}
 		}
 	}
+	if opts.Pages > 0 && uint64(opts.Pages) < s.Pages {
+		checkPageOrder(s, mins, maxs, width, problem)
+		c := newCursor(s, s.BatchSize)
+		n := uint64(opts.Pages)
+		for j := uint64(0); j < n; j++ {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			p := j * (s.Pages - 1) / max(n-1, 1) // the first and the last page among them
+			c.next = p * uint64(s.BatchSize)
+			if _, err := c.fillExact(ctx); err != nil {
+				return nil, err
+			}
+			row, page, inPage, pageNulls, havePrev = c.next-uint64(c.n), int(p), 0, 0, false
+			rows(c)
+			if inPage > 0 {
+				endPage()
+			}
+		}
+		if mins.Len != int(s.Pages) {
+			problem("structure", "%s has %d rows for %d pages", LookupFile, mins.Len, s.Pages)
+		}
+		return res, nil
+	}
+	// The next window is decoded while this one is checked.
+	ctx, cancel := context.WithCancel(ctx)
+	windows, wait := readAhead(ctx, newCursor(s, maxWindowRows))
+	defer func() {
+		cancel()
+		wait() // the reader reads s's files, closed when Check returns
+	}()
+	c := newCursor(s, maxWindowRows)
+	for w := range windows {
+		if w.err != nil {
+			return nil, w.err
+		}
+		c.vals, c.ids, c.keys, c.n = w.vals, w.ids, w.keys, w.vals.Len
+		rows(c)
+	}
 	if inPage > 0 {
 		endPage()
 	}
@@ -158,6 +199,27 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered 
 		problem("structure", "%s read back %d rows, its metadata says %d", DataFile, row, s.Rows)
 	}
 	return res, nil
+}
+
+// checkPageOrder checks that the page table's bounds are in order: each
+// page's first value at or after the previous page's last, nulls first.
+func checkPageOrder(s *Segment, mins, maxs *lancefile.Array, width int, problem func(check, format string, args ...any)) {
+	var lo, hi []uint64
+	if s.KeyType.Kind == lancefile.KindBinary {
+		lo, hi = lancefile.AppendPrefixKeys(mins, nil), lancefile.AppendPrefixKeys(maxs, nil)
+	} else {
+		lo, hi = lancefile.AppendSortKeys(s.KeyType.Kind, mins.Values, mins.Len, nil), lancefile.AppendSortKeys(s.KeyType.Kind, maxs.Values, maxs.Len, nil)
+	}
+	for p := 1; p < min(mins.Len, maxs.Len); p++ {
+		prevNull, null := !maxs.IsValid(p-1), !mins.IsValid(p)
+		switch {
+		case null && !prevNull:
+			problem("structure", "page %d starts with a null after page %d ends with a value (nulls come first)", p, p-1)
+		case null || prevNull:
+		case hi[p-1] > lo[p] || hi[p-1] == lo[p] && s.KeyType.Kind == lancefile.KindBinary && bytes.Compare(valueAt(maxs, p-1, width), valueAt(mins, p, width)) > 0:
+			problem("structure", "page %d starts below the end of page %d (%s)", p, p-1, LookupFile)
+		}
+	}
 }
 
 // valueAt is row i's value of a fixed-width (of width bytes) or binary

@@ -40,7 +40,9 @@ type Options struct {
 	Segments []string `json:"segments"`
 	// Cheap is the check before a commit: files, structure and the codes
 	// of a sample read from a bounded number of partitions (no full row
-	// id scan, no model comparison with other segments, no recall).
+	// id scan, no model comparison with other segments, no recall); for
+	// BTREE, a sample of pages and the whole page table; for INVERTED, a
+	// sample of posting lists per partition and no text.
 	Cheap bool `json:"cheap"`
 	// PartitionRows bounds the rows of the partitions the codes check
 	// reads (default: 0, no bound; Cheap: 64 × SampleRows).
@@ -260,7 +262,9 @@ func verifyScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, r
 		if t := segment.OtherType(im); t != typ {
 			return nil, fmt.Errorf("%w: segment %s is a %s segment among %s ones", errkind.InvalidInput, table.IndexUUID(im), cmpOr(t, "vector"), typ)
 		}
-		check := verifyBTree
+		check := func(ctx context.Context, st storage.Store, snap *table.Snapshot, im *pb.IndexMetadata) (*SegmentReport, error) {
+			return verifyBTree(ctx, st, snap, im, opts.Cheap)
+		}
 		switch typ {
 		case "ZONEMAP", "BLOOMFILTER":
 			check = verifyZoneMap
