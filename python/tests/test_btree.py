@@ -200,3 +200,27 @@ def test_string_indices_of_a_2_0_dataset_merge(tmp_path):
     assert ds.data_storage_version == "2.0"
     assert {f: sorted(ds.to_table(filter=f)["id"].to_pylist()) for f in filters} == truth
     assert "ScalarIndexQuery" in ds.scanner(filter=filters[4]).explain_plan()
+
+
+def test_many_deltas_merge_in_one_task(tmp_path):
+    """Past the default group size, a BTREE plan is one task (every level of
+    a tree would rewrite every row); smaller groups asked for are kept."""
+    uri = str(tmp_path / "t")
+    rng = np.random.default_rng(3)
+
+    def part(start: int) -> pa.Table:
+        return pa.table({"id": pa.array(np.arange(start, start + 50)), "k": pa.array(rng.integers(-99, 99, 50))})
+
+    ds = lance.write_dataset(part(0), uri)
+    ds.create_scalar_index("k", "BTREE")
+    for a in range(1, 36):
+        ds = lance.write_dataset(part(50 * a), uri, mode="append")
+        ds.optimize.optimize_indices(num_indices_to_merge=0)
+    assert len(ls.open(uri).list_index_segments("k_idx")) == 36
+    assert len(ls.plan_index_segment_merge(uri, "k_idx").tasks) == 1
+    small = [len(t.segments) for t in ls.plan_index_segment_merge(uri, "k_idx", segments_per_task=8).tasks]
+    assert len(small) == 5 and max(small) <= 8 and sum(small) == 36
+    want = sorted(lance.dataset(uri).to_table(filter="k BETWEEN -5 AND 5", columns=["id"])["id"].to_pylist())
+    ls.optimize(uri, "k_idx", progress=False)
+    assert len(ls.open(uri).list_index_segments("k_idx")) == 1
+    assert sorted(lance.dataset(uri).to_table(filter="k BETWEEN -5 AND 5", columns=["id"])["id"].to_pylist()) == want
