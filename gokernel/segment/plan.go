@@ -228,14 +228,15 @@ func PlanSegments(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 			// 8.2 s in one task): one task takes them all.
 			o.SegmentsPerTask = max(o.SegmentsPerTask, len(metas))
 		}
-		if sz.indexType == "BTREE" && o.SegmentsPerTask >= defaultSegmentsPerTask {
-			// Every level of a tree rewrites every row of a BTREE, and its
-			// k-way merge costs about the same per row whatever k: one
-			// task is half the time of a tree of two levels (bench_btree,
-			// 201 segments: 2.08 s of merging as 7 tasks then one). Inputs
-			// are open at once, so a task takes at most maxBTreeInputs. A
-			// caller asking for smaller tasks than the default gets them.
-			o.SegmentsPerTask = max(o.SegmentsPerTask, min(len(metas), maxBTreeInputs))
+		if oneTask[sz.indexType] && o.SegmentsPerTask >= defaultSegmentsPerTask {
+			// Every level of a tree rewrites every row of a BTREE or
+			// BITMAP, and their k-way merges cost about the same per row
+			// whatever k: one task is about half the time of a tree of two
+			// levels (bench_btree, 201 BTREE segments: 2.08 s of merging
+			// as 7 tasks then one, 1.11 s as one). Inputs are open at
+			// once, so a task takes at most maxKWayInputs. A caller asking
+			// for smaller tasks than the default gets them.
+			o.SegmentsPerTask = max(o.SegmentsPerTask, min(len(metas), maxKWayInputs))
 		}
 		groups = policy.Group(bytes, rows, o)
 	}
@@ -421,11 +422,14 @@ func ngramSizes(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata
 	return sz, nil
 }
 
-// maxBTreeInputs bounds the segments of one BTREE merge task (each input
-// holds its files open and a window in memory); defaultSegmentsPerTask is
-// the Python verbs' default segments_per_task (and optimize's fan_in).
+// oneTask are the index types whose default plan merges up to
+// maxKWayInputs segments in one task (each input holds its files open and
+// a window in memory); defaultSegmentsPerTask is the Python verbs' default
+// segments_per_task (and optimize's fan_in).
+var oneTask = map[string]bool{"BTREE": true, "BITMAP": true, "LABEL_LIST": true}
+
 const (
-	maxBTreeInputs         = 256
+	maxKWayInputs          = 256
 	defaultSegmentsPerTask = 32
 )
 
