@@ -279,11 +279,11 @@ def copy_floor(uri: str, groups: list[list[str]], scratch: str) -> dict[str, Any
     return run_child(setup, work, f"shutil.rmtree({scratch!r}, ignore_errors=True)")
 
 
-def read_write_floor(uri: str, groups: list[list[str]], scratch: str) -> dict[str, Any]:
+def read_write_floor(uri: str, groups: list[list[str]], scratch: str, fsync: bool = False) -> dict[str, Any]:
     """The same bytes through user space, as a merge moves them: every
     input file read into one reused buffer and appended to one output file
     per task (the in-kernel `copy_floor` never brings them into the
-    process)."""
+    process); with fsync, each output is then made durable."""
     setup = f"""
         import os, shutil
         groups = [[os.path.join({uri!r}, "_indices", u) for u in g] for g in {groups!r}]
@@ -291,6 +291,7 @@ def read_write_floor(uri: str, groups: list[list[str]], scratch: str) -> dict[st
         shutil.rmtree(dst, ignore_errors=True)
         os.makedirs(dst)
         buf = bytearray(8 << 20)
+        FSYNC = {fsync!r}
     """
     work = """
         view = memoryview(buf)
@@ -301,6 +302,8 @@ def read_write_floor(uri: str, groups: list[list[str]], scratch: str) -> dict[st
                         with open(os.path.join(d, f), "rb", buffering=0) as src:
                             while n := src.readinto(buf):
                                 out.write(view[:n])
+                if FSYNC:
+                    os.fsync(out.fileno())
     """
     return run_child(setup, work, f"shutil.rmtree({scratch!r}, ignore_errors=True)")
 

@@ -78,30 +78,6 @@ def after_pylance(uri: str, other: str, segments: int, dim: int) -> dict[str, An
     return bm.run_child(setup, work, after)
 
 
-def durable_floor(uri: str, groups: list[list[str]], scratch: str) -> dict[str, Any]:
-    """read_write_floor, then fsync of what it wrote."""
-    setup = f"""
-        import os, shutil
-        groups = [[os.path.join({uri!r}, "_indices", u) for u in g] for g in {groups!r}]
-        dst = {scratch!r}
-        shutil.rmtree(dst, ignore_errors=True)
-        os.makedirs(dst)
-        buf = bytearray(8 << 20)
-    """
-    work = """
-        view = memoryview(buf)
-        for gi, g in enumerate(groups):
-            with open(os.path.join(dst, f"{gi}.out"), "wb", buffering=0) as out:
-                for d in g:
-                    for f in sorted(os.listdir(d)):
-                        with open(os.path.join(d, f), "rb", buffering=0) as src:
-                            while n := src.readinto(buf):
-                                out.write(view[:n])
-                os.fsync(out.fileno())
-    """
-    return bm.run_child(setup, work, f"shutil.rmtree({scratch!r}, ignore_errors=True)")
-
-
 def measure(work: Path, p: bs.ScalePreset, t: str, parts: int) -> dict[str, Any]:
     data = bs.build(work / "data", p, t, parts)["deltas"]
     src, groups, segments = data["uri"], data["groups"], data["segments"]
@@ -116,7 +92,7 @@ def measure(work: Path, p: bs.ScalePreset, t: str, parts: int) -> dict[str, Any]
         b = bm.copy_dataset(src, str(work / "b"))
         runs["pylance"].append(bm.pylance_optimize(b, segments))
         runs["floor"].append(bm.read_write_floor(src, groups, scratch))
-        runs["durable_floor"].append(durable_floor(src, groups, scratch))
+        runs["durable_floor"].append(bm.read_write_floor(src, groups, scratch, fsync=True))
         print(f"{t} p{parts} repeat {r}: " + ", ".join(f"{k} {v[-1]['seconds']:.2f}s" for k, v in runs.items()), flush=True)
     med = {k: statistics.median(x["seconds"] for x in v) for k, v in runs.items()}
     commit = {k: statistics.median(x["commit_seconds"] for x in runs[k]) for k in ("fresh", "after_pylance")}

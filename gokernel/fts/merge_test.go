@@ -260,15 +260,10 @@ func TestMergeSpillsBuckets(t *testing.T) {
 				out := map[string][]byte{}
 				dir := table.IndexDir(&pb.IndexMetadata{Uuid: &pb.UUID{Uuid: opts.IndexUUID[:]}})
 				for _, f := range res.Files {
-					obj, err := st.Open(ctx, dir+f.GetPath())
+					b, err := storage.ReadAll(ctx, st, dir+f.GetPath(), 1<<30)
 					if err != nil {
 						t.Fatal(err)
 					}
-					b := make([]byte, obj.Size())
-					if err := obj.ReadAt(ctx, b, 0); err != nil {
-						t.Fatal(err)
-					}
-					obj.Close()
 					out[f.GetPath()] = b
 				}
 				return out
