@@ -101,23 +101,14 @@ type problemFunc func(check, format string, args ...any)
 // checkPartition decodes every posting list of a partition, reading the
 // invert file in windows.
 func checkPartition(ctx context.Context, s *Segment, part uint64, perPart int, res *CheckResult, problem problemFunc) (*Docs, error) {
-	docs, err := s.ReadDocs(ctx, part)
+	op, err := s.openPartition(ctx, part)
 	if err != nil {
 		problem("structure", "partition %d: %v", part, err)
 		return nil, nil
 	}
-	r, closeFn, err := s.open(ctx, InvertFile(part))
-	if err != nil {
-		problem("structure", "partition %d: %v", part, err)
-		return nil, nil
-	}
-	defer closeFn()
+	defer op.close()
+	docs, toks, r := op.docs, op.tokens, op.inv
 	rows := r.NumRows()
-	toks, err := s.ReadTokens(ctx, part, int(rows))
-	if err != nil {
-		problem("structure", "partition %d: %v", part, err)
-		return nil, nil
-	}
 	res.Docs += uint64(len(docs.RowIDs))
 	res.Tokens += rows
 	withPos := s.Meta.WithPositions()
@@ -191,23 +182,14 @@ func checkPartition(ctx context.Context, s *Segment, part uint64, perPart int, r
 // checkSampled reads a partition's documents, token map and lengths, and
 // decodes the posting lists (and positions) of n tokens evenly spread.
 func checkSampled(ctx context.Context, s *Segment, part uint64, n int, res *CheckResult, problem problemFunc) (*Docs, error) {
-	docs, err := s.ReadDocs(ctx, part)
+	op, err := s.openPartition(ctx, part)
 	if err != nil {
 		problem("structure", "partition %d: %v", part, err)
 		return nil, nil
 	}
-	r, closeFn, err := s.open(ctx, InvertFile(part))
-	if err != nil {
-		problem("structure", "partition %d: %v", part, err)
-		return nil, nil
-	}
-	defer closeFn()
-	nt := int(r.NumRows())
-	toks, err := s.ReadTokens(ctx, part, nt)
-	if err != nil {
-		problem("structure", "partition %d: %v", part, err)
-		return nil, nil
-	}
+	defer op.close()
+	docs, toks, r := op.docs, op.tokens, op.inv
+	nt := len(toks)
 	res.Docs += uint64(len(docs.RowIDs))
 	res.Tokens += uint64(nt)
 	withPos := s.Meta.WithPositions()

@@ -689,22 +689,14 @@ func parallel(ctx context.Context, n int, f func(i int) error) error {
 // loadHead reads what a merge needs of partition p before its posting
 // lists: documents, tokens and each token's document count.
 func loadHead(ctx context.Context, s *Segment, p uint64) (*part, error) {
-	pt := &part{}
-	var err error
-	if pt.docs, err = s.ReadDocs(ctx, p); err != nil {
-		return nil, err
-	}
-	r, closeFn, err := s.open(ctx, InvertFile(p))
+	op, err := s.openPartition(ctx, p)
 	if err != nil {
 		return nil, err
 	}
-	defer closeFn()
-	pt.invBytes = r.Size()
-	if pt.lengths, err = readU32s(ctx, r, lengthColumn, 0, r.NumRows()); err != nil {
+	defer op.close()
+	pt := &part{docs: op.docs, tokens: op.tokens, invBytes: op.inv.Size()}
+	if pt.lengths, err = readU32s(ctx, op.inv, lengthColumn, 0, op.inv.NumRows()); err != nil {
 		return nil, fmt.Errorf("%s: %w", InvertFile(p), err)
-	}
-	if pt.tokens, err = s.ReadTokens(ctx, p, len(pt.lengths)); err != nil {
-		return nil, err
 	}
 	return pt, nil
 }

@@ -304,6 +304,34 @@ func readInvertRow(ctx context.Context, r *lancefile.Reader, t uint64, withPos b
 	return v, nil
 }
 
+// openedPart is a partition's documents and token map, with its invert
+// file open to be read in windows (close releases it).
+type openedPart struct {
+	docs   *Docs
+	tokens []string
+	inv    *lancefile.Reader
+	close  func()
+}
+
+// openPartition reads partition p's documents and token map and opens its
+// invert file, whose rows the token map must match.
+func (s *Segment) openPartition(ctx context.Context, p uint64) (*openedPart, error) {
+	docs, err := s.ReadDocs(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	r, closeFn, err := s.open(ctx, InvertFile(p))
+	if err != nil {
+		return nil, err
+	}
+	toks, err := s.ReadTokens(ctx, p, int(r.NumRows()))
+	if err != nil {
+		closeFn()
+		return nil, err
+	}
+	return &openedPart{docs: docs, tokens: toks, inv: r, close: closeFn}, nil
+}
+
 // ReadInvert reads partition p's posting lists.
 func (s *Segment) ReadInvert(ctx context.Context, p uint64) (*Invert, error) {
 	r, closeFn, err := s.open(ctx, InvertFile(p))
