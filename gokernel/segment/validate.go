@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/RoaringBitmap/roaring/v2"
@@ -346,6 +347,7 @@ func sharedModel(srcs []*source, requantizeSQ bool) (*model, error) {
 			return nil, differs(mm)
 		}
 	}
+	m.centroids, m.nparts = widen(srcs)
 	if m.typ.HNSW() {
 		var err error
 		if m.hnsw, err = sharedHNSW(srcs, m); err != nil {
@@ -487,7 +489,7 @@ func compareKind(ref, s *source) *mismatch {
 		return &mismatch{what: "distance type", want: f0.Distance, got: f.Distance}
 	case s.dimension() != ref.dimension():
 		return &mismatch{what: "vector dimension", want: ref.dimension(), got: s.dimension()}
-	case f.NumPartitions() != f0.NumPartitions():
+	case f.NumPartitions() != f0.NumPartitions() && f0.Type.HNSW(): // others: compareModel (an extended model)
 		return &mismatch{what: "IVF partition count", want: f0.NumPartitions(), got: f.NumPartitions()}
 	}
 	q0, q := f0.Quant, f.Quant
@@ -524,7 +526,7 @@ func compareKind(ref, s *source) *mismatch {
 // (compareKind returned nil): IVF centroids, PQ codebook, SQ bounds, RQ
 // rotation.
 func compareModel(ref, s *source) *mismatch {
-	if err := sameTensor(ref.files.Centroids(), s.files.Centroids()); err != nil {
+	if err := sameCentroids(ref, s); err != nil {
 		return &mismatch{what: "IVF centroids", want: sameValue, got: err}
 	}
 	q0, q := ref.files.Quant, s.files.Quant
@@ -570,6 +572,64 @@ func sqNote(srcs []*source, m *model) string {
 
 func closeEnough(a, b float64) bool {
 	return a == b || math.Abs(a-b) <= centroidTolerance*math.Max(1, math.Max(math.Abs(a), math.Abs(b)))
+}
+
+// sameCentroids compares two segments' IVF centroids: the same, or (IVF
+// kinds without a graph) one a prefix of the other. A model extended with
+// centroids where the data went (train.Extend) keeps the partitions it
+// had, so a segment encoded before the extension is a segment of the
+// extended model whose new partitions are empty: its rows' partitions,
+// residuals and codes are unchanged. HNSW graphs are per partition of one
+// model and are not extended.
+func sameCentroids(ref, s *source) error {
+	a, b := ref.files.Centroids(), s.files.Centroids()
+	if a == nil || b == nil || ref.files.Type.HNSW() || len(a.Shape) != 2 || len(b.Shape) != 2 ||
+		a.Shape[0] == b.Shape[0] || a.Shape[1] != b.Shape[1] || a.DType != b.DType {
+		return sameTensor(a, b)
+	}
+	short, long := a, b
+	if b.Shape[0] < a.Shape[0] {
+		short, long = b, a
+	}
+	head := &ivf.Tensor{DType: long.DType, Shape: []uint32{short.Shape[0], long.Shape[1]}, Data: long.Data[:len(short.Data)]}
+	if err := sameTensor(short, head); err != nil {
+		return fmt.Errorf("%d centroids vs %d, and the first %d differ: %w", b.Shape[0], a.Shape[0], short.Shape[0], err)
+	}
+	return nil
+}
+
+// widen makes every source's partition table as long as the widest
+// source's model (sources encoded before an extension have its first
+// partitions; the rest are empty in them) and returns that model's
+// centroids.
+func widen(srcs []*source) (*ivf.Tensor, int) {
+	wide := srcs[0]
+	for _, s := range srcs[1:] {
+		if s.files.NumPartitions() > wide.files.NumPartitions() {
+			wide = s
+		}
+	}
+	n := wide.files.NumPartitions()
+	for _, s := range srcs {
+		iv := s.files.IVF
+		if len(iv.Lengths) >= n {
+			continue
+		}
+		var total uint64
+		if k := len(iv.Lengths); k > 0 {
+			total = iv.Offsets[k-1] + uint64(iv.Lengths[k-1])
+		}
+		padded := &ivf.Model{Centroids: wide.files.Centroids(), Loss: iv.Loss,
+			Lengths: append(slices.Clip(iv.Lengths), make([]uint32, n-len(iv.Lengths))...),
+			Offsets: append(slices.Clip(iv.Offsets), make([]uint64, n-len(iv.Offsets))...)}
+		for p := len(iv.Lengths); p < n; p++ {
+			padded.Offsets[p] = total
+		}
+		f := *s.files // the cached Files stay as they were
+		f.IVF = padded
+		s.files = &f
+	}
+	return wide.files.Centroids(), n
 }
 
 // sameTensor compares two tensors: same type and shape, values bitwise

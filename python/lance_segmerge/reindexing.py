@@ -20,8 +20,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Union
 
-from . import _jobs
+from . import _ffi, _jobs
 from ._args import checked
+from ._cdata import CStructs
 from ._build import _build_segment, _train, fragment_rows, group_fragments, read_index_model, read_segment_model
 from ._engine import Run
 from ._handles import at_version
@@ -37,7 +38,7 @@ from .types import IndexSegment
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["reindex", "REBUILDABLE"]
+__all__ = ["reindex", "REBUILDABLE", "EXTENSIBLE"]
 
 #: The index kinds a reindex rebuilds (the kinds the Go build writes).
 REBUILDABLE = ("IVF_FLAT", "IVF_SQ", "IVF_PQ", "IVF_RQ")
@@ -350,3 +351,97 @@ def _catch_up(
     logger.info("reindex of %s: caught up %d rows of %d fragments appended meanwhile (version %d)",
                 index_name, rows, len(todo), done.version)
     return done, rows
+
+
+#: The index kinds whose model an extension grows (IVF without a graph).
+EXTENSIBLE = ("IVF_FLAT", "IVF_SQ", "IVF_PQ", "IVF_RQ")
+
+#: Rows sampled from the indexed rows and from the new rows to decide.
+EXTEND_SAMPLE_ROWS = 16384
+
+#: An extension never leaves fewer rows than this per partition on
+#: average: past it, the model has moved too far to patch, and the pass
+#: asks health whether to retrain.
+MIN_ROWS_PER_PARTITION = 64
+
+
+@dataclass(frozen=True)
+class ExtendStats:
+    """What one model extension measured and did (maintain reports it)."""
+
+    residual_ratio: float
+    added: int
+    capped: bool
+    rebuilt_rows: int
+    version: int
+
+
+def _extend(ds: Dataset, index_name: str, properties: Optional[dict[str, str]] = None,
+            threshold: Optional[float] = None) -> Optional[ExtendStats]:
+    """Keep an IVF model fitting rows appended since its segments were
+    merged, at the cost of those rows only.
+
+    The segment holding the widest model (the most centroids; then the
+    most rows) stands for the rows the model fits; segments over newer
+    fragments only are the new rows. The kernel compares their residuals
+    on bounded samples (``train.Extend``): when the new rows lie farther
+    from their centroids than the indexed rows do (by ``threshold``,
+    default 1.1), it trains centroids where they went. Those are appended
+    to the model (every existing centroid, the PQ codebook, SQ bounds and
+    RQ rotation kept), the new fragments are re-encoded with it into one
+    segment, and that segment replaces the new segments in one commit. The
+    other segments stay valid: their partitions are the first of the
+    extended model, which merges them as they are.
+
+    Returns None when there is nothing to measure (one segment, no newer
+    segments, or a kind that is not extended), else what was measured.
+    """
+    segs = _list(ds, index_name, True)
+    if len(segs) < 2 or not {s.index_type for s in segs} <= set(EXTENSIBLE) or len({s.index_type for s in segs}) != 1:
+        return None
+    base = max(segs, key=lambda s: (s.num_partitions or 0, s.num_rows or 0))
+    newest = max(base.fragment_ids, default=-1)
+    new = [s for s in segs if s is not base and s.fragment_ids and min(s.fragment_ids) > newest]
+    if not new or not base.fragment_ids:
+        return None
+    new_frags = sorted({f for s in new for f in s.fragment_ids})
+    rows = sum(int(s.num_rows or 0) for s in segs)
+    req = {
+        "index": index_name, "segment": base.uuid, "fitted_fragments": list(base.fragment_ids),
+        "new_fragments": new_frags, "ref_rows": EXTEND_SAMPLE_ROWS, "new_rows": EXTEND_SAMPLE_ROWS,
+        "options": {"threshold": threshold or 0, "seed": ds.version},
+        "max_partitions": max(1, rows // MIN_ROWS_PER_PARTITION),
+    }
+    structs = {n: CStructs() for n in ("centroids", "codebook", "rotation")}
+    out = json.loads(_ffi.run_operation(
+        "ExtendIndexModel",
+        (ds.uri, ds.options_json, ds.version, json.dumps(req), json.dumps({n: s.pair() for n, s in structs.items()})),
+    ))
+    arrays = {n: structs[n].import_array() for n in out.get("arrays") or {}}
+    ext = out["extend"]
+    ratio = float(ext["new_residual"]) / float(ext["ref_residual"]) if ext["ref_residual"] else 0.0
+    added, capped = int(ext["added"]), bool(out.get("capped"))
+    if added == 0 or capped:
+        if capped:
+            logger.warning("%s: new rows lie %.2fx farther from their centroids than indexed rows, but %d more centroids "
+                           "would leave fewer than %d rows per partition: not extended", index_name, ratio, added,
+                           MIN_ROWS_PER_PARTITION)
+        return ExtendStats(ratio, 0, capped, 0, ds.version)
+    model = IndexModel.from_spec(out, arrays, params=(("extended_from", base.uuid), ("added", added)))
+    column = str(out["column"])
+    seg = _build_segment(ds, column, str(base.index_type), new_frags, model, name=index_name)
+    props = transaction_properties("maintain", "extend-" + model.content_hash[:16], properties,
+                                   model=model.content_hash[:16], previous_partitions=base.num_partitions,
+                                   partitions_added=added, residual_ratio=f"{ratio:.3f}")
+    try:
+        done = _commit(ds, index_name, column, [seg], [s.uuid for s in new], properties=props)
+    except BaseException:
+        try:
+            remove_uncommitted(ds, [seg.uuid])
+        except SegmergeError as exc:
+            logger.warning("could not remove the extension segment %s: %s", seg.uuid, exc)
+        raise
+    logger.info("%s: new rows lay %.2fx farther from their centroids than indexed rows; %d centroids added "
+                "(%d -> %d partitions), %d rows of %d segments re-encoded (version %d)", index_name, ratio, added,
+                base.num_partitions or 0, model.num_partitions, seg.num_rows or 0, len(new), done.version)
+    return ExtendStats(ratio, added, False, int(seg.num_rows or 0), done.version)

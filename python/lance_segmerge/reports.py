@@ -732,6 +732,12 @@ class MaintainReport(_Report):
         Whether the pass rebuilt the index (:func:`reindex`) before merging;
         ``reindex_version`` the version that left, ``reindex_seconds`` its
         time.
+    partitions_added : int
+        With ``retrain="auto"``: centroids the pass added to the model where
+        new rows went (0 when the model still fitted them; see
+        :func:`maintain`), and ``residual_ratio``, the new rows' mean squared
+        distance to their centroid over the indexed rows' (0.0 when not
+        measured).
     """
 
     _what = "a MaintainReport"
@@ -761,6 +767,8 @@ class MaintainReport(_Report):
     reindexed: bool = spec(bool_field, default=False, decode=_or(False))
     reindex_version: int = spec(_INT, default=0, decode=_or(0))
     reindex_seconds: float = spec(_SECONDS, default=0.0, decode=_or(0.0))
+    partitions_added: int = spec(_INT, default=0, decode=_or(0))
+    residual_ratio: float = spec(float_field, default=0.0, decode=_or(0.0))
 
     def __post_init__(self) -> None:
         _fields.check_fields(self, "MaintainReport")
@@ -779,6 +787,9 @@ class MaintainReport(_Report):
             ("health", (self.health_verdict + (": " + "; ".join(self.health_reasons) if self.health_reasons else ""))
              if self.health_verdict else "not measured"),
             ("reindexed", f"version {self.reindex_version} in {self.reindex_seconds:.2f}s" if self.reindexed else "no"),
+            ("model", (f"new rows' residual {self.residual_ratio:.2f}x the indexed rows'"
+                       + (f"; {self.partitions_added} centroids added where they went" if self.partitions_added else ""))
+             if self.residual_ratio else "not measured"),
             ("time", f"{self.seconds:.2f}s"),
             ("", self.summary),
         )

@@ -352,9 +352,92 @@ def test_reindex_refuses_what_it_cannot_rebuild(tmp_path):
 # -- maintain(retrain=...) -------------------------------------------------------------
 
 
+def _partitions(uri: str) -> list[int]:
+    return [int(s.num_partitions or 0) for s in ls.open(uri).list_index_segments("vec_idx")]
+
+
+def test_maintain_extends_the_model_where_new_rows_went(copy):
+    """retrain="auto" on drifted deltas: centroids are added where the new
+    rows went and only those rows are re-encoded; pylance reads the
+    extended index, validates it, and its recall of the newest rows beats
+    merging without retraining by far."""
+    drifted, vecs = copy("drifted")
+    plain, _ = copy("drifted")
+    rep = ls.maintain(drifted, "vec_idx", retrain="auto", executor="local")
+    assert rep.residual_ratio > 1.1 and rep.partitions_added > 0
+    assert not rep.reindexed and rep.health_verdict == ""  # extension sufficed: no health pass
+    assert "centroids added" in rep.to_text()
+    ls.maintain(plain, "vec_idx", retrain="never", executor="local")
+    ds = lance.dataset(drifted)
+    ds.validate()
+    parts = _partitions(drifted)
+    assert max(parts) == 16 + rep.partitions_added
+    assert ds.stats.index_stats("vec_idx")["num_indexed_rows"] == len(vecs)
+    ours, never = _recall_recent(ds, vecs), _recall_recent(lance.dataset(plain), vecs)
+    assert ours > never + 0.1, (ours, never)
+    # The extension commit says what it did, and pylance reads it.
+    props = [dict(ds.read_transaction(v).transaction_properties or {}) for v in range(2, ds.version + 1)]
+    ext = [p for p in props if p.get("lance_segmerge.partitions_added")]
+    assert len(ext) == 1 and int(ext[0]["lance_segmerge.partitions_added"]) == rep.partitions_added
+    assert ext[0]["lance_segmerge.previous_partitions"] == "16"
+
+    # A steady table: the new rows fit; nothing is added.
+    steady, _ = copy("steady")
+    calm = ls.maintain(steady, "vec_idx", retrain="auto", executor="local")
+    assert 0 < calm.residual_ratio < 1.1 and calm.partitions_added == 0 and not calm.reindexed
+    assert max(_partitions(steady)) == 16
+
+
+def test_pylance_goes_on_with_an_extended_model(copy):
+    """After an extension pylance keeps working on the index as its own:
+    a delta of its optimize uses the extended model, its own merge joins
+    the delta to our segment, and its answers stay exact where they can
+    be (a row queried with its own vector at one probe of IVF_FLAT would
+    not be found if pylance assigned partitions otherwise than we did)."""
+    drifted, vecs = copy("drifted")
+    rep = ls.maintain(drifted, "vec_idx", retrain="auto", executor="local")
+    assert rep.partitions_added > 0
+    wide = max(_partitions(drifted))
+    more = _draw(APPEND_ROWS, 1.5 * (APPENDS + 1), 99)
+    ds = lance.write_dataset(_table(more, len(vecs)), drifted, mode="append")
+    ds.optimize.optimize_indices(num_indices_to_merge=0)
+    assert wide in _partitions(drifted) and len(_partitions(drifted)) >= 2
+    ds = lance.dataset(drifted)
+    ds.optimize.optimize_indices()  # pylance's own merge of our extended segment
+    ds = lance.dataset(drifted)
+    ds.validate()
+    allv = np.concatenate([vecs, more])
+    assert ds.stats.index_stats("vec_idx")["num_indexed_rows"] == len(allv)
+    assert _recall_recent(ds, allv) > 0.3
+
+
+def test_an_extended_ivf_flat_index_finds_every_row_at_one_probe(tmp_path):
+    uri = str(tmp_path / "flat")
+    base = _draw(4000, 0.0, 1)
+    ds = lance.write_dataset(_table(base, 0), uri)
+    ds.create_index("vec", "IVF_FLAT", num_partitions=8)
+    far = _draw(2000, 12.0, 2)
+    ds = lance.write_dataset(_table(far, len(base)), uri, mode="append")
+    ds.optimize.optimize_indices(num_indices_to_merge=0)
+    rep = ls.maintain(uri, "vec_idx", retrain="auto", executor="local", policy="all")
+    assert rep.partitions_added > 0 and max(_partitions(uri)) == 8 + rep.partitions_added
+    assert len(_partitions(uri)) == 1  # merged: the old segment's partitions are the first of the new model
+    ds = lance.dataset(uri)
+    allv = np.concatenate([base, far])
+    for i in list(range(0, len(base), 97)) + list(range(len(base), len(allv), 41)):
+        got = ds.to_table(nearest={"column": "vec", "q": allv[i], "k": 1, "nprobes": 1}, columns=["id"])["id"].to_pylist()
+        assert got == [i]
+
+
 def test_maintain_retrains_when_health_says_so(copy, caplog):
+    """With no new segments to compare (every delta merged without
+    retraining), retrain="auto" asks health, which names the drift, and
+    reindexes."""
     drifted, vecs = copy("drifted")
     steady, _ = copy("steady")
+    for uri in (drifted, steady):
+        ls.maintain(uri, "vec_idx", retrain="never", executor="local", policy="all")
+        assert len(_partitions(uri)) == 1
     before = _recall_recent(lance.dataset(drifted), vecs)
     rep = ls.maintain(drifted, "vec_idx", retrain="auto", executor="local")
     assert rep.health_verdict == "retrain" and rep.health_reasons and rep.reindexed
@@ -368,6 +451,7 @@ def test_maintain_retrains_when_health_says_so(copy, caplog):
     assert calm.health_verdict in ("ok", "degrading") and not calm.reindexed
 
     budget, _ = copy("drifted")
+    ls.maintain(budget, "vec_idx", retrain="never", executor="local", policy="all")
     with caplog.at_level(logging.WARNING, logger="lance_segmerge"):
         small = ls.maintain(budget, "vec_idx", retrain="auto", retrain_max_rows=100, executor="local")
     assert small.health_verdict == "retrain" and not small.reindexed
