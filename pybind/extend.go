@@ -3,6 +3,7 @@ package pybind
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/modelio"
@@ -72,11 +73,16 @@ func ExtendIndexModel(opID, uri, optionsJSON string, version int, requestJSON, p
 		if err != nil {
 			return "", tagged(err)
 		}
-		for _, ids := range [][]uint64{req.Fitted, req.New} {
-			if err := rd.CheckFragments(ids); err != nil {
-				return "", tagged(err)
-			}
+		// A segment may still name fragments a compaction removed: only
+		// the live ones have rows to sample.
+		live := map[uint64]bool{}
+		for _, id := range snap.FragmentIDs() {
+			live[id] = true
 		}
+		keep := func(ids []uint64) []uint64 {
+			return slices.DeleteFunc(slices.Clone(ids), func(id uint64) bool { return !live[id] })
+		}
+		req.Fitted, req.New = keep(req.Fitted), keep(req.New)
 		ref, err := rd.Sample(ctx, req.Fitted, req.RefRows, req.Options.Seed)
 		if err != nil {
 			return "", tagged(err)

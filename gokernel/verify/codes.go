@@ -70,11 +70,14 @@ func draw(rng *rand.Rand, n, k uint64) []uint64 {
 type codeStats struct {
 	sampled, stale, noVector, dropped, compared int
 	ties                                        int // rows on a partition tie (codes not compared)
-	misplaced                                   map[int]int
-	sampledIn                                   map[int]int
-	match                                       [maxDepth + 1]int // codes agree with the layout applied d times
-	extras                                      int               // RQ ex codes or factors disagree
-	firstBad                                    string
+	// earlier: rows placed by a narrower model this one extends (see
+	// comparer.earlierModel; codes not compared)
+	earlier   int
+	misplaced map[int]int
+	sampledIn map[int]int
+	match     [maxDepth + 1]int // codes agree with the layout applied d times
+	extras    int               // RQ ex codes or factors disagree
+	firstBad  string
 	// dot PQ: rows whose codes are exactly the nearest-entry (L2)
 	// encoding, or the inner-product one
 	exactL2, exactIP int
@@ -240,9 +243,12 @@ func checkCodes(ctx context.Context, o *opened, rd *vecdata.Reader, live *liveSe
 			v := prepared[s.vec*dim : (s.vec+1)*dim]
 			st.sampledIn[p]++
 			if e != p {
-				if cmp.partitionTie(v, p, e) {
+				switch {
+				case cmp.partitionTie(v, p, e):
 					st.ties++
-				} else {
+				case cmp.earlierModel(v, p, e):
+					st.earlier++
+				default:
 					st.misplaced[p]++
 				}
 				continue
@@ -353,6 +359,27 @@ func (c *comparer) dist(a, b []float32) float64 {
 }
 
 // partitionTie: v is (but for rounding) as close to centroid p as to e.
+// earlierModel reports whether a row stored in partition p, whose
+// nearest centroid is e, was placed right by a narrower model that this
+// one extends: an extended model (maintain's retrain="auto") appends
+// centroids and keeps the rows encoded before where they were, so a row
+// may have a nearer centroid among the appended ones (e > p) while p is
+// still its nearest among the centroids up to p. A row nearer to an
+// earlier centroid than to its own was never placed right by any model.
+func (c *comparer) earlierModel(v []float32, p, e int) bool {
+	if e < p {
+		return false
+	}
+	dim := c.m.Dim
+	dp := c.dist(v, c.m.Centroids[p*dim:(p+1)*dim])
+	for j := 0; j < p; j++ {
+		if d := c.dist(v, c.m.Centroids[j*dim:(j+1)*dim]); d < dp && !closeTo(d, dp) {
+			return false
+		}
+	}
+	return true
+}
+
 func (c *comparer) partitionTie(v []float32, p, e int) bool {
 	dim := c.m.Dim
 	return closeTo(c.dist(v, c.m.Centroids[p*dim:(p+1)*dim]), c.dist(v, c.m.Centroids[e*dim:(e+1)*dim]))
@@ -503,7 +530,8 @@ func report(o *opened, st *codeStats, sr *SegmentReport) {
 		misplaced += k
 	}
 	nums["misplaced"] = float64(misplaced)
-	placed := st.compared + st.ties + misplaced
+	nums["earlier_model"] = float64(st.earlier)
+	placed := st.compared + st.ties + st.earlier + misplaced
 	if placed == 0 {
 		msg := fmt.Sprintf("none of the %d sampled rows has a live vector to compare with (%d stale, %d without a vector)", st.sampled, st.stale, st.noVector)
 		sr.add(Check{Name: "layout", Verdict: Skipped, Message: msg})
