@@ -255,8 +255,8 @@ def maintain(
         ``"auto"``: each pass first checks whether the model still fits
         the rows appended since the index's widest segment (their mean
         squared distance to their nearest centroid against the indexed
-        rows', on samples of 16,384 rows each). When they lie more than
-        1.1x farther, centroids are trained where they went and appended
+        rows', on a sample of 4,096 indexed rows and up to 16,384 new
+        ones). When they lie more than 1.1x farther, centroids are trained where they went and appended
         to the model (IVF_FLAT, IVF_SQ, IVF_PQ, IVF_RQ; the codebook, SQ
         bounds and RQ rotation are kept), only the new rows are
         re-encoded, and the merge that follows joins them to the rest: the

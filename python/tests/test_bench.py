@@ -185,9 +185,14 @@ def test_bench_drift_smoke(tmp_path):
     res = json.loads(report.read_text())
     assert len(res["steps"]) == 3
     for s in res["steps"]:
-        for c in ("fresh", "pylance", "ours", "ours-auto"):
+        for c in ("fresh", "fresh-b", "pylance", "ours", "ours-auto"):
             assert 0.0 <= s[c] <= 1.0 and s[f"{c}_segments"] >= 1
-        assert s["health"] in ("ok", "degrading", "retrain")
+        # retrain="auto" measured the new rows' fit (health only when an
+        # extension could not help) and says what it added
+        assert s["residual_ratio"] > 0
+        if not any(t["reindexed"] for t in res["steps"]):
+            assert s["partitions"] == 16 + sum(t["added"] for t in res["steps"][: s["step"]])
+        assert s["health"] in ("-", "ok", "degrading", "retrain")
     assert res["reindex_seconds"] > 0 and res["pylance_create_index_seconds"] > 0
     assert "retrain=auto" in (tmp_path / report.name.replace(".json", ".md")).read_text()
 
