@@ -162,6 +162,7 @@ func Health(ctx context.Context, st storage.Store, snap *table.Snapshot, indexNa
 
 	// Partitions, per segment and over the index.
 	var total []uint64
+	widest, widestParts := metas[0], 0
 	v0 := metas[0].GetDatasetVersion()
 	covered := map[uint32]bool{}
 	for _, im := range metas {
@@ -184,13 +185,16 @@ func Health(ctx context.Context, st storage.Store, snap *table.Snapshot, indexNa
 			// pylance's details leave the metric to the files.
 			rep.Metric = stats.DistanceType
 		}
-		if len(total) == 0 {
-			total = make([]uint64, len(stats.PartitionRows))
+		// An extended model's segments hold its first partitions (see
+		// segment.sameCentroids): partition p is one partition in all.
+		if n := len(stats.PartitionRows); n > len(total) {
+			total = append(total, make([]uint64, n-len(total))...)
 		}
-		if len(stats.PartitionRows) == len(total) {
-			for p, n := range stats.PartitionRows {
-				total[p] += uint64(n)
-			}
+		for p, n := range stats.PartitionRows {
+			total[p] += uint64(n)
+		}
+		if stats.NumPartitions > widestParts {
+			widest, widestParts = im, stats.NumPartitions
 		}
 		cv, mx := skew(stats.PartitionRows)
 		rep.Segments = append(rep.Segments, SegmentHealth{UUID: table.IndexUUID(im), DatasetVersion: im.GetDatasetVersion(),
@@ -232,8 +236,9 @@ func Health(ctx context.Context, st storage.Store, snap *table.Snapshot, indexNa
 		recent = all[len(all)-max(1, len(all)/10):]
 	}
 
-	// The model, from the first segment.
-	o, err := openSegment(ctx, st, snap, metas[0])
+	// The model the index answers with now: the widest segment's (after
+	// maintain's extensions; every segment's otherwise).
+	o, err := openSegment(ctx, st, snap, widest)
 	if err != nil {
 		return nil, err
 	}

@@ -59,6 +59,10 @@ def _maybe_reindex(ds: Dataset, index_name: str, rule: _Retrain) -> dict[str, An
         except UnsupportedError as exc:  # a dot-product model: health decides
             logger.info("%s: the model is not extended: %s", index_name, exc)
             ext = None
+        except ConflictError as exc:  # a writer merged or replaced the deltas meanwhile
+            logger.warning("%s: the model extension lost to a concurrent commit (%s); the pass merges without it",
+                           index_name, exc)
+            return out
         if ext is not None:
             out = {"partitions_added": ext.added, "residual_ratio": ext.residual_ratio}
             if not ext.capped:

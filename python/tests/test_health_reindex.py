@@ -382,6 +382,12 @@ def test_maintain_extends_the_model_where_new_rows_went(copy):
     assert len(ext) == 1 and int(ext[0]["lance_segmerge.partitions_added"]) == rep.partitions_added
     assert ext[0]["lance_segmerge.previous_partitions"] == "16"
 
+    # health judges the model the index answers with (the widest), which
+    # fits the moved rows now.
+    h = ls.health(drifted, "vec_idx")
+    assert h.num_partitions == max(parts) and h.verdict != "retrain", h.reasons
+    assert h.residual_ratio < 1.15, h.reasons
+
     # A steady table: the new rows fit; nothing is added.
     steady, _ = copy("steady")
     calm = ls.maintain(steady, "vec_idx", retrain="auto", executor="local")
