@@ -20,7 +20,9 @@ type ExtendOptions struct {
 	// this factor (default 1.1).
 	Threshold float64 `json:"threshold"`
 	// MinRowsPerCentroid bounds the new centroids by the misfit rows
-	// sampled (default 16): a centroid stands for a cluster, not a row.
+	// sampled (default 32): a centroid stands for a cluster, not a row.
+	// On bench/drift.py, 16 gave the same recall with twice the
+	// partitions, whose merges cost 30% more.
 	MinRowsPerCentroid int `json:"min_rows_per_centroid"`
 	// MaxNew caps the centroids added (0: no cap beyond the rows').
 	MaxNew  int    `json:"max_new"`
@@ -34,11 +36,13 @@ func (o ExtendOptions) withDefaults() ExtendOptions {
 		o.Threshold = 1.1
 	}
 	if o.MinRowsPerCentroid <= 0 {
-		o.MinRowsPerCentroid = 16
+		o.MinRowsPerCentroid = 32
 	}
 	if o.MaxIter <= 0 {
 		o.MaxIter = 25
 	}
+	o.MaxIter = min(o.MaxIter, 1000) // a request's, bounded
+	o.MaxNew = max(o.MaxNew, 0)
 	if o.Workers <= 0 {
 		o.Workers = 1
 	}

@@ -74,7 +74,7 @@ func TestExtend(t *testing.T) {
 			if after > 1.1*res.RefResidual || after >= res.NewResidual/2 {
 				t.Fatalf("residual %.2f -> %.2f, reference %.2f", res.NewResidual, after, res.RefResidual)
 			}
-			if res.Added > 2000/16 {
+			if res.Added > 2000/32 {
 				t.Fatalf("%d centroids for 2000 rows", res.Added)
 			}
 		})

@@ -358,7 +358,6 @@ func (c *comparer) dist(a, b []float32) float64 {
 	return float64(vecmath.L2Sq(a, b))
 }
 
-// partitionTie: v is (but for rounding) as close to centroid p as to e.
 // earlierModel reports whether a row stored in partition p, whose
 // nearest centroid is e, was placed right by a narrower model that this
 // one extends: an extended model (maintain's retrain="auto") appends
@@ -380,6 +379,7 @@ func (c *comparer) earlierModel(v []float32, p, e int) bool {
 	return true
 }
 
+// partitionTie: v is (but for rounding) as close to centroid p as to e.
 func (c *comparer) partitionTie(v []float32, p, e int) bool {
 	dim := c.m.Dim
 	return closeTo(c.dist(v, c.m.Centroids[p*dim:(p+1)*dim]), c.dist(v, c.m.Centroids[e*dim:(e+1)*dim]))
