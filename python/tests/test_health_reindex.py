@@ -21,6 +21,7 @@ import pyarrow as pa
 import pytest
 
 import lance_segmerge as ls
+from lance_segmerge.reindexing import _extend
 
 DIM = 32
 CENTERS = 16
@@ -429,8 +430,19 @@ def test_an_extended_ivf_flat_index_finds_every_row_at_one_probe(tmp_path, shift
     far = _draw(2000, shift, 2)
     ds = lance.write_dataset(_table(far, len(base)), uri, mode="append")
     ds.optimize.optimize_indices(num_indices_to_merge=0)
-    rep = ls.maintain(uri, "vec_idx", retrain="auto", executor="local", policy="all")
-    assert rep.partitions_added > 0 and max(_partitions(uri)) == 8 + rep.partitions_added
+    # The extension alone first: two segments of one model, 8 and 8 + k
+    # partitions wide, which pylance searches and verify takes as one.
+    ext = _extend(ls.open(uri), "vec_idx")
+    assert ext is not None and ext.added > 0 and sorted(_partitions(uri)) == [8, 8 + ext.added]
+    more = _draw(500, shift, 3)
+    ds = lance.write_dataset(_table(more, len(base) + len(far)), uri, mode="append")
+    ds.optimize.optimize_indices(num_indices_to_merge=0)  # a third segment, of pylance's choosing
+    three = ls.verify_index(uri, "vec_idx")
+    assert three.clean and len(three.segments) == 3, three.to_text()
+    assert all(s.check("model").verdict == "ok" for s in three.segments), three.to_text()
+    far = np.concatenate([far, more])
+    rep = ls.maintain(uri, "vec_idx", executor="local", policy="all")
+    assert max(_partitions(uri)) == 8 + ext.added
     assert len(_partitions(uri)) == 1  # merged: the old segment's partitions are the first of the new model
     # Old rows nearer an appended centroid are rows placed by the narrower
     # model, not misplaced ones: the pre-commit check let the merge
