@@ -73,6 +73,7 @@ type codeStats struct {
 	// earlier: rows placed by a narrower model this one extends (see
 	// comparer.earlierModel; codes not compared)
 	earlier   map[int]int
+	drawn     map[int]*cloud // the earlier rows of each partition
 	misplaced map[int]int
 	sampledIn map[int]int
 	match     [maxDepth + 1]int // codes agree with the layout applied d times
@@ -145,7 +146,7 @@ func checkCodes(ctx context.Context, o *opened, rd *vecdata.Reader, live *liveSe
 			samples = append(samples, sample{part: p, idx: i, addr: binary.LittleEndian.Uint64(a.Values[8*i:]), vec: -1})
 		}
 	}
-	st := &codeStats{sampled: len(samples), misplaced: map[int]int{}, earlier: map[int]int{}, sampledIn: map[int]int{}, fragSampled: map[uint32]int{}}
+	st := &codeStats{sampled: len(samples), misplaced: map[int]int{}, earlier: map[int]int{}, drawn: map[int]*cloud{}, sampledIn: map[int]int{}, fragSampled: map[uint32]int{}}
 	for d := range st.fragMatch {
 		st.fragMatch[d] = map[uint32]int{}
 	}
@@ -248,6 +249,7 @@ func checkCodes(ctx context.Context, o *opened, rd *vecdata.Reader, live *liveSe
 					st.ties++
 				case cmp.earlierModel(v, p, e):
 					st.earlier[p]++
+					st.drawnTo(p, dim).add(v)
 				default:
 					st.misplaced[p]++
 				}
@@ -289,8 +291,65 @@ func checkCodes(ctx context.Context, o *opened, rd *vecdata.Reader, live *liveSe
 		m2.PQ = &pq
 		o.fresh = &m2
 	}
+	st.disown(cmp)
 	report(o, st, sr)
 	return nil
+}
+
+// cloud sums rows to give their mean and spread.
+type cloud struct {
+	n   int
+	sum []float64
+	sq  float64
+}
+
+func (c *cloud) add(v []float32) {
+	c.n++
+	for j, x := range v {
+		c.sum[j] += float64(x)
+		c.sq += float64(x) * float64(x)
+	}
+}
+
+func (st *codeStats) drawnTo(p, dim int) *cloud {
+	c := st.drawn[p]
+	if c == nil {
+		c = &cloud{sum: make([]float64, dim)}
+		st.drawn[p] = c
+	}
+	return c
+}
+
+// disown counts as misplaced the earlier rows of a partition whose
+// centroid disagrees with its rows. An extension's appended centroid may
+// draw nearly all rows of a partition it lands beside, but those rows
+// were placed by the narrower model, whose centroid p still lies among
+// them. A damaged centroid does not: nearly all the partition's sampled
+// rows are nearer other centroids and the centroid lies far outside
+// their cloud (its distance to their mean more than three times their
+// spread), whatever the centroids' order.
+func (st *codeStats) disown(cmp *comparer) {
+	dim := cmp.m.Dim
+	for p, k := range st.earlier {
+		in := st.sampledIn[p]
+		if in < 4 || (k+st.misplaced[p])*10 < in*9 {
+			continue
+		}
+		c := st.drawn[p]
+		centroid := cmp.m.Centroids[p*dim : (p+1)*dim]
+		var norm2, offset2 float64
+		for j, s := range c.sum {
+			mean := s / float64(c.n)
+			norm2 += mean * mean
+			d := mean - float64(centroid[j])
+			offset2 += d * d
+		}
+		spread := c.sq/float64(c.n) - norm2 // mean squared distance to the mean
+		if offset2 > 9*max(spread, 0) {
+			st.misplaced[p] += k
+			delete(st.earlier, p)
+		}
+	}
 }
 
 // encoded is a batch encoded with a model.
@@ -529,17 +588,8 @@ func report(o *opened, st *codeStats, sr *SegmentReport) {
 	for _, k := range st.misplaced {
 		misplaced += k
 	}
-	// An extension's appended centroids draw some rows of the partitions
-	// facing them, never (nearly) all rows of one: a partition whose
-	// sampled rows are nearly all nearer other centroids has a centroid
-	// that disagrees with its rows (damage), whatever the order.
 	earlier := 0
-	for p, k := range st.earlier {
-		if in := st.sampledIn[p]; in >= 4 && (k+st.misplaced[p])*10 >= in*9 {
-			st.misplaced[p] += k
-			misplaced += k
-			continue
-		}
+	for _, k := range st.earlier {
 		earlier += k
 	}
 	nums["misplaced"] = float64(misplaced)
