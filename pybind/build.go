@@ -62,12 +62,16 @@ func jsonReply(v any, err error) (string, error) {
 	return string(b), tagged(err)
 }
 
-// ReadIndexModel reads the model of an existing index (its first segment
-// with files, by manifest order) at a dataset version: the scalars are
-// returned as modelio.Spec JSON, the arrays exported through the C Data
-// Interface into the structs whose addresses ptrsJSON names
-// (modelio.ArrayPtrs; "centroids" always, "codebook" or "rotation" when
-// the model has one, as listed in the returned spec's arrays).
+// ReadIndexModel reads the model of an existing index at a dataset
+// version from its newest segment (the greatest dataset_version, then the
+// last in manifest order): maintain(retrain="auto") extends a model by
+// appending centroids, and every segment built after an extension, by us
+// or by pylance, carries the extended model, so the newest segment's model
+// is the widest and the others' are its prefixes. The scalars are returned
+// as modelio.Spec JSON, the arrays exported through the C Data Interface
+// into the structs whose addresses ptrsJSON names (modelio.ArrayPtrs;
+// "centroids" always, "codebook" or "rotation" when the model has one, as
+// listed in the returned spec's arrays).
 func ReadIndexModel(uri, optionsJSON string, version int, indexName, ptrsJSON string) (out string, err error) {
 	defer recoverTo(&err)
 	ctx := context.Background()
@@ -75,25 +79,26 @@ func ReadIndexModel(uri, optionsJSON string, version int, indexName, ptrsJSON st
 	if err != nil {
 		return "", tagged(err)
 	}
-	var found bool
-	for _, im := range snap.Indices {
+	newest := -1
+	for i, im := range snap.Indices {
 		if im.GetName() != indexName {
 			continue
 		}
 		if err := segment.RequireVector(im); err != nil {
 			return "", tagged(err)
 		}
-		found = true
-		m, err := modelio.FromSegment(ctx, st, im)
-		if err != nil {
-			return "", tagged(fmt.Errorf("index %q segment %s: %w", indexName, table.IndexUUID(im), err))
+		if newest < 0 || im.GetDatasetVersion() >= snap.Indices[newest].GetDatasetVersion() {
+			newest = i
 		}
-		return exportModel(m, ptrs)
 	}
-	if !found {
+	if newest < 0 {
 		return "", tagged(fmt.Errorf("%w: the dataset has no index %q", errkind.NotFound, indexName))
 	}
-	return "", nil
+	m, err := modelio.FromSegment(ctx, st, snap.Indices[newest])
+	if err != nil {
+		return "", tagged(fmt.Errorf("index %q segment %s: %w", indexName, table.IndexUUID(snap.Indices[newest]), err))
+	}
+	return exportModel(m, ptrs)
 }
 
 // openForModel opens a dataset version and decodes the C struct addresses
@@ -214,6 +219,12 @@ func TrainModel(opID, uri, optionsJSON string, version int, column, paramsJSON, 
 	if err != nil {
 		return "", tagged(err)
 	}
+	return trainedModel(m, stats, ptrs)
+}
+
+// trainedModel returns a trained model's scalars as modelio.Spec JSON plus
+// "stats", and exports its arrays into the C structs ptrs names.
+func trainedModel(m *encode.Model, stats train.Stats, ptrs modelio.ArrayPtrs) (string, error) {
 	sp := modelio.SpecOf(m)
 	sp.Arrays = modelio.ArrayPtrs{"centroids": ptrs["centroids"]}
 	if m.PQ != nil {

@@ -53,74 +53,74 @@ func ExtendIndexModel(opID, uri, optionsJSON string, version int, requestJSON, p
 	if err != nil {
 		return "", tagged(err)
 	}
-	var found bool
-	for _, im := range snap.Indices {
-		if im.GetName() != req.Index || table.IndexUUID(im) != req.Segment {
-			continue
+	i := -1
+	for j, im := range snap.Indices {
+		if im.GetName() == req.Index && table.IndexUUID(im) == req.Segment {
+			i = j
+			break
 		}
-		found = true
-		if err := segment.RequireVector(im); err != nil {
-			return "", tagged(err)
-		}
-		m, err := modelio.FromSegment(ctx, st, im)
-		if err != nil {
-			return "", tagged(fmt.Errorf("index %q segment %s: %w", req.Index, req.Segment, err))
-		}
-		if req.Column == "" && len(im.GetFields()) > 0 {
-			req.Column = snap.FieldPath(im.GetFields()[0])
-		}
-		rd, err := vecdata.NewReader(st, snap, req.Column)
-		if err != nil {
-			return "", tagged(err)
-		}
-		// A segment may still name fragments a compaction removed: only
-		// the live ones have rows to sample.
-		live := map[uint64]bool{}
-		for _, id := range snap.FragmentIDs() {
-			live[id] = true
-		}
-		keep := func(ids []uint64) []uint64 {
-			return slices.DeleteFunc(slices.Clone(ids), func(id uint64) bool { return !live[id] })
-		}
-		req.Fitted, req.New = keep(req.Fitted), keep(req.New)
-		ref, err := rd.Sample(ctx, req.Fitted, req.RefRows, req.Options.Seed)
-		if err != nil {
-			return "", tagged(err)
-		}
-		fresh, err := rd.Sample(ctx, req.New, req.NewRows, req.Options.Seed+1)
-		if err != nil {
-			return "", tagged(err)
-		}
-		o := req.Options
-		o.Metric = m.Metric
-		res, err := train.Extend(ctx, m.Centroids, m.Dim, ref.Vectors, fresh.Vectors, o)
-		if err != nil {
-			return "", tagged(err)
-		}
-		parts := len(m.Centroids) / m.Dim
-		capped := req.MaxParts > 0 && parts+res.Added > req.MaxParts
-		if res.Added > 0 && !capped {
-			m.Centroids = append(m.Centroids, res.Centroids...)
-			if err := m.Validate(); err != nil {
-				return "", tagged(err)
-			}
-		}
-		spec, err := exportModel(m, ptrs)
-		if err != nil {
-			return "", err
-		}
-		var body map[string]any
-		if err := json.Unmarshal([]byte(spec), &body); err != nil {
-			return "", tagged(err)
-		}
-		body["extend"] = res
-		body["capped"] = capped
-		body["column"] = req.Column
-		b, err := json.Marshal(body)
-		return string(b), tagged(err)
 	}
-	if !found {
+	if i < 0 {
 		return "", tagged(fmt.Errorf("%w: index %q has no segment %s", errkind.NotFound, req.Index, req.Segment))
 	}
-	return "", nil
+	im := snap.Indices[i]
+	if err := segment.RequireVector(im); err != nil {
+		return "", tagged(err)
+	}
+	m, err := modelio.FromSegment(ctx, st, im)
+	if err != nil {
+		return "", tagged(fmt.Errorf("index %q segment %s: %w", req.Index, req.Segment, err))
+	}
+	if req.Column == "" && len(im.GetFields()) > 0 {
+		req.Column = snap.FieldPath(im.GetFields()[0])
+	}
+	rd, err := vecdata.NewReader(st, snap, req.Column)
+	if err != nil {
+		return "", tagged(err)
+	}
+	// A segment may still name fragments a compaction removed: only
+	// the live ones have rows to sample.
+	live := map[uint64]bool{}
+	for _, id := range snap.FragmentIDs() {
+		live[id] = true
+	}
+	keep := func(ids []uint64) []uint64 {
+		return slices.DeleteFunc(slices.Clone(ids), func(id uint64) bool { return !live[id] })
+	}
+	req.Fitted, req.New = keep(req.Fitted), keep(req.New)
+	ref, err := rd.Sample(ctx, req.Fitted, req.RefRows, req.Options.Seed)
+	if err != nil {
+		return "", tagged(err)
+	}
+	fresh, err := rd.Sample(ctx, req.New, req.NewRows, req.Options.Seed+1)
+	if err != nil {
+		return "", tagged(err)
+	}
+	o := req.Options
+	o.Metric = m.Metric
+	res, err := train.Extend(ctx, m.Centroids, m.Dim, ref.Vectors, fresh.Vectors, o)
+	if err != nil {
+		return "", tagged(err)
+	}
+	parts := len(m.Centroids) / m.Dim
+	capped := req.MaxParts > 0 && parts+res.Added > req.MaxParts
+	if res.Added > 0 && !capped {
+		m.Centroids = append(m.Centroids, res.Centroids...)
+		if err := m.Validate(); err != nil {
+			return "", tagged(err)
+		}
+	}
+	spec, err := exportModel(m, ptrs)
+	if err != nil {
+		return "", err
+	}
+	var body map[string]any
+	if err := json.Unmarshal([]byte(spec), &body); err != nil {
+		return "", tagged(err)
+	}
+	body["extend"] = res
+	body["capped"] = capped
+	body["column"] = req.Column
+	b, err := json.Marshal(body)
+	return string(b), tagged(err)
 }

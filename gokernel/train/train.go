@@ -86,38 +86,74 @@ type Stats struct {
 	IVFLoss    float64 `json:"ivf_loss"`
 }
 
+// SampleRows is how many vectors Train samples for p on a column of dim
+// dimensions: NumPartitions × SampleRate, or 2^NumBits × SampleRate for a
+// PQ codebook when that is more.
+func SampleRows(p Params, dim int) int {
+	p = p.withDefaults(dim)
+	n := p.NumPartitions * p.SampleRate
+	if p.IndexType == ivf.IVFPQ {
+		n = max(n, (1<<p.NumBits)*p.SampleRate)
+	}
+	return n
+}
+
+func (p Params) check() error {
+	if _, err := encode.ParseMetric(string(p.Metric)); err != nil {
+		return err
+	}
+	if p.NumPartitions <= 0 || p.NumPartitions > encode.MaxPartitions {
+		return fmt.Errorf("%w: train: num_partitions %d", errkind.InvalidInput, p.NumPartitions)
+	}
+	if p.SampleRate > maxSampleRate {
+		return fmt.Errorf("%w: train: sample_rate %d (at most %d)", errkind.InvalidInput, p.SampleRate, maxSampleRate)
+	}
+	return nil
+}
+
+// maxSampleRate bounds the sample a caller may ask for (Lance's default is
+// 256 vectors per centroid).
+const maxSampleRate = 1 << 16
+
 // Train samples the column's vectors and trains a model. errkind.InvalidInput
 // for parameters that do not fit the data (more partitions than vectors, a
 // sub-vector count that does not divide the dimension).
 func Train(ctx context.Context, rd *vecdata.Reader, p Params) (*encode.Model, Stats, error) {
-	var st Stats
 	dim := rd.Column().Dim
 	p = p.withDefaults(dim)
-	if _, err := encode.ParseMetric(string(p.Metric)); err != nil {
-		return nil, st, err
-	}
-	if p.NumPartitions <= 0 || p.NumPartitions > encode.MaxPartitions {
-		return nil, st, fmt.Errorf("%w: train: num_partitions %d", errkind.InvalidInput, p.NumPartitions)
+	if err := p.check(); err != nil {
+		return nil, Stats{}, err
 	}
 	frags := p.FragmentIDs
 	if len(frags) == 0 {
 		frags = rd.FragmentIDs()
 	}
-	n := p.NumPartitions * p.SampleRate
-	if p.IndexType == ivf.IVFPQ {
-		n = max(n, (1<<p.NumBits)*p.SampleRate)
-	}
-	sample, err := rd.Sample(ctx, frags, n, p.Seed)
+	sample, err := rd.Sample(ctx, frags, SampleRows(p, dim), p.Seed)
 	if err != nil {
+		return nil, Stats{}, err
+	}
+	return TrainOn(ctx, sample.Vectors, dim, p)
+}
+
+// TrainOn trains a model on vectors sampled beforehand (dim values each),
+// for example the samples workers drew from their fragments, concatenated.
+// It may change vectors (a cosine model normalises them in place).
+func TrainOn(ctx context.Context, vectors []float32, dim int, p Params) (*encode.Model, Stats, error) {
+	var st Stats
+	p = p.withDefaults(dim)
+	if err := p.check(); err != nil {
 		return nil, st, err
+	}
+	if dim <= 0 || len(vectors)%dim != 0 {
+		return nil, st, fmt.Errorf("%w: train: %d values are not vectors of %d dimensions", errkind.InvalidInput, len(vectors), dim)
 	}
 	m := &encode.Model{Type: p.IndexType, Metric: p.Metric, Dim: dim}
 	// Prepare (cosine: normalise; Lance drops what does not normalise).
-	data := sample.Vectors
+	data := vectors
 	if p.Metric == encode.Cosine { // normalised in place, zero vectors dropped
 		data = data[:0]
-		for i := 0; i < sample.Len(); i++ {
-			v := sample.Vectors[i*dim : (i+1)*dim]
+		for i := 0; i < len(vectors)/dim; i++ {
+			v := vectors[i*dim : (i+1)*dim]
 			nrm := float32(math.Sqrt(float64(vecmath.Dot(v, v))))
 			if nrm == 0 {
 				continue

@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
+
+import pyarrow as pa
 
 from . import _ffi
 from ._args import SCALAR_BUILD_TYPES, checked
@@ -21,6 +23,9 @@ from .model import IndexModel
 from .types import IndexSegment
 
 logger = logging.getLogger(__name__)
+
+#: Runs sample jobs (``_jobs.sample_task``) on a pool, in order.
+SampleRunner = Callable[[list[dict[str, Any]]], list[Any]]
 
 __all__ = ["build_index_segment", "read_index_model", "train_index_model"]
 
@@ -235,10 +240,14 @@ def _build_segment(
 
 @checked(converts=("dataset",))
 def read_index_model(dataset: DatasetLike, index_name: str) -> IndexModel:
-    """The model of an existing index (read from its first segment): build
-    new segments with it for appended fragments, and they merge with the
-    index's segments, as ``optimize_indices(num_indices_to_merge=0)``
-    deltas do."""
+    """The model of an existing index: build new segments with it for
+    appended fragments, and they merge with the index's segments, as
+    ``optimize_indices(num_indices_to_merge=0)`` deltas do.
+
+    It is read from the index's newest segment. ``maintain(retrain="auto")``
+    extends a model by appending centroids, and every segment built after
+    that carries the extended model, so the newest segment holds the widest
+    model and the older segments' centroids are its first rows."""
     ds = as_dataset(dataset)
     structs = {n: CStructs() for n in ("centroids", "codebook", "rotation")}
     out = _ffi.call_json(
@@ -330,7 +339,13 @@ def _train(
     max_iters: int,
     fragment_ids: Optional[Sequence[int]],
     seed: Optional[int],
+    sample_on: Optional[SampleRunner] = None,
+    groups: Optional[Sequence[Sequence[int]]] = None,
 ) -> IndexModel:
+    """Train a model. With ``sample_on`` and ``groups``, the sample is drawn
+    by one job per group of fragments, run by ``sample_on`` (a run's worker
+    pool), each its groups' share by live rows, and trained on here; else
+    the kernel draws it in this process."""
     seed_val = secrets.randbits(63) if seed is None else seed
     params: dict[str, Any] = {
         "index_type": index_type,
@@ -344,12 +359,15 @@ def _train(
         "seed": seed_val,
     }
     structs = {n: CStructs() for n in ("centroids", "codebook")}
-    out = json.loads(
-        _ffi.run_operation(
-            "TrainModel",
-            (ds.uri, ds.options_json, ds.version, column, json.dumps(params), json.dumps({n: s.pair() for n, s in structs.items()})),
-        )
-    )
+    ptrs = json.dumps({n: s.pair() for n, s in structs.items()})
+    tasks = 0
+    if sample_on is not None and groups:
+        shares = _sample_on_workers(ds, column, params, groups, sample_on)
+        tasks = len(shares)
+        sample = CStructs().export(pa.concat_arrays(shares))
+        out = json.loads(_ffi.run_operation("TrainModelOnSample", (json.dumps(params), json.dumps(sample.pair()), ptrs)))
+    else:
+        out = json.loads(_ffi.run_operation("TrainModel", (ds.uri, ds.options_json, ds.version, column, json.dumps(params), ptrs)))
     arrays = {n: structs[n].import_array() for n in out.get("arrays") or {}}
     stats = out.get("stats") or {}
     prov = (
@@ -357,12 +375,47 @@ def _train(
         ("max_iters", max_iters),
         ("seed", seed_val),
         ("sample_rows", int(stats.get("sample_rows", 0))),
+        ("sample_tasks", tasks),
         ("ivf_iters", int(stats.get("ivf_iters", 0))),
         ("dataset", f"{ds.uri}@{ds.version}"),
     )
     model = IndexModel.from_spec(out, arrays, params=prov)
-    logger.info("trained %r on %s vectors", model, stats.get("sample_rows"))
+    logger.info("trained %r on %s vectors%s", model, stats.get("sample_rows"),
+                f" sampled by {tasks} tasks" if tasks else "")
     return model
+
+# Spreads the groups' seeds (group 0 keeps the caller's seed: one group
+# draws exactly the sample TrainModel would).
+_SEED_STRIDE = 0x9E3779B97F4A7C15
+
+
+def _sample_on_workers(
+    ds: Dataset, column: str, params: dict[str, Any], groups: Sequence[Sequence[int]], run: SampleRunner
+) -> list[Any]:
+    """Each group's share of the training sample, drawn by a job per group."""
+    live = dict(fragment_rows(ds))
+    total = sum(live.get(f, 0) for g in groups for f in g)
+    jobs = [
+        {"dataset": ds, "column": column, "fragment_ids": [int(f) for f in g], "params": params, "of_rows": total,
+         "seed": (int(params["seed"]) ^ (i * _SEED_STRIDE)) % (1 << 64)}
+        for i, g in enumerate(groups)
+        if any(live.get(f, 0) for f in g)
+    ]
+    if not jobs:
+        raise InvalidInputError("the fragments hold no rows to train on")
+    shares = [a for a in run(jobs) if len(a)]
+    if not shares:
+        raise InvalidInputError(f"no vectors to train on in column {column!r} (every sampled row is null)")
+    return shares
+
+
+def sample_vectors(ds: Dataset, job: dict[str, Any]) -> Any:
+    """One group's share of a training sample (a sample job's body), as a
+    FixedSizeList<float32> array."""
+    req = {k: job[k] for k in ("column", "fragment_ids", "params", "of_rows", "seed")}
+    out = CStructs()
+    _ffi.run_operation("SampleVectors", (ds.uri, ds.options_json, ds.version, json.dumps(req), json.dumps(out.pair())))
+    return out.import_array()
 
 
 def fragment_rows(ds: Dataset) -> list[tuple[int, int]]:

@@ -17,7 +17,7 @@ from ._verify import repair_segment
 from .api import _merge, as_dataset
 from .types import MergeTask
 
-__all__ = ["merge_task", "build_task", "repair_task", "warm_build", "ping"]
+__all__ = ["merge_task", "build_task", "sample_task", "repair_task", "warm_build", "ping"]
 
 
 def merge_task(job: dict[str, Any]) -> dict[str, Any]:
@@ -94,6 +94,16 @@ def build_task(job: dict[str, Any]) -> dict[str, Any]:
         memory_bytes=job.get("memory_bytes"),
     )
     return seg.to_dict()
+
+
+def sample_task(job: dict[str, Any]) -> Any:
+    """Draw one group of fragments' share of a training sample; ``job``
+    holds the dataset, column, fragments, training parameters, the table's
+    live rows and the group's seed. Returns a FixedSizeList<float32>
+    array."""
+    from ._build import sample_vectors
+
+    return sample_vectors(as_dataset(job["dataset"]), job)
 
 
 def repair_task(job: dict[str, Any]) -> dict[str, Any]:

@@ -67,6 +67,7 @@ class ReindexStats:
     build_tasks: int
     builds_reused: int
     training_rows: int
+    sample_tasks: int
     catch_up_rows: int
     model_hash: str
     seconds: float
@@ -98,7 +99,9 @@ def reindex(
 
     Reads the index's kind and parameters (metric, partitions, PQ
     sub-vectors and bits, SQ and RQ bits), trains a new model on a sample of
-    the dataset at its latest version, builds fragment-scoped segments with
+    the dataset at its latest version (the workers draw it, each its build
+    group's share by live rows; the driver trains on the whole), builds
+    fragment-scoped segments with
     it on ``executor``'s workers, merges them with the tree merge, checks
     them, and commits them as the replacement of every segment the index had
     at that version: one new version, same index name. Queries that ran
@@ -144,7 +147,7 @@ def reindex(
     properties : dict of str to str, optional
         Key-values for the commit's transaction, next to the package's
         (``lance_segmerge.verb`` = ``reindex``, ``.run``, ``.model`` (the
-        new model's hash), ``.previous_model``, ``.training_rows``,
+        new model's hash), ``.previous_model``, ``.training_rows``, ``.sample_tasks``,
         ``.read_version``).
     storage_options : dict of str to str, optional
         For a URI.
@@ -255,10 +258,14 @@ def _reindex(
                     journal.discard_build(groups[i], "the run's outputs hold different models")
                     del reused[i]
         if model is None:
+            # The sample is drawn on the workers, a share per build group,
+            # and trained on here.
             model = _train(
                 ds, column, index_type, metric=current.metric, num_partitions=partitions,
                 num_sub_vectors=current.num_sub_vectors or None, num_bits=current.num_bits or None,
-                sample_rate=sample_rate, max_iters=max_iters, fragment_ids=None, seed=seed,
+                sample_rate=sample_rate, max_iters=max_iters, fragment_ids=None, seed=seed, groups=groups,
+                sample_on=lambda jobs: run.batch(_jobs.sample_task, jobs,
+                                                 describe=lambda k: f"training sample of fragments {jobs[k]['fragment_ids']}"),
             )
         else:
             logger.info("reindex of %s: %d of %d builds reused from the journal, with their model %s",
@@ -292,9 +299,11 @@ def _reindex(
             if journal is not None:
                 journal.done_build(groups[todo[k]], seg)
         final = run.reduce([built[i] for i in range(len(groups))], fan_in, target_segments)
-        training_rows = int(dict(model.params).get("sample_rows", 0) or 0)
+        trained = dict(model.params)
+        training_rows = int(trained.get("sample_rows", 0) or 0)
+        sample_tasks = int(trained.get("sample_tasks", 0) or 0)
         facts = {"model": model.content_hash[:16], "previous_model": current.content_hash[:16],
-                 "training_rows": training_rows or None, "read_version": ds.version}
+                 "training_rows": training_rows or None, "sample_tasks": sample_tasks or None, "read_version": ds.version}
         out = run.commit(index_name, column, final, replaces=[s.uuid for s in segs], verify=True, facts=facts)
     logger.info("reindex of %s: %d segments replaced by %d at version %d (%d builds, %d reused)",
                 index_name, len(segs), len(final), out.version, len(groups), len(reused))
@@ -303,7 +312,8 @@ def _reindex(
         out, caught = _catch_up(out, index_name, column, index_type, model, key.plan_id, properties,
                                 window_rows=window_rows, memory_bytes=memory_bytes)
     stats = ReindexStats(read_version=ds.version, version=out.version, segments_replaced=len(segs), build_tasks=len(groups),
-                         builds_reused=len(reused), training_rows=training_rows, catch_up_rows=caught,
+                         builds_reused=len(reused), training_rows=training_rows, sample_tasks=sample_tasks,
+                         catch_up_rows=caught,
                          model_hash=model.content_hash, seconds=run.stats.seconds)
     return out, stats
 

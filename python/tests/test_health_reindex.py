@@ -7,8 +7,10 @@ transaction pylance reads."""
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import json
 import logging
+import multiprocessing
 import os
 import shutil
 import signal
@@ -21,6 +23,9 @@ import pyarrow as pa
 import pytest
 
 import lance_segmerge as ls
+from lance_segmerge import _ffi, _jobs
+from lance_segmerge._cdata import CStructs
+from lance_segmerge._build import _train, fragment_rows
 from lance_segmerge.reindexing import _extend
 
 DIM = 32
@@ -234,7 +239,7 @@ def test_reindex_records_provenance_that_pylance_reads(copy):
     assert props["lance_segmerge.version"] == ls.__version__
     assert props["lance_segmerge.run"].startswith("reindex-")
     assert len(props["lance_segmerge.model"]) == 16 and props["lance_segmerge.model"] != props["lance_segmerge.previous_model"]
-    assert int(props["lance_segmerge.training_rows"]) > 0
+    assert int(props["lance_segmerge.training_rows"]) > 0 and int(props["lance_segmerge.sample_tasks"]) >= 1
     segs = ls.open(uri).list_index_segments("vec_idx", with_provenance=True)
     assert [s.committed_version for s in segs] == [out.version]
     assert segs[0].commit_operation == "CreateIndex" and dict(segs[0].commit_properties) == props
@@ -269,6 +274,40 @@ def test_optimize_and_commit_record_provenance(copy):
     out = ls.commit_existing_index_segments(uri, "vec_idx", "vec", [seg], replaces=[theirs[0].uuid], properties={"a": "b"})
     props = dict(lance.dataset(uri).read_transaction(out.version).transaction_properties or {})
     assert props["lance_segmerge.verb"] == "commit" and props["a"] == "b"
+
+
+def test_the_training_sample_is_drawn_on_the_workers(copy):
+    """Each worker draws its fragments' share of the sample, in proportion
+    to their rows; one group draws exactly the sample the kernel draws in
+    process, so the model is the same."""
+    uri, _ = copy("steady")
+    ds = ls.open(uri)
+    frags = fragment_rows(ds)
+    kw: dict = dict(metric="l2", num_partitions=16, num_sub_vectors=8, num_bits=8, sample_rate=32, max_iters=10,
+                    fragment_ids=None, seed=5)
+    here = _train(ds, "vec", "IVF_PQ", **kw)
+    one = _train(ds, "vec", "IVF_PQ", **kw, groups=[[f for f, _ in frags]],
+                 sample_on=lambda jobs: [_jobs.sample_task(j) for j in jobs])
+    assert one.content_hash == here.content_hash and dict(one.params)["sample_tasks"] == 1
+    want = dict(here.params)["sample_rows"]
+    assert want == 256 * 32 < sum(n for _, n in frags)  # a sample, not the table
+    with cf.ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        split = _train(ds, "vec", "IVF_PQ", **kw, groups=[[f] for f, _ in frags],
+                       sample_on=lambda jobs: list(pool.map(_jobs.sample_task, jobs)))
+    got = dict(split.params)
+    assert got["sample_tasks"] == len(frags) > 1
+    assert want <= got["sample_rows"] <= want + len(frags)  # each share rounds up
+    assert split.content_hash != here.content_hash and split.num_partitions == 16
+    # A worker's share is bounded by the table it names.
+    with pytest.raises(ls.InvalidInputError, match="more than"):
+        _jobs.sample_task({"dataset": ds, "column": "vec", "fragment_ids": [f for f, _ in frags], "params": {"num_partitions": 16},
+                           "of_rows": 10, "seed": 1})
+    # The driver refuses a sample larger than its parameters draw, before reading it.
+    big = CStructs().export(pa.FixedSizeListArray.from_arrays(pa.array(np.zeros(100 * DIM, np.float32)), DIM))
+    params = {"index_type": "IVF_FLAT", "metric": "l2", "num_partitions": 2, "sample_rate": 2}
+    with pytest.raises(ls.InvalidInputError, match="where the parameters draw 4"):
+        _ffi.run_operation("TrainModelOnSample", (json.dumps(params), json.dumps(big.pair()), json.dumps({})))
+    assert big.released()
 
 
 CHILD = r"""
@@ -434,6 +473,7 @@ def test_an_extended_ivf_flat_index_finds_every_row_at_one_probe(tmp_path, shift
     # partitions wide, which pylance searches and verify takes as one.
     ext = _extend(ls.open(uri), "vec_idx")
     assert ext is not None and ext.added > 0 and sorted(_partitions(uri)) == [8, 8 + ext.added]
+    assert ls.read_index_model(uri, "vec_idx").num_partitions == 8 + ext.added  # deltas we build use it
     more = _draw(500, shift, 3)
     ds = lance.write_dataset(_table(more, len(base) + len(far)), uri, mode="append")
     ds.optimize.optimize_indices(num_indices_to_merge=0)  # a third segment, of pylance's choosing
