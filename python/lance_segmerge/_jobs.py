@@ -15,7 +15,7 @@ from typing import Any
 from . import _ffi
 from ._verify import repair_segment
 from .api import _merge, as_dataset
-from .types import MergeTask
+from .types import IndexSegment, MergeTask
 
 __all__ = ["merge_task", "build_task", "sample_task", "repair_task", "warm_build", "ping"]
 
@@ -73,9 +73,12 @@ def build_task(job: dict[str, Any]) -> dict[str, Any]:
     """Build one segment over a group of fragments; ``job`` holds the
     dataset, column, index type, fragments, the (picklable) IndexModel, the
     index name, the output uuid and the build options (no model: a scalar
-    index's segment). Returns the segment as a dict."""
+    index's segment; ``hnsw``, the graph parameters: an IVF_HNSW_* segment,
+    which pylance builds). Returns the segment as a dict."""
     from ._build import _build_segment, build_scalar_segment  # numpy and pyarrow: only build jobs need them
 
+    if job.get("hnsw") is not None:
+        return _lance_build(job)
     if job.get("model") is None:
         return build_scalar_segment(
             as_dataset(job["dataset"]), job["column"], job["index_type"], job["fragment_ids"], name=job["name"],
@@ -94,6 +97,32 @@ def build_task(job: dict[str, Any]) -> dict[str, Any]:
         memory_bytes=job.get("memory_bytes"),
     )
     return seg.to_dict()
+
+
+def _lance_build(job: dict[str, Any]) -> dict[str, Any]:
+    """Build one IVF_HNSW_* segment with pylance's create_index_uncommitted
+    over the job's fragments, with the job's model's IVF centroids (and PQ
+    codebook), so that every segment of the run shares them."""
+    import lance
+    import numpy as np
+
+    ds = as_dataset(job["dataset"])
+    model = job["model"]
+    kw: dict[str, Any] = {"metric": model.metric, "num_partitions": model.num_partitions,
+                          "ivf_centroids": model.centroids, **job["hnsw"]}
+    if model.codebook is not None:
+        # pylance takes the codebook as (sub-vectors, 2^bits, sub-vector
+        # dimension), which is the order of our flat values.
+        kw["num_sub_vectors"] = model.num_sub_vectors
+        kw["num_bits"] = model.num_bits
+        kw["pq_codebook"] = np.asarray(model.codebook).reshape(model.num_sub_vectors, 1 << model.num_bits, -1)
+    lds = lance.dataset(ds.uri, version=ds.version, storage_options=ds.storage_options or None)
+    # replace=True: the segment is not committed, and the index it joins
+    # exists already.
+    idx = lds.create_index_uncommitted(job["column"], job["index_type"], name=job["name"], replace=True,
+                                       fragment_ids=[int(f) for f in job["fragment_ids"]],
+                                       index_uuid=job.get("index_uuid"), **kw)
+    return IndexSegment.from_lance_index(idx, ds).to_dict()
 
 
 def sample_task(job: dict[str, Any]) -> Any:

@@ -40,8 +40,16 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["reindex", "REBUILDABLE", "EXTENSIBLE"]
 
-#: The index kinds a reindex rebuilds (the kinds the Go build writes).
-REBUILDABLE = ("IVF_FLAT", "IVF_SQ", "IVF_PQ", "IVF_RQ")
+#: The index kinds a reindex rebuilds: the kinds the Go build writes, and
+#: IVF_HNSW_*, whose segments pylance's ``create_index_uncommitted`` builds
+#: on the workers with the model trained here (the Go build writes no
+#: graphs).
+REBUILDABLE = ("IVF_FLAT", "IVF_SQ", "IVF_PQ", "IVF_RQ", "IVF_HNSW_FLAT", "IVF_HNSW_SQ", "IVF_HNSW_PQ")
+
+#: What an IVF_HNSW_* model is trained as: its IVF centroids (and PQ
+#: codebook) are shared by every segment; pylance trains each segment's SQ
+#: bounds itself, and the merge re-quantizes to their union.
+_HNSW_TRAINED_AS = {"IVF_HNSW_FLAT": "IVF_FLAT", "IVF_HNSW_SQ": "IVF_FLAT", "IVF_HNSW_PQ": "IVF_PQ"}
 
 
 @dataclass(frozen=True)
@@ -126,8 +134,13 @@ def reindex(
     dataset : Dataset, str, os.PathLike or lance.LanceDataset
         The dataset; a handle's version is the version rebuilt.
     index_name : str
-        An IVF_FLAT, IVF_SQ, IVF_PQ or IVF_RQ index (IVF_HNSW_* are not
-        rebuilt yet: :class:`UnsupportedError`).
+        An IVF_FLAT, IVF_SQ, IVF_PQ, IVF_RQ or IVF_HNSW_{FLAT,SQ,PQ} index
+        (other kinds: :class:`UnsupportedError`). IVF_HNSW_* segments are
+        built on the workers by pylance's ``create_index_uncommitted``, with
+        the IVF centroids (and PQ codebook) trained here and the old index's
+        graph parameters; their catch-up delta is pylance's
+        ``optimize_indices(num_indices_to_merge=0)``, and a rerun rebuilds
+        every group.
     num_partitions : int, optional
         Partitions of the new model; when omitted, the index's count (of
         its widest segment, after extensions by maintain(retrain="auto")).
@@ -220,7 +233,19 @@ def _reindex(
         )
     index_type = str(next(iter(kinds)))
     column = _plan(ds, index_name, _plan_options(index_name, fan_in, None, None, True)).column
-    current = read_index_model(ds, index_name)
+    # An extended model's segments differ in partitions; the widest is the
+    # model the index answers with now.
+    widest = max(segs, key=lambda s: (s.num_partitions or 0, s.num_rows or 0))
+    hnsw: Optional[dict[str, int]] = None
+    if index_type in _HNSW_TRAINED_AS:
+        trained_as, metric = _HNSW_TRAINED_AS[index_type], str(widest.distance_type)
+        nsub, bits, previous = int(widest.num_sub_vectors or 0), int(widest.num_bits or 0), ""
+        hnsw = {k: int(v) for k, v in (("m", widest.hnsw_m), ("ef_construction", widest.hnsw_ef_construction),
+                                        ("max_level", widest.hnsw_max_level)) if v}
+    else:
+        current = read_index_model(ds, index_name)
+        trained_as, metric = index_type, current.metric
+        nsub, bits, previous = current.num_sub_vectors, current.num_bits, current.content_hash[:16]
     frags = fragment_rows(ds)
     if not frags:
         raise InvalidInputError("the dataset has no fragments to index")
@@ -229,24 +254,24 @@ def _reindex(
     pool = resolve_executor(executor, max_workers)
     workers = int(max_workers or getattr(getattr(pool, "_pool", None), "_max_workers", None) or 2)
     groups = group_fragments(frags, fragments_per_task, workers)
-    # An extended model's segments differ in partitions; the widest is the
-    # model the index answers with now.
-    partitions = int(num_partitions or max([current.num_partitions] + [int(s.num_partitions or 0) for s in segs]))
+    partitions = int(num_partitions or widest.num_partitions or 0)
     params: dict[str, Any] = {
-        "verb": "reindex", "index_type": index_type, "metric": current.metric,
-        "num_partitions": partitions, "num_sub_vectors": current.num_sub_vectors,
-        "num_bits": current.num_bits, "sample_rate": sample_rate, "max_iters": max_iters, "seed": seed,
+        "verb": "reindex", "index_type": index_type, "metric": metric,
+        "num_partitions": partitions, "num_sub_vectors": nsub,
+        "num_bits": bits, "sample_rate": sample_rate, "max_iters": max_iters, "seed": seed,
         "groups": groups, "fan_in": fan_in, "target_segments": target_segments,
     }
     key = _run_key(ds, index_name, tuple(s.uuid for s in segs), params)
     journal = RunJournal.start(ds, key, params) if resume else None
     run = Run(ds, index_name, pool, executor=executor if isinstance(executor, str) else type(executor).__name__,
-              progress=progress, merge_options={"requantize_sq": False, **({"window_rows": window_rows} if window_rows else {})},
+              progress=progress, merge_options={"requantize_sq": hnsw is not None, **({"window_rows": window_rows} if window_rows else {})},
               journal=journal, verb="reindex", run_id=key.plan_id, properties=properties)
     with run:
         reused: dict[int, IndexSegment] = {}
         model: Optional[IndexModel] = None
-        if journal is not None:
+        # (A rerun reuses Go-built segments, whose model it reads back; an
+        # IVF_HNSW_* segment's model is not read back, so its builds rerun.)
+        if journal is not None and hnsw is None:
             for i, g in enumerate(groups):
                 seg = journal.reuse_build(column, g)
                 if seg is not None:
@@ -261,8 +286,8 @@ def _reindex(
             # The sample is drawn on the workers, a share per build group,
             # and trained on here.
             model = _train(
-                ds, column, index_type, metric=current.metric, num_partitions=partitions,
-                num_sub_vectors=current.num_sub_vectors or None, num_bits=current.num_bits or None,
+                ds, column, trained_as, metric=metric, num_partitions=partitions,
+                num_sub_vectors=nsub or None, num_bits=bits or None,
                 sample_rate=sample_rate, max_iters=max_iters, fragment_ids=None, seed=seed, groups=groups,
                 sample_on=lambda jobs: run.batch(_jobs.sample_task, jobs,
                                                  describe=lambda k: f"training sample of fragments {jobs[k]['fragment_ids']}"),
@@ -279,7 +304,8 @@ def _reindex(
             if journal is not None:
                 journal.planned_build(g, output)
             jobs.append({"dataset": ds, "column": column, "index_type": index_type, "fragment_ids": g, "model": model,
-                         "name": index_name, "index_uuid": output, "window_rows": window_rows, "memory_bytes": memory_bytes})
+                         "name": index_name, "index_uuid": output, "window_rows": window_rows, "memory_bytes": memory_bytes,
+                         "hnsw": hnsw})
             todo.append(i)
         if journal is not None:
             journal.flush()
@@ -302,15 +328,16 @@ def _reindex(
         trained = dict(model.params)
         training_rows = int(trained.get("sample_rows", 0) or 0)
         sample_tasks = int(trained.get("sample_tasks", 0) or 0)
-        facts = {"model": model.content_hash[:16], "previous_model": current.content_hash[:16],
+        facts = {"model": model.content_hash[:16], "previous_model": previous or None,
                  "training_rows": training_rows or None, "sample_tasks": sample_tasks or None, "read_version": ds.version}
         out = run.commit(index_name, column, final, replaces=[s.uuid for s in segs], verify=True, facts=facts)
     logger.info("reindex of %s: %d segments replaced by %d at version %d (%d builds, %d reused)",
                 index_name, len(segs), len(final), out.version, len(groups), len(reused))
     caught = 0
     if catch_up:
-        out, caught = _catch_up(out, index_name, column, index_type, model, key.plan_id, properties,
-                                window_rows=window_rows, memory_bytes=memory_bytes)
+        out, caught = _catch_up(out, index_name, key.plan_id, properties,
+                                {"column": column, "index_type": index_type, "model": model, "name": index_name,
+                                 "window_rows": window_rows, "memory_bytes": memory_bytes, "hnsw": hnsw})
     stats = ReindexStats(read_version=ds.version, version=out.version, segments_replaced=len(segs), build_tasks=len(groups),
                          builds_reused=len(reused), training_rows=training_rows, sample_tasks=sample_tasks,
                          catch_up_rows=caught,
@@ -330,18 +357,14 @@ def _model_of(ds: Dataset, segments: list[IndexSegment]) -> Optional[IndexModel]
 def _catch_up(
     out: Dataset,
     index_name: str,
-    column: str,
-    index_type: str,
-    model: IndexModel,
     run_id: str,
     properties: Optional[dict[str, str]],
-    *,
-    window_rows: Optional[int],
-    memory_bytes: Optional[int],
+    job: dict[str, Any],
 ) -> tuple[Dataset, int]:
     """Index the fragments appended while the rebuild ran (at the latest
-    version) with one segment built with the new model; commits it as a
-    delta. Returns the dataset after it and the rows it indexed."""
+    version) with one segment built as the rebuild's were (``job``: a build
+    job without its dataset and fragments); commits it as a delta. Returns
+    the dataset after it and the rows it indexed."""
     latest = out.checkout()
     covered: set[int] = set()
     for s in _list(latest, index_name, False):
@@ -349,18 +372,31 @@ def _catch_up(
     todo = [(f, n) for f, n in fragment_rows(latest) if f not in covered and n > 0]
     if not todo:
         return out, 0
-    seg = _build_segment(latest, column, index_type, [f for f, _ in todo], model, name=index_name,
-                         window_rows=window_rows, memory_bytes=memory_bytes)
+    rows = sum(n for _, n in todo)
+    if job.get("hnsw") is not None:
+        # pylance's own delta: it encodes with the index's SQ bounds, where a
+        # segment built by create_index_uncommitted would train its own, and
+        # a commit refuses a delta whose bounds differ from the index's. The
+        # commit is pylance's (it records none of our provenance).
+        import lance
+
+        lds = lance.dataset(latest.uri, version=latest.version, storage_options=latest.storage_options or None)
+        lds.optimize.optimize_indices(num_indices_to_merge=0, index_names=[index_name])
+        done = latest.checkout()
+        logger.info("reindex of %s: pylance's optimize_indices caught up %d rows of %d fragments appended meanwhile "
+                    "(version %d)", index_name, rows, len(todo), done.version)
+        return done, rows
+    model = job["model"]
+    seg = IndexSegment.from_dict(_jobs.build_task({**job, "dataset": latest, "fragment_ids": [f for f, _ in todo]}))
     props = transaction_properties("reindex", run_id, properties, catch_up="true", model=model.content_hash[:16])
     try:
-        done = _commit(latest, index_name, column, [seg], None, properties=props)
+        done = _commit(latest, index_name, job["column"], [seg], None, properties=props)
     except BaseException:
         try:
             remove_uncommitted(latest, [seg.uuid])
         except SegmergeError as exc:  # e.g. the commit landed before an interrupt
             logger.warning("could not remove the catch-up segment %s: %s", seg.uuid, exc)
         raise
-    rows = sum(n for _, n in todo)
     logger.info("reindex of %s: caught up %d rows of %d fragments appended meanwhile (version %d)",
                 index_name, rows, len(todo), done.version)
     return done, rows

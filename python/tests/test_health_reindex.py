@@ -377,13 +377,71 @@ def test_reindex_catches_up_rows_appended_while_it_runs(copy):
     ds.validate()
 
 
-def test_reindex_refuses_what_it_cannot_rebuild(tmp_path):
+@pytest.mark.parametrize("kind", ["IVF_HNSW_SQ", "IVF_HNSW_PQ"])
+def test_reindex_rebuilds_an_hnsw_index_on_workers(tmp_path, kind):
+    """IVF_HNSW_*: the workers draw the sample, pylance builds each group's
+    segment on a worker with the centroids (and PQ codebook) trained here,
+    our merge joins them (SQ: re-quantized to the union of pylance's
+    per-segment bounds) and one commit swaps the index; rows appended
+    meanwhile get a catch-up delta of pylance's optimize_indices (which
+    keeps the index's SQ bounds)."""
     uri = str(tmp_path / "hnsw")
+    pq = {"num_sub_vectors": 8} if kind.endswith("PQ") else {}
+    base = _draw(3000, 0.0, 1)
+    lance.write_dataset(_table(base, 0), uri, max_rows_per_file=500)
+    lance.dataset(uri).create_index("vec", kind, num_partitions=8, m=12, ef_construction=80, **pq)
+    moved = _draw(1500, 4.0, 2)
+    ds = lance.write_dataset(_table(moved, len(base)), uri, mode="append", max_rows_per_file=500)
+    ds.optimize.optimize_indices(num_indices_to_merge=0)
+    vecs = np.concatenate([base, moved])
+    before = _recall_recent(lance.dataset(uri), vecs)
+    old = {s.uuid for s in ls.open(uri).list_index_segments("vec_idx")}
+    m0 = ls.open(uri).list_index_segments("vec_idx")[0].hnsw_m
+    late = _draw(300, 4.0, 3)
+    appended: list[bool] = []
+
+    def progress(p):
+        if p.level == 0 and not appended:
+            lance.write_dataset(_table(late, len(vecs)), uri, mode="append")
+            appended.append(True)
+
+    out = ls.reindex(uri, "vec_idx", num_partitions=16, executor="processes", max_workers=2, fragments_per_task=2,
+                     progress=progress, seed=4)
+    assert appended
+    vecs = np.concatenate([vecs, late])
+    ds = lance.dataset(uri)
+    ds.validate()
+    segs = ls.open(uri).list_index_segments("vec_idx", with_provenance=True)
+    assert not ({s.uuid for s in segs} & old) and len(segs) == 2  # the swap, and the catch-up delta
+    assert {s.index_type for s in segs} == {kind} and {s.num_partitions for s in segs} == {16}
+    assert {s.hnsw_m for s in segs} == {m0}  # the graphs' parameters are the old index's
+    assert sum(s.num_rows or 0 for s in segs) == ds.count_rows() == len(vecs)
+    swap = next(s for s in segs if s.committed_version == out.version - 1)  # then pylance's catch-up delta
+    props = dict(swap.commit_properties)
+    assert props["lance_segmerge.verb"] == "reindex" and int(props["lance_segmerge.sample_tasks"]) == 5
+    after = _recall_recent(ds, vecs)
+    # pylance's own fresh build of the same table and kind
+    fresh = str(tmp_path / "fresh")
+    shutil.copytree(uri, fresh)
+    runs = []
+    for _ in range(2):  # seeded afresh each time: the mean of two
+        lance.dataset(fresh).create_index("vec", kind, num_partitions=16, m=12, ef_construction=80, replace=True, **pq)
+        runs.append(_recall_recent(lance.dataset(fresh), vecs))
+    theirs = sum(runs) / len(runs)
+    print(f"{kind} recall@10 of recent rows: before {before:.3f}, reindex {after:.3f}, pylance fresh {theirs:.3f}")
+    # Measured: SQ 0.94 -> 0.963 (pylance 0.963); PQ 0.34 -> 0.567 (pylance
+    # 0.59-0.61: k-means seeds move PQ recall by a few hundredths here).
+    assert after > before and after >= theirs - 0.07, (before, after, runs)
+    assert ls.verify_index(uri, "vec_idx").clean
+
+
+def test_reindex_refuses_what_it_cannot_rebuild(tmp_path):
+    uri = str(tmp_path / "btree")
     ds = lance.write_dataset(_table(_draw(2000, 0.0, 3), 0), uri)
-    ds.create_index("vec", "IVF_HNSW_SQ", num_partitions=2)
+    ds.create_scalar_index("id", "BTREE")
     v = lance.dataset(uri).version
-    with pytest.raises(ls.UnsupportedError, match="IVF_HNSW_SQ"):
-        ls.reindex(uri, "vec_idx", progress=False)
+    with pytest.raises(ls.UnsupportedError, match="BTREE"):
+        ls.reindex(uri, "id_idx", progress=False)
     assert lance.dataset(uri).version == v
     with pytest.raises(ls.NotFoundError):
         ls.reindex(uri, "nope_idx", progress=False)
