@@ -37,8 +37,8 @@ func BuildSegment(opID, uri, optionsJSON string, version int, modelJSON, buildOp
 	}
 	defer release()
 	var opts segment.BuildOptions
-	if err := json.Unmarshal([]byte(buildOptionsJSON), &opts); err != nil {
-		return "", tagged(fmt.Errorf("%w: build options: %w", errkind.InvalidInput, err))
+	if err := decodeArg("build options", buildOptionsJSON, &opts); err != nil {
+		return "", err
 	}
 	opts.Progress = prog
 	st, snap, err := openSnapshot(ctx, uri, optionsJSON, version)
@@ -166,13 +166,13 @@ func VerifyBuildOutput(uri, optionsJSON string, version int, indexName, column, 
 	defer recoverTo(&err)
 	ctx := context.Background()
 	var frags []uint64
-	if err := json.Unmarshal([]byte(fragmentsJSON), &frags); err != nil {
-		return "", tagged(fmt.Errorf("%w: fragments JSON: %w", errkind.InvalidInput, err))
+	if err := decodeArg("fragments JSON", fragmentsJSON, &frags); err != nil {
+		return "", err
 	}
 	var want []segment.File
 	if filesJSON != "" {
-		if err := json.Unmarshal([]byte(filesJSON), &want); err != nil {
-			return "", tagged(fmt.Errorf("%w: files JSON: %w", errkind.InvalidInput, err))
+		if err := decodeArg("files JSON", filesJSON, &want); err != nil {
+			return "", err
 		}
 	}
 	st, snap, err := openSnapshot(ctx, uri, optionsJSON, version)
@@ -200,12 +200,12 @@ func TrainModel(opID, uri, optionsJSON string, version int, column, paramsJSON, 
 	ctx, _, done := beginOp(opID)
 	defer done()
 	var p train.Params
-	if err := json.Unmarshal([]byte(paramsJSON), &p); err != nil {
-		return "", tagged(fmt.Errorf("%w: training parameters: %w", errkind.InvalidInput, err))
+	if err := decodeArg("training parameters", paramsJSON, &p); err != nil {
+		return "", err
 	}
 	var ptrs modelio.ArrayPtrs
-	if err := json.Unmarshal([]byte(ptrsJSON), &ptrs); err != nil {
-		return "", tagged(fmt.Errorf("%w: array pointers: %w", errkind.InvalidInput, err))
+	if err := decodeArg("array pointers", ptrsJSON, &ptrs); err != nil {
+		return "", err
 	}
 	st, snap, err := openSnapshot(ctx, uri, optionsJSON, version)
 	if err != nil {
@@ -269,8 +269,8 @@ func BuildScalarSegment(opID, uri, optionsJSON string, version int, buildOptions
 	ctx, prog, done := beginOp(opID)
 	defer done()
 	var opts segment.ScalarBuildOptions
-	if err := json.Unmarshal([]byte(buildOptionsJSON), &opts); err != nil {
-		return "", tagged(fmt.Errorf("%w: build options: %w", errkind.InvalidInput, err))
+	if err := decodeArg("build options", buildOptionsJSON, &opts); err != nil {
+		return "", err
 	}
 	opts.Progress = prog
 	st, snap, err := openSnapshot(ctx, uri, optionsJSON, version)

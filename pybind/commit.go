@@ -2,10 +2,7 @@ package pybind
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 
-	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/segment"
 )
 
@@ -22,8 +19,8 @@ func CommitSegments(opID, uri, optionsJSON string, version int, segmentsJSON, re
 		return 0, tagged(err)
 	}
 	var req segment.CommitRequest
-	if err := json.Unmarshal([]byte(requestJSON), &req); err != nil {
-		return 0, tagged(fmt.Errorf("%w: commit request: %w", errkind.InvalidInput, err))
+	if err := decodeArg("commit request", requestJSON, &req); err != nil {
+		return 0, err
 	}
 	if req.Segments, err = segment.ParseSegments([]byte(segmentsJSON), snap); err != nil {
 		return 0, tagged(err)

@@ -43,8 +43,8 @@ func ExtendIndexModel(opID, uri, optionsJSON string, version int, requestJSON, p
 	ctx, _, done := beginOp(opID)
 	defer done()
 	var req extendRequest
-	if err := json.Unmarshal([]byte(requestJSON), &req); err != nil {
-		return "", tagged(fmt.Errorf("%w: extend request: %w", errkind.InvalidInput, err))
+	if err := decodeArg("extend request", requestJSON, &req); err != nil {
+		return "", err
 	}
 	if req.RefRows <= 0 || req.RefRows > maxExtendSample || req.NewRows <= 0 || req.NewRows > maxExtendSample {
 		return "", tagged(fmt.Errorf("%w: extend: samples of %d and %d rows (1 to %d each)", errkind.InvalidInput, req.RefRows, req.NewRows, maxExtendSample))

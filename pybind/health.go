@@ -3,9 +3,7 @@ package pybind
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 
-	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/segment"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/verify"
 )
@@ -20,8 +18,8 @@ func IndexHealth(opID, uri, optionsJSON string, version int, indexName, optsJSON
 	defer done()
 	var opts verify.HealthOptions
 	if optsJSON != "" {
-		if err := json.Unmarshal([]byte(optsJSON), &opts); err != nil {
-			return "", tagged(fmt.Errorf("%w: health options: %w", errkind.InvalidInput, err))
+		if err := decodeArg("health options", optsJSON, &opts); err != nil {
+			return "", err
 		}
 	}
 	st, snap, err := openSnapshot(ctx, uri, optionsJSON, version)

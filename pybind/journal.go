@@ -80,8 +80,8 @@ func VerifyOutput(uri, optionsJSON, inputsJSON, output, filesJSON string) (out s
 	}
 	var want []segment.File
 	if filesJSON != "" {
-		if err := json.Unmarshal([]byte(filesJSON), &want); err != nil {
-			return "", tagged(fmt.Errorf("%w: files JSON: %w", errkind.InvalidInput, err))
+		if err := decodeArg("files JSON", filesJSON, &want); err != nil {
+			return "", err
 		}
 	}
 	st, err := openStore(ctx, uri, optionsJSON)

@@ -2,9 +2,7 @@ package pybind
 
 import (
 	"encoding/json"
-	"fmt"
 
-	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/segment"
 )
 
@@ -27,8 +25,8 @@ func MergeSegments(opID, uri, optionsJSON string, version int, segmentsJSON, mer
 	}
 	var opts segment.MergeOptions
 	if mergeOptionsJSON != "" {
-		if err := json.Unmarshal([]byte(mergeOptionsJSON), &opts); err != nil {
-			return "", tagged(fmt.Errorf("%w: merge options: %w", errkind.InvalidInput, err))
+		if err := decodeArg("merge options", mergeOptionsJSON, &opts); err != nil {
+			return "", err
 		}
 	}
 	opts.Progress = prog

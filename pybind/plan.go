@@ -83,8 +83,8 @@ func GroupSizes(requestJSON string) (out string, err error) {
 	if len(requestJSON) > 64<<20 {
 		return "", tagged(fmt.Errorf("%w: group request of %d bytes", errkind.InvalidInput, len(requestJSON)))
 	}
-	if err := json.Unmarshal([]byte(requestJSON), &req); err != nil {
-		return "", tagged(fmt.Errorf("%w: group request: %w", errkind.InvalidInput, err))
+	if err := decodeArg("group request", requestJSON, &req); err != nil {
+		return "", err
 	}
 	groups, err := segment.GroupSizes(req.Bytes, req.Rows, req.PlanOptions)
 	if err != nil {
@@ -132,8 +132,8 @@ func RemoveUncommitted(uri, optionsJSON, uuidsJSON string) (n int, err error) {
 		return 0, tagged(err)
 	}
 	var uuids []string
-	if err := json.Unmarshal([]byte(uuidsJSON), &uuids); err != nil {
-		return 0, tagged(fmt.Errorf("%w: uuids: %w", errkind.InvalidInput, err))
+	if err := decodeArg("uuids", uuidsJSON, &uuids); err != nil {
+		return 0, err
 	}
 	st, err := storage.Open(ctx, uri, opts)
 	if err != nil {

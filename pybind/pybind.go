@@ -53,6 +53,15 @@ func tagged(err error) error {
 	return fmt.Errorf("[%s] %w", errkind.Tag(err), err)
 }
 
+// decodeArg decodes a JSON argument from Python into v: a tagged
+// InvalidInput error naming what it is when it does not decode.
+func decodeArg(what, s string, v any) error {
+	if err := json.Unmarshal([]byte(s), v); err != nil {
+		return tagged(fmt.Errorf("%w: %s: %w", errkind.InvalidInput, what, err))
+	}
+	return nil
+}
+
 func decodeOptions(optionsJSON string) (map[string]string, error) {
 	if optionsJSON == "" {
 		return nil, nil

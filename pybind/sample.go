@@ -1,7 +1,6 @@
 package pybind
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -37,12 +36,12 @@ func SampleVectors(opID, uri, optionsJSON string, version int, requestJSON, ptrs
 	ctx, _, done := beginOp(opID)
 	defer done()
 	var req sampleRequest
-	if err := json.Unmarshal([]byte(requestJSON), &req); err != nil {
-		return "", tagged(fmt.Errorf("%w: sample request: %w", errkind.InvalidInput, err))
+	if err := decodeArg("sample request", requestJSON, &req); err != nil {
+		return "", err
 	}
 	var ptrs [2]uint64
-	if err := json.Unmarshal([]byte(ptrsJSON), &ptrs); err != nil {
-		return "", tagged(fmt.Errorf("%w: array pointers: %w", errkind.InvalidInput, err))
+	if err := decodeArg("array pointers", ptrsJSON, &ptrs); err != nil {
+		return "", err
 	}
 	if len(req.FragmentIDs) == 0 || req.OfRows == 0 {
 		return "", tagged(fmt.Errorf("%w: sample: no fragments, or no rows to draw from", errkind.InvalidInput))
@@ -92,16 +91,16 @@ func TrainModelOnSample(opID, paramsJSON, ptrsJSON, modelPtrsJSON string) (out s
 	ctx, _, done := beginOp(opID)
 	defer done()
 	var p train.Params
-	if err := json.Unmarshal([]byte(paramsJSON), &p); err != nil {
-		return "", tagged(fmt.Errorf("%w: training parameters: %w", errkind.InvalidInput, err))
+	if err := decodeArg("training parameters", paramsJSON, &p); err != nil {
+		return "", err
 	}
 	var ptrs [2]uint64
-	if err := json.Unmarshal([]byte(ptrsJSON), &ptrs); err != nil {
-		return "", tagged(fmt.Errorf("%w: sample pointers: %w", errkind.InvalidInput, err))
+	if err := decodeArg("sample pointers", ptrsJSON, &ptrs); err != nil {
+		return "", err
 	}
 	var mptrs modelio.ArrayPtrs
-	if err := json.Unmarshal([]byte(modelPtrsJSON), &mptrs); err != nil {
-		return "", tagged(fmt.Errorf("%w: array pointers: %w", errkind.InvalidInput, err))
+	if err := decodeArg("array pointers", modelPtrsJSON, &mptrs); err != nil {
+		return "", err
 	}
 	sample, err := modelio.ImportMatrix("sample", uintptr(ptrs[0]), uintptr(ptrs[1]), 0)
 	if err != nil {

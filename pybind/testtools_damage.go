@@ -4,10 +4,7 @@ package pybind
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 
-	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/verify"
 )
@@ -19,8 +16,8 @@ func DamageSegment(uri, optionsJSON, indexName, segUUID, specJSON string) (out s
 	defer recoverTo(&err)
 	ctx := context.Background()
 	var spec verify.DamageSpec
-	if err := json.Unmarshal([]byte(specJSON), &spec); err != nil {
-		return "", tagged(fmt.Errorf("%w: damage spec: %w", errkind.InvalidInput, err))
+	if err := decodeArg("damage spec", specJSON, &spec); err != nil {
+		return "", err
 	}
 	st, snap, err := openSnapshot(ctx, uri, optionsJSON, 0)
 	if err != nil {

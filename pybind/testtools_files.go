@@ -81,8 +81,8 @@ func InspectFile(path string, start, end int, columnsJSON string) (out string, e
 	}
 	var names []string
 	if columnsJSON != "" {
-		if err := json.Unmarshal([]byte(columnsJSON), &names); err != nil {
-			return "", tagged(fmt.Errorf("%w: columns: %w", errkind.InvalidInput, err))
+		if err := decodeArg("columns", columnsJSON, &names); err != nil {
+			return "", err
 		}
 	} else {
 		for _, f := range r.Fields() {

@@ -36,8 +36,8 @@ func SearchSegment(uri, optionsJSON string, version int, indexName, segUUID, que
 		K       int    `json:"k"`
 		NProbes int    `json:"nprobes"`
 	}
-	if err := json.Unmarshal([]byte(queriesJSON), &req); err != nil {
-		return "", tagged(fmt.Errorf("%w: queries JSON: %w", errkind.InvalidInput, err))
+	if err := decodeArg("queries JSON", queriesJSON, &req); err != nil {
+		return "", err
 	}
 	qs, err := decodeFloat32s(req.Vectors)
 	if err != nil {
@@ -142,8 +142,8 @@ func RepairSegment(opID, uri, optionsJSON string, version int, indexName, segUUI
 	defer done()
 	var opts verify.RepairOptions
 	if repairJSON != "" {
-		if err := json.Unmarshal([]byte(repairJSON), &opts); err != nil {
-			return "", tagged(fmt.Errorf("%w: repair options: %w", errkind.InvalidInput, err))
+		if err := decodeArg("repair options", repairJSON, &opts); err != nil {
+			return "", err
 		}
 	}
 	opts.Progress = prog
