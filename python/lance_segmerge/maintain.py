@@ -205,6 +205,7 @@ def maintain(
     on_pass: Optional[Callable[[MaintainReport], None]] = None,
     progress: OptimizeProgressArg = None,
     window_rows: Optional[int] = None,
+    memory_bytes: Optional[int] = None,
     hnsw_graph: str = "reuse",
     verify: bool = True,
     retrain: str = "never",
@@ -243,7 +244,7 @@ def maintain(
         ``max_segments`` trades rewriting for query latency.
     segments_per_task : int, default 32
         Most segments one task merges.
-    executor, max_workers, fan_in, requantize_sq, progress, window_rows, hnsw_graph, verify
+    executor, max_workers, fan_in, requantize_sq, progress, window_rows, memory_bytes, hnsw_graph, verify
         As for :func:`optimize`; ``executor="auto"`` (default) picks in
         process or a process pool from the measured cost model.
     resume : bool, default True
@@ -301,6 +302,7 @@ def maintain(
         "fan_in": fan_in,
         "progress": progress,
         "window_rows": window_rows,
+        "memory_bytes": memory_bytes,
         "hnsw_graph": hnsw_graph,
         "verify": verify,
         "properties": properties,
@@ -308,7 +310,7 @@ def maintain(
     rule = _Retrain(retrain, retrain_max_rows, {
         "num_partitions": None, "sample_rate": 256, "max_iters": 50, "seed": None, "executor": executor,
         "max_workers": max_workers, "fragments_per_task": None, "fan_in": fan_in, "target_segments": 1,
-        "catch_up": True, "resume": resume, "progress": progress, "window_rows": window_rows, "memory_bytes": None,
+        "catch_up": True, "resume": resume, "progress": progress, "window_rows": window_rows, "memory_bytes": memory_bytes,
         "properties": properties,
     })
     if watch is None:
@@ -352,6 +354,7 @@ def maintain_all(
     resume: bool = True,
     max_conflicts: int = 10,
     progress: OptimizeProgressArg = None,
+    memory_bytes: Optional[int] = None,
     verify: bool = True,
     properties: Optional[dict[str, str]] = None,
     storage_options: Optional[Mapping[str, str]] = None,
@@ -379,6 +382,9 @@ def maintain_all(
         each index to one segment.
     segments_per_task, executor, max_workers, fan_in, resume, max_conflicts, progress, verify, properties, storage_options
         As for :func:`maintain`.
+    memory_bytes : int, optional
+        What a full-text (INVERTED) merge holds of its posting lists at once
+        (default 64 MiB; see :func:`merge_existing_index_segments`).
 
     Returns
     -------
@@ -394,7 +400,8 @@ def maintain_all(
                 ds, name, policy=policy, segments_per_tier=segments_per_tier, max_segment_rows=max_segment_rows,
                 floor_rows=floor_rows, deletes_pct_allowed=deletes_pct_allowed, max_segments=max_segments,
                 segments_per_task=segments_per_task, executor=executor, max_workers=max_workers, fan_in=fan_in,
-                resume=resume, max_conflicts=max_conflicts, progress=progress, verify=verify, properties=properties,
+                resume=resume, max_conflicts=max_conflicts, progress=progress, memory_bytes=memory_bytes, verify=verify,
+                properties=properties,
             )
         except UnsupportedError as exc:
             if index_names is not None:

@@ -97,6 +97,7 @@ def run_plan(
     target_segments: int = 1,
     progress: OptimizeProgressArg = None,
     window_rows: Optional[int] = None,
+    memory_bytes: Optional[int] = None,
     on_report: Optional[Callable[[OptimizeReport], None]] = None,
     resume: bool = False,
     hnsw_graph: str = "reuse",
@@ -116,6 +117,7 @@ def run_plan(
     target_segments: int = 1,
     progress: OptimizeProgressArg = None,
     window_rows: Optional[int] = None,
+    memory_bytes: Optional[int] = None,
     on_report: Optional[Callable[[OptimizeReport], None]] = None,
     resume: bool = False,
     hnsw_graph: str = "reuse",
@@ -135,6 +137,7 @@ def run_plan(
     target_segments: int = 1,
     progress: OptimizeProgressArg = None,
     window_rows: Optional[int] = None,
+    memory_bytes: Optional[int] = None,
     on_report: Optional[Callable[[OptimizeReport], None]] = None,
     resume: bool = False,
     hnsw_graph: str = "reuse",
@@ -206,7 +209,7 @@ def run_plan(
         _ffi.call("CheckPlan", ds.uri, ds.options_json, ds.version, plan.to_json())
     stats = execute_plan(
         ds, plan, executor=executor, max_workers=max_workers, fan_in=fan_in, target_segments=target_segments,
-        progress=progress, window_rows=window_rows, on_report=on_report, resume=resume, hnsw_graph=hnsw_graph,
+        progress=progress, window_rows=window_rows, memory_bytes=memory_bytes, on_report=on_report, resume=resume, hnsw_graph=hnsw_graph,
         verify=verify, properties=properties,
     )
     return at_version(given, ds, stats.version, stats.dataset)
@@ -222,6 +225,7 @@ def execute_plan(
     target_segments: int = 1,
     progress: OptimizeProgressArg = None,
     window_rows: Optional[int] = None,
+    memory_bytes: Optional[int] = None,
     on_report: Optional[Callable[[OptimizeReport], None]] = None,
     resume: bool = False,
     hnsw_graph: str = "reuse",
@@ -246,6 +250,8 @@ def execute_plan(
     options: dict[str, Any] = {"requantize_sq": plan.requantize_sq, "hnsw_graph": hnsw_graph}
     if window_rows is not None:
         options["window_rows"] = window_rows
+    if memory_bytes is not None:
+        options["memory_bytes"] = memory_bytes
     if isinstance(executor, str) and executor == "auto":
         executor = choose_executor(plan, max_workers)
     journal = None
@@ -327,6 +333,7 @@ def optimize(
     requantize_sq: bool = True,
     progress: OptimizeProgressArg = True,
     window_rows: Optional[int] = None,
+    memory_bytes: Optional[int] = None,
     storage_options: Optional[Mapping[str, str]] = None,
     on_report: Optional[Callable[[OptimizeReport], None]] = None,
     resume: bool = False,
@@ -350,6 +357,7 @@ def optimize(
     requantize_sq: bool = True,
     progress: OptimizeProgressArg = True,
     window_rows: Optional[int] = None,
+    memory_bytes: Optional[int] = None,
     storage_options: Optional[Mapping[str, str]] = None,
     on_report: Optional[Callable[[OptimizeReport], None]] = None,
     resume: bool = False,
@@ -373,6 +381,7 @@ def optimize(
     requantize_sq: bool = True,
     progress: OptimizeProgressArg = True,
     window_rows: Optional[int] = None,
+    memory_bytes: Optional[int] = None,
     storage_options: Optional[Mapping[str, str]] = None,
     on_report: Optional[Callable[[OptimizeReport], None]] = None,
     resume: bool = False,
@@ -422,6 +431,9 @@ def optimize(
         :class:`OptimizeProgress` on the driver.
     window_rows : int, optional
         Rows each merge holds in memory at once.
+    memory_bytes : int, optional
+        INVERTED merges: the posting lists each merge holds at once (see
+        :func:`merge_existing_index_segments`; default 64 MiB).
     storage_options : dict of str to str, optional
         Options for the store when ``dataset`` is a URI (the keys pylance
         accepts, e.g. ``aws_endpoint``, ``aws_region``); a :class:`Dataset`
@@ -471,7 +483,7 @@ def optimize(
     pinned, plan = _resume_point(ds, index_name, make_plan) if resume else (ds, make_plan(ds))
     stats = execute_plan(
         pinned, plan, executor=executor, max_workers=max_workers, fan_in=fan_in, target_segments=target_segments,
-        progress=progress, window_rows=window_rows, on_report=on_report, resume=resume, hnsw_graph=hnsw_graph,
+        progress=progress, window_rows=window_rows, memory_bytes=memory_bytes, on_report=on_report, resume=resume, hnsw_graph=hnsw_graph,
         verify=verify, properties=properties,
     )
     return at_version(dataset, ds, stats.version, stats.dataset)

@@ -19,6 +19,7 @@ import pytest
 from lance.file import LanceFileReader
 
 import lance_segmerge as ls
+from lance_segmerge import _jobs
 
 WORDS = ("lance index segment merge token posting vector table column query quickly jumps running "
          "brown fox lazy dogs résumé naïve café über straße Ünïcödé data engineer billion rows").split()
@@ -148,6 +149,28 @@ def test_merge_in_spilled_buckets(deltas, tmp_path):
     _close(_answers(ours, QUERIES + PHRASES), _answers(theirs, QUERIES + PHRASES))
     with pytest.raises(ls.InvalidInputError, match="memory_bytes"):
         ls.merge_existing_index_segments(handle, segs, memory_bytes=0)
+
+
+def test_maintain_and_optimize_give_the_merges_their_memory_budget(deltas, tmp_path, monkeypatch):
+    """memory_bytes reaches every merge of a maintain_all (and optimize)
+    run, and the spilled merge answers as pylance's own."""
+    ours, theirs = _pair(deltas, tmp_path)
+    seen: list = []
+    real = _jobs._merge
+
+    def spy(ds, segments, **kw):
+        seen.append(kw.get("memory_bytes"))
+        return real(ds, segments, **kw)
+
+    monkeypatch.setattr(_jobs, "_merge", spy)
+    (rep,) = ls.maintain_all(ours, index_names=["text_idx"], policy="all", executor="local", memory_bytes=4096)
+    assert rep.segments_after == 1 and seen and set(seen) == {4096}
+    lance.dataset(theirs).optimize.optimize_indices(num_indices_to_merge=10)
+    assert _docs(ours) == _docs(theirs)
+    _close(_answers(ours, QUERIES + PHRASES), _answers(theirs, QUERIES + PHRASES))
+    for call in (ls.optimize, ls.maintain):
+        with pytest.raises(ls.InvalidInputError, match="memory_bytes"):
+            call(ours, "text_idx", memory_bytes=0)
 
 
 def _versions(uri: str) -> dict[str, tuple[int, int]]:
