@@ -232,12 +232,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="default", choices=sorted(PRESETS))
     ap.add_argument("--appends", type=int, help="override the preset's number of appends")
+    ap.add_argument("--queries", type=int,
+                    help="override the preset's queries per step (drawn from the newest append; more queries, less sampling noise)")
     ap.add_argument("--out", default=str(HERE / "results"))
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     p = dict(PRESETS[args.preset])
     if args.appends:
         p["appends"] = args.appends
+    if args.queries:
+        p["queries"] = args.queries
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="drift-") as tmp:
