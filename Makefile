@@ -145,7 +145,7 @@ bench-scale: build venv
 # (about 10 minutes on 2 cores); DRIFT_PRESET=smoke for seconds.
 DRIFT_PRESET ?= default
 bench-drift: build venv
-	PYTHONPATH=python $(PY) bench/drift.py --preset $(DRIFT_PRESET)
+	PYTHONPATH=python $(PY) bench/drift.py --preset $(DRIFT_PRESET) --queries 200
 
 # Regenerate the protobuf Go code (needs protoc, e.g. Debian's
 # protobuf-compiler). The generated files are committed.

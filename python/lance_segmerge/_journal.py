@@ -230,16 +230,23 @@ class RunJournal:
     def discard_build(self, fragments: list[int], why: str) -> None:
         """Drop a reused build's entry and remove its output (see
         :meth:`discard`)."""
+        if self.drop_build(fragments, why):
+            self.reused -= 1
+
+    def drop_build(self, fragments: list[int], why: str) -> bool:
+        """Drop the recorded build over these fragments, if any, and remove
+        its output unread (a build the run redoes whatever it holds).
+        Returns whether there was one."""
         e = self._find_build(fragments)
         if e is None:
-            return
+            return False
         logger.info("build over fragments %s: redoing it: %s", fragments, why)
         self._entries.remove(e)
-        self.reused -= 1
         try:
             remove_uncommitted(self._ds, [str(e["output"])])
         except (InvalidInputError, ConflictError) as exc:
             logger.warning("could not remove %s: %s", e["output"], exc)
+        return True
 
     def planned_build(self, fragments: list[int], output: str) -> None:
         """Record that ``output`` is assigned to the build over these

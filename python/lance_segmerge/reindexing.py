@@ -269,9 +269,13 @@ def _reindex(
     with run:
         reused: dict[int, IndexSegment] = {}
         model: Optional[IndexModel] = None
-        # (A rerun reuses Go-built segments, whose model it reads back; an
-        # IVF_HNSW_* segment's model is not read back, so its builds rerun.)
-        if journal is not None and hnsw is None:
+        if journal is not None and hnsw is not None:
+            # A rerun reuses Go-built segments, whose model it reads back;
+            # an IVF_HNSW_* segment's model is not read back, so a crashed
+            # run's builds are removed and done again.
+            for g in groups:
+                journal.drop_build(g, "an IVF_HNSW_* build is not reused")
+        elif journal is not None:
             for i, g in enumerate(groups):
                 seg = journal.reuse_build(column, g)
                 if seg is not None:

@@ -435,6 +435,32 @@ def test_reindex_rebuilds_an_hnsw_index_on_workers(tmp_path, kind):
     assert ls.verify_index(uri, "vec_idx").clean
 
 
+def test_an_hnsw_reindex_survives_sigkill(tmp_path, caplog):
+    """SIGKILL after two pylance builds: the old index is untouched; the
+    rerun removes the crashed run's builds (an HNSW segment's model is not
+    read back, so they are not reused), builds again and commits, leaving
+    no orphan files."""
+    uri = str(tmp_path / "hnsw")
+    lance.write_dataset(_table(_draw(3000, 0.0, 1), 0), uri, max_rows_per_file=500)
+    lance.dataset(uri).create_index("vec", "IVF_HNSW_SQ", num_partitions=4)
+    old = {s.uuid for s in ls.open(uri).list_index_segments("vec_idx")}
+    v = lance.dataset(uri).version
+    p = subprocess.run([sys.executable, "-c", CHILD, uri], capture_output=True, text=True)
+    assert p.returncode == -signal.SIGKILL, p.stderr[-2000:]
+    assert lance.dataset(uri).version == v
+    assert {s.uuid for s in ls.open(uri).list_index_segments("vec_idx")} == old
+    crashed = set(os.listdir(os.path.join(uri, "_indices"))) - old
+    assert len(crashed) >= 2  # the builds that finished
+    with caplog.at_level(logging.INFO, logger="lance_segmerge"):
+        ls.reindex(uri, "vec_idx", fragments_per_task=1, progress=False, seed=11)
+    assert any("an IVF_HNSW_* build is not reused" in r.getMessage() for r in caplog.records)
+    ds = lance.dataset(uri)
+    ds.validate()
+    new = {s.uuid for s in ls.open(uri).list_index_segments("vec_idx")}
+    assert not (new & old) and ds.stats.index_stats("vec_idx")["num_indexed_rows"] == 3000
+    assert not (crashed & set(os.listdir(os.path.join(uri, "_indices"))))  # removed, none committed
+
+
 def test_reindex_refuses_what_it_cannot_rebuild(tmp_path):
     uri = str(tmp_path / "btree")
     ds = lance.write_dataset(_table(_draw(2000, 0.0, 3), 0), uri)
