@@ -16,6 +16,10 @@ import (
 // shares are proportional to live rows, so the whole is a stratified
 // uniform sample of the table.
 
+// maxShares bounds the shares (sample tasks) a training sample may come
+// in: each may round its share up by one row.
+const maxShares = 1 << 16
+
 // sampleRequest is SampleVectors' request.
 type sampleRequest struct {
 	Column      string       `json:"column"`
@@ -107,9 +111,8 @@ func TrainModelOnSample(opID, paramsJSON, ptrsJSON, modelPtrsJSON string) (out s
 		return "", tagged(err)
 	}
 	defer sample.Release()
-	// Each share rounds up: at most one row more per share, and no more
-	// shares than rows.
-	if want := train.SampleRows(p, sample.Cols); sample.Rows > 2*want {
+	// Each share rounds up: at most one row more per share.
+	if want := train.SampleRows(p, sample.Cols); sample.Rows > want+maxShares {
 		return "", tagged(fmt.Errorf("%w: a sample of %d vectors, where the parameters draw %d", errkind.InvalidInput, sample.Rows, want))
 	}
 	// Training normalises a cosine sample in place: never the exporter's

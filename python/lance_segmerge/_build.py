@@ -384,6 +384,7 @@ def _train(
                 f" sampled by {tasks} tasks" if tasks else "")
     return model
 
+
 # Spreads the groups' seeds (group 0 keeps the caller's seed: one group
 # draws exactly the sample TrainModel would).
 _SEED_STRIDE = 0x9E3779B97F4A7C15

@@ -303,7 +303,7 @@ def test_the_training_sample_is_drawn_on_the_workers(copy):
         _jobs.sample_task({"dataset": ds, "column": "vec", "fragment_ids": [f for f, _ in frags], "params": {"num_partitions": 16},
                            "of_rows": 10, "seed": 1})
     # The driver refuses a sample larger than its parameters draw, before reading it.
-    big = CStructs().export(pa.FixedSizeListArray.from_arrays(pa.array(np.zeros(100 * DIM, np.float32)), DIM))
+    big = CStructs().export(pa.FixedSizeListArray.from_arrays(pa.array(np.zeros(70_000 * DIM, np.float32)), DIM))
     params = {"index_type": "IVF_FLAT", "metric": "l2", "num_partitions": 2, "sample_rate": 2}
     with pytest.raises(ls.InvalidInputError, match="where the parameters draw 4"):
         _ffi.run_operation("TrainModelOnSample", (json.dumps(params), json.dumps(big.pair()), json.dumps({})))
@@ -471,6 +471,13 @@ def test_reindex_refuses_what_it_cannot_rebuild(tmp_path):
     assert lance.dataset(uri).version == v
     with pytest.raises(ls.NotFoundError):
         ls.reindex(uri, "nope_idx", progress=False)
+    # pylance's builds would encode with our PQ codebook by inner product
+    ds.create_index("vec", "IVF_HNSW_PQ", metric="dot", num_partitions=2, num_sub_vectors=8)
+    v = lance.dataset(uri).version
+    with pytest.raises(ls.UnsupportedError, match="dot-product IVF_HNSW_PQ"):
+        ls.reindex(uri, "vec_idx", progress=False)
+    assert lance.dataset(uri).version == v and not [d for d in os.listdir(os.path.join(uri, "_indices"))
+                                                   if d not in {i["uuid"] for i in lance.dataset(uri).list_indices()}]
 
 
 # -- maintain(retrain=...) -------------------------------------------------------------
