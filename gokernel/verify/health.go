@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/lance-segmerge/lance-segmerge/gokernel/encode"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/ivf"
@@ -130,8 +131,9 @@ type HealthReport struct {
 }
 
 // Health measures an index's drift (see HealthOptions). errkind.NotFound
-// when the version has no such vector index; errkind.Unsupported for kinds
-// whose model is not read here (IVF_HNSW_*: partitions and rows only).
+// when the version has no such vector index. Of IVF_HNSW_* indices the
+// partitions, rows and residuals are measured, not the recall (their graphs
+// are not searched here).
 func Health(ctx context.Context, st storage.Store, snap *table.Snapshot, indexName string, opts HealthOptions) (*HealthReport, error) {
 	if opts.SampleRows <= 0 {
 		opts.SampleRows = 20000
@@ -243,16 +245,17 @@ func Health(ctx context.Context, st storage.Store, snap *table.Snapshot, indexNa
 		return nil, err
 	}
 	defer o.close()
+	ix := o.index
 	if o.model == nil {
-		rep.Reasons = append(rep.Reasons, "no drift measured: "+o.noModel.Error())
-		rep.Verdict = "ok"
-		return rep, nil
+		// IVF_HNSW_*: the graphs are not searched here, but the IVF
+		// centroids measure the residuals all the same.
+		if ix, err = centroidIndex(o.files); err != nil {
+			rep.Reasons = append(rep.Reasons, "no drift measured: "+o.noModel.Error())
+			rep.Verdict = "ok"
+			return rep, nil
+		}
 	}
 	rd, err := vecdata.NewReader(st, snap, rep.Column)
-	if err != nil {
-		return nil, err
-	}
-	sample, err := rd.Sample(ctx, all, opts.SampleRows, opts.Seed)
 	if err != nil {
 		return nil, err
 	}
@@ -264,8 +267,6 @@ func Health(ctx context.Context, st storage.Store, snap *table.Snapshot, indexNa
 	if err != nil {
 		return nil, err
 	}
-	rep.SampleRows = sample.Len()
-	ix := o.index
 	rep.NProbes = min(opts.NProbes, ix.NumPartitions())
 	resT, qsT := residuals(ix, qTrained)
 	resR, qsR := residuals(ix, qRecent)
@@ -278,6 +279,16 @@ func Health(ctx context.Context, st storage.Store, snap *table.Snapshot, indexNa
 	if rep.ResidualTrained > 0 && rep.ResidualRecent >= 0 {
 		rep.ResidualRatio = rep.ResidualRecent / rep.ResidualTrained
 	}
+	if o.model == nil {
+		rep.judge()
+		rep.Reasons = append(rep.Reasons, "recall not measured: "+o.noModel.Error())
+		return rep, nil
+	}
+	sample, err := rd.Sample(ctx, all, opts.SampleRows, opts.Seed)
+	if err != nil {
+		return nil, err
+	}
+	rep.SampleRows = sample.Len()
 	if len(qsT) > 0 && len(qsR) > 0 {
 		exclude := map[uint64]bool{}
 		for _, id := range append(slices.Clone(qTrained.RowIDs), qRecent.RowIDs...) {
@@ -296,6 +307,25 @@ func Health(ctx context.Context, st storage.Store, snap *table.Snapshot, indexNa
 	}
 	rep.judge()
 	return rep, nil
+}
+
+// centroidIndex is a search index over a segment's IVF centroids alone
+// (as an IVF_FLAT model), for the residuals of a segment whose quantizer
+// is not read here.
+func centroidIndex(f *ivf.Files) (*search.Index, error) {
+	ct := f.Centroids()
+	if ct == nil {
+		return nil, fmt.Errorf("%w: no IVF centroids", errkind.Corrupt)
+	}
+	cv, ok := ct.Float32s()
+	if !ok {
+		return nil, fmt.Errorf("%w: centroids of type %s", errkind.Unsupported, ct.DType)
+	}
+	metric, err := encode.ParseMetric(f.Distance)
+	if err != nil {
+		return nil, err
+	}
+	return search.New(&encode.Model{Type: ivf.IVFFlat, Metric: metric, Dim: ct.Cols(), Centroids: cv})
 }
 
 // judge sets the verdict from the thresholds.

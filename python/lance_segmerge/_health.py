@@ -68,8 +68,10 @@ def health(
     ----------
     dataset : Dataset, str, os.PathLike or lance.LanceDataset
     index_name : str
-        A vector index: IVF_FLAT, IVF_SQ, IVF_PQ, IVF_RQ (of IVF_HNSW_*
-        only partitions and rows are measured; ``reasons`` says so).
+        A vector index: IVF_FLAT, IVF_SQ, IVF_PQ, IVF_RQ, or IVF_HNSW_*, of
+        which partitions, rows and residuals (with its IVF centroids) are
+        measured but not the recall (the graphs are not searched here;
+        ``reasons`` says so).
     sample_rows : int, default 20000
         Rows that stand for the table (the cost is about
         ``sample_rows * queries`` distances).

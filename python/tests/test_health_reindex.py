@@ -435,6 +435,29 @@ def test_reindex_rebuilds_an_hnsw_index_on_workers(tmp_path, kind):
     assert ls.verify_index(uri, "vec_idx").clean
 
 
+@pytest.mark.parametrize("shift", [4.0, 0.0])
+def test_maintain_retrains_a_drifted_hnsw_index(tmp_path, shift):
+    """Of an IVF_HNSW_* index health measures the residuals with its IVF
+    centroids (not the recall: the graphs are not searched here), and
+    retrain="auto" reindexes it when they say so, not otherwise."""
+    uri = str(tmp_path / "hnsw")
+    lance.write_dataset(_table(_draw(3000, 0.0, 1), 0), uri, max_rows_per_file=500)
+    lance.dataset(uri).create_index("vec", "IVF_HNSW_SQ", num_partitions=8)
+    ds = lance.write_dataset(_table(_draw(1500, shift, 2), 3000), uri, mode="append", max_rows_per_file=500)
+    ds.optimize.optimize_indices(num_indices_to_merge=0)
+    h = ls.health(uri, "vec_idx")
+    assert h.recall_drop == -1 and any(r.startswith("recall not measured") for r in h.reasons)
+    rep = ls.maintain(uri, "vec_idx", retrain="auto", executor="local")
+    if shift:
+        assert h.verdict == "retrain" and h.residual_ratio > 1.35, h.reasons
+        assert rep.reindexed and rep.health_verdict == "retrain"
+    else:
+        assert h.verdict == "ok" and h.residual_ratio < 1.15, h.reasons
+        assert not rep.reindexed
+    lance.dataset(uri).validate()
+    assert _indexed_rows(uri) == 4500
+
+
 def test_an_hnsw_reindex_survives_sigkill(tmp_path, caplog):
     """SIGKILL after two pylance builds: the old index is untouched; the
     rerun removes the crashed run's builds (an HNSW segment's model is not
