@@ -199,12 +199,8 @@ func TrainModel(opID, uri, optionsJSON string, version int, column, paramsJSON, 
 	defer recoverTo(&err)
 	ctx, _, done := beginOp(opID)
 	defer done()
-	var p train.Params
-	if err := decodeArg("training parameters", paramsJSON, &p); err != nil {
-		return "", err
-	}
-	var ptrs modelio.ArrayPtrs
-	if err := decodeArg("array pointers", ptrsJSON, &ptrs); err != nil {
+	p, ptrs, err := trainArgs(paramsJSON, ptrsJSON)
+	if err != nil {
 		return "", err
 	}
 	st, snap, err := openSnapshot(ctx, uri, optionsJSON, version)
@@ -220,6 +216,17 @@ func TrainModel(opID, uri, optionsJSON string, version int, column, paramsJSON, 
 		return "", tagged(err)
 	}
 	return trainedModel(m, stats, ptrs)
+}
+
+// trainArgs decodes a training call's parameters (train.Params) and the
+// addresses of the C structs its model's arrays are exported into.
+func trainArgs(paramsJSON, ptrsJSON string) (train.Params, modelio.ArrayPtrs, error) {
+	var p train.Params
+	var ptrs modelio.ArrayPtrs
+	if err := decodeArg("training parameters", paramsJSON, &p); err != nil {
+		return p, nil, err
+	}
+	return p, ptrs, decodeArg("array pointers", ptrsJSON, &ptrs)
 }
 
 // trainedModel returns a trained model's scalars as modelio.Spec JSON plus

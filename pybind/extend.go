@@ -7,10 +7,9 @@ import (
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/modelio"
-	"github.com/lance-segmerge/lance-segmerge/gokernel/segment"
-	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/train"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/vecdata"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/verify"
 )
 
 // extendRequest is ExtendIndexModel's request: the segment whose model is
@@ -53,18 +52,8 @@ func ExtendIndexModel(opID, uri, optionsJSON string, version int, requestJSON, p
 	if err != nil {
 		return "", tagged(err)
 	}
-	i := -1
-	for j, im := range snap.Indices {
-		if im.GetName() == req.Index && table.IndexUUID(im) == req.Segment {
-			i = j
-			break
-		}
-	}
-	if i < 0 {
-		return "", tagged(fmt.Errorf("%w: index %q has no segment %s", errkind.NotFound, req.Index, req.Segment))
-	}
-	im := snap.Indices[i]
-	if err := segment.RequireVector(im); err != nil {
+	im, err := verify.FindSegment(snap, req.Index, req.Segment) // a vector index's
+	if err != nil {
 		return "", tagged(err)
 	}
 	m, err := modelio.FromSegment(ctx, st, im)

@@ -94,16 +94,12 @@ func TrainModelOnSample(opID, paramsJSON, ptrsJSON, modelPtrsJSON string) (out s
 	defer recoverTo(&err)
 	ctx, _, done := beginOp(opID)
 	defer done()
-	var p train.Params
-	if err := decodeArg("training parameters", paramsJSON, &p); err != nil {
+	p, mptrs, err := trainArgs(paramsJSON, modelPtrsJSON)
+	if err != nil {
 		return "", err
 	}
 	var ptrs [2]uint64
 	if err := decodeArg("sample pointers", ptrsJSON, &ptrs); err != nil {
-		return "", err
-	}
-	var mptrs modelio.ArrayPtrs
-	if err := decodeArg("array pointers", modelPtrsJSON, &mptrs); err != nil {
 		return "", err
 	}
 	sample, err := modelio.ImportMatrix("sample", uintptr(ptrs[0]), uintptr(ptrs[1]), 0)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import pyarrow as pa
 
@@ -341,11 +341,13 @@ def _train(
     seed: Optional[int],
     sample_on: Optional[SampleRunner] = None,
     groups: Optional[Sequence[Sequence[int]]] = None,
+    live_rows: Optional[Mapping[int, int]] = None,
 ) -> IndexModel:
     """Train a model. With ``sample_on`` and ``groups``, the sample is drawn
     by one job per group of fragments, run by ``sample_on`` (a run's worker
-    pool), each its groups' share by live rows, and trained on here; else
-    the kernel draws it in this process."""
+    pool), each its groups' share by live rows (``live_rows``, fragment id
+    to rows, when the caller has listed them: :func:`fragment_rows`), and
+    trained on here; else the kernel draws it in this process."""
     seed_val = secrets.randbits(63) if seed is None else seed
     params: dict[str, Any] = {
         "index_type": index_type,
@@ -362,7 +364,8 @@ def _train(
     ptrs = json.dumps({n: s.pair() for n, s in structs.items()})
     tasks = 0
     if sample_on is not None and groups:
-        shares = _sample_on_workers(ds, column, params, groups, sample_on)
+        live = dict(live_rows) if live_rows is not None else dict(fragment_rows(ds))
+        shares = _sample_on_workers(ds, column, params, groups, live, sample_on)
         tasks = len(shares)
         sample = CStructs().export(pa.concat_arrays(shares))
         out = json.loads(_ffi.run_operation("TrainModelOnSample", (json.dumps(params), json.dumps(sample.pair()), ptrs)))
@@ -391,10 +394,10 @@ _SEED_STRIDE = 0x9E3779B97F4A7C15
 
 
 def _sample_on_workers(
-    ds: Dataset, column: str, params: dict[str, Any], groups: Sequence[Sequence[int]], run: SampleRunner
+    ds: Dataset, column: str, params: dict[str, Any], groups: Sequence[Sequence[int]], live: Mapping[int, int],
+    run: SampleRunner,
 ) -> list[Any]:
     """Each group's share of the training sample, drawn by a job per group."""
-    live = dict(fragment_rows(ds))
     total = sum(live.get(f, 0) for g in groups for f in g)
     jobs = [
         {"dataset": ds, "column": column, "fragment_ids": [int(f) for f in g], "params": params, "of_rows": total,

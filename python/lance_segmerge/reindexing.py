@@ -301,7 +301,7 @@ def _reindex(
                 ds, column, trained_as, metric=metric, num_partitions=partitions,
                 num_sub_vectors=nsub or None, num_bits=bits or None,
                 sample_rate=sample_rate, max_iters=max_iters, fragment_ids=None, seed=seed, groups=groups,
-                sample_on=lambda jobs: run.batch(_jobs.sample_task, jobs,
+                live_rows=dict(frags), sample_on=lambda jobs: run.batch(_jobs.sample_task, jobs,
                                                  describe=lambda k: f"training sample of fragments {jobs[k]['fragment_ids']}"),
             )
         else:
