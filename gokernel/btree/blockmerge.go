@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
-	"sort"
+	"slices"
 	"sync"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
@@ -113,8 +113,11 @@ type source struct {
 
 func newSource(seg *Segment, rows int) *source {
 	s := &source{seg: seg, rows: rows, full: make(chan *window, 1), free: make(chan *window, 2), ended: seg.Rows == 0}
-	s.free <- &window{}
-	s.free <- &window{}
+	for range 2 {
+		// sized once: a window grown by appends copies itself log2(rows) times
+		n := int(min(uint64(rows), seg.Rows))
+		s.free <- &window{keys: make([]uint64, 0, n), ids: make([]uint64, 0, n)}
+	}
 	return s
 }
 
@@ -275,7 +278,6 @@ func mergeFixed(ctx context.Context, segs []*Segment, w *pageWriter, keep func(u
 	}
 	var blockKeys, blockIDs []uint64
 	var sorter blockSorter
-	var val []byte
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -295,7 +297,7 @@ func mergeFixed(ctx context.Context, segs []*Segment, w *pageWriter, keep func(u
 		for _, s := range srcs {
 			n := len(s.keys)
 			if open {
-				n = sort.Search(len(s.keys), func(i int) bool { return s.keys[i] > bound })
+				n = upTo(s.keys, bound)
 			}
 			blockKeys = append(blockKeys, s.keys[:n]...)
 			blockIDs = append(blockIDs, s.ids[:n]...)
@@ -307,19 +309,43 @@ func mergeFixed(ctx context.Context, segs []*Segment, w *pageWriter, keep func(u
 			}
 			continue
 		}
-		keys, ids := sorter.sort(blockKeys, blockIDs)
-		res.RowsRead += uint64(len(keys))
-		for i, k := range keys {
-			id := ids[i]
-			if keep != nil && !keep(id) {
-				continue
-			}
-			val = putFixed(kind, k, val[:0])
-			if err := w.add(ctx, false, val, id); err != nil {
+		res.RowsRead += uint64(len(blockKeys))
+		if sorted, ib, lo, ok := sorter.order(blockKeys); ok {
+			// written straight from the packed words: no gathered copy
+			if err := w.addPacked(kind, sorted, ib, lo, blockIDs, keep); err != nil {
 				return err
 			}
+			continue
+		}
+		keys, ids := sorter.sort(blockKeys, blockIDs)
+		if err := w.addKeys(kind, keys, ids, keep); err != nil {
+			return err
 		}
 	}
+}
+
+// upTo is the number of leading keys at most bound (keys ascending). It
+// gallops from the front: with many inputs a block takes a few rows of
+// each, and a binary search over a whole window per input and block was
+// a quarter of a 1,000-input merge.
+func upTo(keys []uint64, bound uint64) int {
+	if len(keys) == 0 || keys[0] > bound {
+		return 0
+	}
+	lo, hi := 0, 1 // keys[lo] <= bound
+	for hi < len(keys) && keys[hi] <= bound {
+		lo, hi = hi, 2*hi
+	}
+	hi = min(hi, len(keys))
+	for lo+1 < hi { // keys[lo] <= bound, and keys[hi] > bound or hi is the end
+		m := int(uint(lo+hi) >> 1)
+		if keys[m] <= bound {
+			lo = m
+		} else {
+			hi = m
+		}
+	}
+	return hi
 }
 
 // blockSorter sorts a block's (key, row id) pairs by key, stably, with a
@@ -329,39 +355,57 @@ func mergeFixed(ctx context.Context, segs []*Segment, w *pageWriter, keep func(u
 // the span and a row index fit 64 bits, each pair is packed into one word
 // (the key's offset above the index) and the row ids gathered after.
 type blockSorter struct {
-	a, b []uint64
-	ka   []uint64
-	ia   []uint64
+	a, b   []uint64
+	ka     []uint64
+	ia     []uint64
+	counts [1 << maxDigitBits]int // lsd's, kept: a block is often a few thousand rows
 }
 
 const digitBits = 11
+
+// order sorts a block of keys packed, when the span of its keys and a
+// row index fit 64 bits (ok): each word of sorted is a key's offset above
+// lo, shifted left by ib bits, over the key's index in keys. Equal keys
+// keep their order. The words stay valid until the next call.
+func (bs *blockSorter) order(keys []uint64) (sorted []uint64, ib int, lo uint64, ok bool) {
+	n := len(keys)
+	if n == 0 {
+		return nil, 0, 0, true
+	}
+	lo, hi := slices.Min(keys), slices.Max(keys)
+	kb := bits.Len64(hi - lo)
+	ib = bits.Len(uint(n - 1))
+	if kb+ib > 64 {
+		return nil, 0, 0, false
+	}
+	if cap(bs.a) < n {
+		bs.a = make([]uint64, n)
+	}
+	if cap(bs.b) < n {
+		bs.b = make([]uint64, n)
+	}
+	a, b := bs.a[:n], bs.b[:n]
+	for i, k := range keys {
+		a[i] = (k-lo)<<ib | uint64(i)
+	}
+	if kb == 0 {
+		return a, ib, lo, true // one key: the block keeps its order
+	}
+	return lsd(a, b, ib, kb, &bs.counts), ib, lo, true
+}
 
 func (bs *blockSorter) sort(keys, ids []uint64) ([]uint64, []uint64) {
 	n := len(keys)
 	if n < 2 {
 		return keys, ids
 	}
-	lo, hi := keys[0], keys[0]
-	for _, k := range keys {
-		lo, hi = min(lo, k), max(hi, k)
-	}
-	kb := bits.Len64(hi - lo)
-	if kb == 0 {
-		return keys, ids // one key: the block keeps its order
-	}
-	ib := bits.Len(uint(n - 1))
 	grow := func(s []uint64) []uint64 {
 		if cap(s) < n {
 			return make([]uint64, n)
 		}
 		return s[:n]
 	}
-	if kb+ib <= 64 {
-		bs.a, bs.b = grow(bs.a), grow(bs.b)
-		for i, k := range keys {
-			bs.a[i] = (k-lo)<<ib | uint64(i)
-		}
-		sorted := lsd(bs.a, bs.b, ib, kb)
+	if sorted, ib, lo, ok := bs.order(keys); ok {
 		bs.ka, bs.ia = grow(bs.ka), grow(bs.ia)
 		mask := uint64(1)<<ib - 1
 		for i, p := range sorted {
@@ -369,6 +413,8 @@ func (bs *blockSorter) sort(keys, ids []uint64) ([]uint64, []uint64) {
 		}
 		return bs.ka, bs.ia
 	}
+	lo := slices.Min(keys)
+	kb := bits.Len64(slices.Max(keys) - lo)
 	// a span too wide to pack: sort the pairs, offsets above lo
 	bs.a, bs.b, bs.ka, bs.ia = grow(bs.a), grow(bs.b), grow(bs.ka), grow(bs.ia)
 	src, srcIDs, dst, dstIDs := bs.a, bs.ka, bs.b, bs.ia
@@ -404,12 +450,13 @@ const maxDigitBits = 14
 
 // lsd sorts a by its bits [from, from+width), stably, in as few passes
 // between a and b as digits of at most maxDigitBits allow (a 27-bit span
-// takes two 14-bit passes, not three of 11); it returns the sorted one.
-func lsd(a, b []uint64, from, width int) []uint64 {
+// takes two 14-bit passes, not three of 11), counting in counts; it
+// returns the sorted one.
+func lsd(a, b []uint64, from, width int, counts *[1 << maxDigitBits]int) []uint64 {
 	passes := (width + maxDigitBits - 1) / maxDigitBits
 	digit := (width + passes - 1) / passes
 	mask := uint64(1)<<digit - 1
-	count := make([]int, 1<<digit)
+	count := counts[:1<<digit]
 	for shift := from; shift < from+width; shift += digit {
 		clear(count)
 		for _, x := range a {

@@ -2,13 +2,18 @@ package btree
 
 import (
 	"cmp"
+	"context"
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
 
+	"github.com/google/uuid"
+
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
 )
 
 func TestBlockSorterIsAStableSortByKey(t *testing.T) {
@@ -81,6 +86,63 @@ func TestFixedKeysRoundTripAndOrder(t *testing.T) {
 			prev = k
 			if got := putFixed(tc.kind, k, nil); !slices.Equal(got, v) {
 				t.Errorf("%v: value %x came back as %x", tc.kind, v, got)
+			}
+		}
+	}
+}
+
+// Keys spread over the whole int64 range do not pack with a row index
+// into one word: the merge takes the pairs' sort and still writes one
+// sorted run that checks clean, dropping the rows keep refuses.
+func TestMergeKeysOfTheFullSpan(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	st := storage.NewLocal(root, root)
+	r := rand.New(rand.NewPCG(9, 9))
+	var metas []*pb.IndexMetadata
+	want := 0
+	for f := uint32(0); f < 3; f++ {
+		rows := make([]row, 3000)
+		for i := range rows {
+			rows[i] = row{v: int64(r.Uint64()), id: uint64(f)<<32 | uint64(i)}
+			if i < 2 {
+				rows[i].v = []int64{math.MinInt64, math.MaxInt64}[i]
+			}
+			if rows[i].id%5 != 0 {
+				want++
+			}
+		}
+		metas = append(metas, writeSegment(t, st, rows, 256, f))
+	}
+	out := uuid.New()
+	res, err := Merge(ctx, st, metas, MergeOptions{IndexUUID: out.String(), Keep: func(id uint64) bool { return id%5 != 0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RowsRead != 9000 || res.RowsWritten != uint64(want) {
+		t.Fatalf("read %d, wrote %d; want 9000, %d", res.RowsRead, res.RowsWritten, want)
+	}
+	chk, err := Check(ctx, st, &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: out[:]}, Files: res.Files}, CheckOptions{})
+	if err != nil || len(chk.Problems) > 0 || chk.Rows != uint64(want) {
+		t.Fatalf("merged: %v %+v", err, chk)
+	}
+}
+
+func TestUpTo(t *testing.T) {
+	r := rand.New(rand.NewPCG(2, 2))
+	for n := range 70 {
+		keys := make([]uint64, n)
+		for i := range keys {
+			keys[i] = r.Uint64N(40)
+		}
+		slices.Sort(keys)
+		for bound := uint64(0); bound < 42; bound++ {
+			want := 0
+			for want < n && keys[want] <= bound {
+				want++
+			}
+			if got := upTo(keys, bound); got != want {
+				t.Fatalf("%v up to %d: %d, want %d", keys, bound, got, want)
 			}
 		}
 	}

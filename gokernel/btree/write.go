@@ -3,7 +3,9 @@ package btree
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
@@ -18,7 +20,10 @@ type lookupRow struct {
 }
 
 // pageWriter writes page_data.lance as rows arrive (in order) and
-// page_lookup.lance at the end.
+// page_lookup.lance at the end. Pages are encoded and written by a
+// goroutine of their own, so that the caller's merge or sort runs while
+// the previous pages are encoded (on two cores the merge was otherwise
+// waiting on the encoder for a third of its time).
 type pageWriter struct {
 	st        storage.Store
 	dir       string
@@ -40,7 +45,18 @@ type pageWriter struct {
 	lookup   []lookupRow
 	rows     uint64
 	pages    uint64
+	// the encoding goroutine: full pages in, werr set before done closes
+	queue  chan *page
+	spare  chan *page // pages written, their buffers free for reuse
+	done   chan struct{}
+	werr   error
+	failed atomic.Bool // werr is set
+	closed bool        // queue is closed
 }
+
+// queuedPages bounds the pages handed to the encoder ahead of it (a few
+// pages of batch-size rows each).
+const queuedPages = 8
 
 func dataFields(t lancefile.DataType) []*lancefile.Field {
 	return []*lancefile.Field{lancefile.NewField(valuesColumn, t, true), lancefile.NewField(idsColumn, lancefile.Primitive(lancefile.KindUint64), false)}
@@ -57,20 +73,83 @@ func newPageWriter(ctx context.Context, st storage.Store, dir string, t lancefil
 		sw.Abort()
 		return nil, err
 	}
+	pw.queue, pw.spare, pw.done = make(chan *page, queuedPages), make(chan *page, queuedPages+2), make(chan struct{})
 	pw.reset()
+	go pw.encode()
 	return pw, nil
 }
 
-// reset starts a page in fresh buffers: the file writer keeps the arrays
-// it is given until their page is written.
+// encode writes the queued pages in order until the queue closes. After
+// a failed write it only drains the queue, so that a sender never blocks
+// on it, and flush stops at the next page.
+func (pw *pageWriter) encode() {
+	defer close(pw.done)
+	if pw.werr = pw.writeQueued(); pw.werr != nil {
+		pw.failed.Store(true)
+		for range pw.queue {
+		}
+	}
+}
+
+// writeQueued writes pages until the queue closes or one fails; a panic
+// is an error (a goroutine's panic would end the interpreter).
+func (pw *pageWriter) writeQueued() (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("btree: writing %s: %v", pw.dir+DataFile, r)
+		}
+	}()
+	for p := range pw.queue {
+		// copied into the writer's page buffers, so that p's go back to
+		// the merge: a fresh 64 KiB per page was most of a merge's garbage
+		if err := pw.w.WriteChunked([][]*lancefile.Array{{p.vals}, {p.ids}}); err != nil {
+			return err
+		}
+		select {
+		case pw.spare <- p:
+		default:
+		}
+	}
+	return nil
+}
+
+// wait closes the queue and waits for the encoder; it returns the
+// encoder's error.
+func (pw *pageWriter) wait() error {
+	if !pw.closed {
+		pw.closed = true
+		close(pw.queue)
+	}
+	<-pw.done
+	return pw.werr
+}
+
+// reset starts a page in the buffers of a page the encoder has written,
+// or in fresh ones.
 func (pw *pageWriter) reset() {
+	pw.n, pw.nulls = 0, 0
+	select {
+	case p := <-pw.spare:
+		pw.vals, pw.ids, pw.validity = p.vals.Values[:0], p.ids.Values[:0], p.validity
+		clear(pw.validity)
+		if pw.binary {
+			pw.offs = p.vals.Offsets[:1]
+		}
+		return
+	default:
+	}
 	pw.vals = make([]byte, 0, pw.batchSize*pw.width)
 	if pw.binary {
 		pw.offs = make([]int64, 1, pw.batchSize+1)
 	}
 	pw.validity = make([]byte, (pw.batchSize+7)/8)
 	pw.ids = make([]byte, 0, pw.batchSize*8)
-	pw.n, pw.nulls = 0, 0
+}
+
+// page is one page of rows on its way to the encoder.
+type page struct {
+	vals, ids *lancefile.Array
+	validity  []byte // the whole validity buffer (vals may hold a prefix)
 }
 
 // add appends one row (rows arrive sorted, nulls first).
@@ -95,6 +174,53 @@ func (pw *pageWriter) add(ctx context.Context, null bool, value []byte, rowID ui
 	return nil
 }
 
+// addKeys appends sorted non-null rows of fixed-width keys (fixedKeys
+// order) and their row ids, skipping the ids keep refuses: add without
+// a call and a value buffer per row, for the block merge.
+func (pw *pageWriter) addKeys(kind lancefile.Kind, keys, ids []uint64, keep func(uint64) bool) error {
+	for i, k := range keys {
+		id := ids[i]
+		if keep != nil && !keep(id) {
+			continue
+		}
+		pw.vals = putFixed(kind, k, pw.vals)
+		if pw.nulls > 0 {
+			pw.validity[pw.n/8] |= 1 << (pw.n % 8)
+		}
+		pw.ids = binary.LittleEndian.AppendUint64(pw.ids, id)
+		if pw.n++; pw.n == pw.batchSize {
+			if err := pw.flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// addPacked is addKeys for a block sorted by blockSorter.order: each
+// word of sorted is a key's offset above lo over ib bits of its index in
+// ids.
+func (pw *pageWriter) addPacked(kind lancefile.Kind, sorted []uint64, ib int, lo uint64, ids []uint64, keep func(uint64) bool) error {
+	mask := uint64(1)<<ib - 1
+	for _, p := range sorted {
+		id := ids[p&mask]
+		if keep != nil && !keep(id) {
+			continue
+		}
+		pw.vals = putFixed(kind, p>>ib+lo, pw.vals)
+		if pw.nulls > 0 {
+			pw.validity[pw.n/8] |= 1 << (pw.n % 8)
+		}
+		pw.ids = binary.LittleEndian.AppendUint64(pw.ids, id)
+		if pw.n++; pw.n == pw.batchSize {
+			if err := pw.flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 func (pw *pageWriter) flush() error {
 	if pw.n == 0 {
 		return nil
@@ -112,9 +238,10 @@ func (pw *pageWriter) flush() error {
 		vals.Validity = pw.validity[:(pw.n+7)/8]
 	}
 	ids := &lancefile.Array{Type: lancefile.Primitive(lancefile.KindUint64), Len: pw.n, Values: pw.ids}
-	if err := pw.w.Write([]*lancefile.Array{vals, ids}); err != nil {
-		return err
+	if pw.failed.Load() {
+		return pw.wait()
 	}
+	pw.queue <- &page{vals: vals, ids: ids, validity: pw.validity}
 	pw.lookup = append(pw.lookup, row)
 	pw.rows += uint64(pw.n)
 	pw.pages++
@@ -126,6 +253,9 @@ func (pw *pageWriter) flush() error {
 // and returns their sizes (page_data first).
 func (pw *pageWriter) finish(ctx context.Context) ([]*pb.IndexFile, error) {
 	if err := pw.flush(); err != nil {
+		return nil, err
+	}
+	if err := pw.wait(); err != nil {
 		return nil, err
 	}
 	if err := pw.w.Finish(); err != nil {
@@ -202,4 +332,7 @@ func (pw *pageWriter) finish(ctx context.Context) ([]*pb.IndexFile, error) {
 
 // abort removes what was written unless finish published it (then the
 // caller's cleanup removes the directory of a failed merge).
-func (pw *pageWriter) abort() { pw.sw.Abort() }
+func (pw *pageWriter) abort() {
+	_ = pw.wait() // the encoder writes to sw until it stops
+	pw.sw.Abort()
+}

@@ -95,15 +95,23 @@ func unpackFastLanes(dst, src []byte, t, w int) error {
 func unpack64(dst, src []byte, w int, mask uint64) {
 	const lanes = flValues / 64
 	_ = dst[8*flValues-1]
-	for lane := 0; lane < lanes; lane++ {
-		for row := 0; row < 64; row++ {
-			pos := row * w
-			j, s := pos>>6, pos&63
-			v := binary.LittleEndian.Uint64(src[8*(lanes*j+lane):]) >> s
-			if s+w > 64 {
-				v |= binary.LittleEndian.Uint64(src[8*(lanes*(j+1)+lane):]) << (64 - s)
+	// Row by row: a row's 16 lanes share their word and shift, and are
+	// contiguous in both src and dst.
+	for row := 0; row < 64; row++ {
+		pos := row * w
+		j, s := pos>>6, uint(pos&63)
+		in := src[8*lanes*j:][:8*lanes]
+		out := dst[8*(flOrder[row>>3]*16+(row&7)*128):][:8*lanes]
+		if int(s)+w > 64 {
+			next := src[8*lanes*(j+1):][:8*lanes]
+			for lane := 0; lane < lanes; lane++ {
+				v := binary.LittleEndian.Uint64(in[8*lane:])>>s | binary.LittleEndian.Uint64(next[8*lane:])<<(64-s)
+				binary.LittleEndian.PutUint64(out[8*lane:], v&mask)
 			}
-			binary.LittleEndian.PutUint64(dst[8*(flOrder[row>>3]*16+(row&7)*128+lane):], v&mask)
+			continue
+		}
+		for lane := 0; lane < lanes; lane++ {
+			binary.LittleEndian.PutUint64(out[8*lane:], binary.LittleEndian.Uint64(in[8*lane:])>>s&mask)
 		}
 	}
 }
@@ -145,24 +153,23 @@ func packFastLanesInto(dst, src []byte, t, w int) []byte {
 func pack64(dst, src []byte, w int) {
 	const lanes = flValues / 64
 	_ = src[8*flValues-1]
-	for lane := 0; lane < lanes; lane++ {
-		var acc uint64 // bits of the current output word of this lane
-		j := 0
-		for row := 0; row < 64; row++ {
-			v := binary.LittleEndian.Uint64(src[8*(flOrder[row>>3]*16+(row&7)*128+lane):])
-			s := (row * w) & 63
-			acc |= v << s
-			if s+w >= 64 {
-				binary.LittleEndian.PutUint64(dst[8*(lanes*j+lane):], acc)
-				j++
-				acc = 0
-				if s+w > 64 {
-					acc = v >> (64 - s)
-				}
-			}
+	// Row by row, as unpack64: OR each row's 16 lanes into the words they
+	// share (dst is zeroed).
+	for row := 0; row < 64; row++ {
+		pos := row * w
+		j, s := pos>>6, uint(pos&63)
+		in := src[8*(flOrder[row>>3]*16+(row&7)*128):][:8*lanes]
+		out := dst[8*lanes*j:][:8*lanes]
+		for lane := 0; lane < lanes; lane++ {
+			v := binary.LittleEndian.Uint64(in[8*lane:])
+			binary.LittleEndian.PutUint64(out[8*lane:], binary.LittleEndian.Uint64(out[8*lane:])|v<<s)
 		}
-		if j < w {
-			binary.LittleEndian.PutUint64(dst[8*(lanes*j+lane):], acc)
+		if int(s)+w > 64 {
+			next := dst[8*lanes*(j+1):][:8*lanes]
+			for lane := 0; lane < lanes; lane++ {
+				v := binary.LittleEndian.Uint64(in[8*lane:])
+				binary.LittleEndian.PutUint64(next[8*lane:], binary.LittleEndian.Uint64(next[8*lane:])|v>>(64-s))
+			}
 		}
 	}
 }

@@ -98,3 +98,57 @@ func TestOutOfLineBitpacked(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkUnpack64 unpacks groups of 1024 row ids of 40 bits (a merged
+// BTREE segment's ids column).
+func BenchmarkUnpack64(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 2))
+	src := randomValues(r, flValues, 64, 40)
+	packed := packFastLanes(src, 64, 40)
+	dst := make([]byte, len(src))
+	b.SetBytes(int64(len(src)))
+	for range b.N {
+		if err := unpackFastLanes(dst, packed, 64, 40); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPack64 packs groups of 1024 row ids of 40 bits.
+func BenchmarkPack64(b *testing.B) {
+	r := rand.New(rand.NewPCG(1, 2))
+	src := randomValues(r, flValues, 64, 40)
+	dst := make([]byte, packedBytes(64, 40))
+	b.SetBytes(int64(len(src)))
+	for range b.N {
+		clear(dst)
+		packFastLanesInto(dst, src, 64, 40)
+	}
+}
+
+// pack64 and unpack64 walk the groups row by row; the layout they must
+// give is the lane-by-lane reading of FastLanes (the generic path's).
+func TestPack64MatchesTheLaneLayout(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	const lanes = flValues / 64
+	for w := 1; w <= 64; w++ {
+		src := randomValues(r, flValues, 64, w)
+		want := make([]byte, packedBytes(64, w))
+		for lane := 0; lane < lanes; lane++ {
+			for row := 0; row < 64; row++ {
+				v := binary.LittleEndian.Uint64(src[8*(flOrder[row/8]*16+(row%8)*128+lane):])
+				pos := row * w
+				j, s := pos/64, pos%64
+				i := 8 * (lanes*j + lane)
+				binary.LittleEndian.PutUint64(want[i:], binary.LittleEndian.Uint64(want[i:])|v<<s)
+				if s+w > 64 {
+					i = 8 * (lanes*(j+1) + lane)
+					binary.LittleEndian.PutUint64(want[i:], binary.LittleEndian.Uint64(want[i:])|v>>(64-s))
+				}
+			}
+		}
+		if got := packFastLanes(src, 64, w); !bytes.Equal(got, want) {
+			t.Fatalf("W=%d: pack64 differs from the lane layout", w)
+		}
+	}
+}

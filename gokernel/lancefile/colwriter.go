@@ -330,7 +330,10 @@ func (c *colWriter) flushStream(src *rowSource, rows int, firstRow uint64) error
 	per := valuesPerChunk(vb)
 	valueEnc := valueCompression(t)
 	packed := false
-	if t.Kind == KindUint32 || t.Kind == KindUint64 {
+	// pylance 14 bitpacks int64 pages as well, by their two's-complement
+	// bits: a page of non-negative values packs, one with a negative
+	// value is flat.
+	if t.Kind == KindUint32 || t.Kind == KindUint64 || t.Kind == KindInt64 {
 		w := 0
 		for lo := 0; lo < rows && w < t.ValueBits(); lo += flValues {
 			w = max(w, bitWidth(src.rows(lo, min(lo+flValues, rows)), t.ValueBits()))

@@ -170,17 +170,26 @@ func decodeRLE(r *enc21.Rle, vals, runs []byte, n, valueBits int) (chunkValues, 
 	if len(vals) < len(runs)*w {
 		return chunkValues{}, fmt.Errorf("%w: RLE has %d runs and %d value bytes", errkind.Corrupt, len(runs), len(vals))
 	}
-	out := make([]byte, 0, n*w)
+	out := make([]byte, n*w)
+	pos := 0
 	for i, l := range runs {
-		for k := 0; k < int(l); k++ {
-			out = append(out, vals[i*w:(i+1)*w]...)
-		}
-		if len(out) > n*w {
+		end := pos + int(l)*w
+		if end > len(out) {
 			return chunkValues{}, fmt.Errorf("%w: RLE runs exceed %d values", errkind.Corrupt, n)
 		}
+		if l == 0 {
+			continue
+		}
+		// one copy of the value, then doubling copies: a run of 255 is 9
+		// copies, not 255 appends (levels come in long runs)
+		filled := pos + copy(out[pos:end], vals[i*w:(i+1)*w])
+		for filled < end {
+			filled += copy(out[filled:end], out[pos:filled])
+		}
+		pos = end
 	}
-	if len(out) != n*w {
-		return chunkValues{}, fmt.Errorf("%w: RLE runs give %d values, want %d", errkind.Corrupt, len(out)/w, n)
+	if pos != len(out) {
+		return chunkValues{}, fmt.Errorf("%w: RLE runs give %d values, want %d", errkind.Corrupt, pos/w, n)
 	}
 	return chunkValues{values: out}, nil
 }

@@ -3,6 +3,7 @@ package lancefile
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -544,5 +545,66 @@ func TestListOfBinary(t *testing.T) {
 		if err = w.Finish(); err == nil {
 			t.Fatal("2.2: an empty list of binary written")
 		}
+	}
+}
+
+// An int64 column packs like pylance 14's: a page of non-negative values
+// is inline-bitpacked, a page with a negative value is flat, and both
+// read back exactly.
+func TestInt64PagesPackUnlessNegative(t *testing.T) {
+	ctx := context.Background()
+	st := storage.NewLocal(t.TempDir(), "t")
+	sw, err := st.Create(ctx, "f.lance")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := NewWriter(sw, []*Field{NewField("v", Primitive(KindInt64), false)}, WriterOptions{Version: V2_2, MaxPageBytes: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 8192 // 64 KiB of values: one page each
+	var want []byte
+	for page, lo := range []int64{0, -3} {
+		b := make([]byte, 0, n*8)
+		for i := range int64(n) {
+			b = binary.LittleEndian.AppendUint64(b, uint64(lo+i%1000*int64(page+1)))
+		}
+		want = append(want, b...)
+		if err := w.Write([]*Array{{Type: Primitive(KindInt64), Len: n, Values: b}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	if err := sw.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	obj, _ := st.Open(ctx, "f.lance")
+	defer obj.Close()
+	rd, err := Open(ctx, obj, "f", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages := rd.columns[0].GetPages()
+	if len(pages) != 2 {
+		t.Fatalf("%d pages, want 2", len(pages))
+	}
+	for i, packed := range []bool{true, false} {
+		var l enc21.PageLayout
+		if err := decodeAny(pages[i], "lance.encodings21.PageLayout", &l); err != nil {
+			t.Fatal(err)
+		}
+		got := l.GetMiniBlockLayout().GetValueCompression().GetInlineBitpacking() != nil
+		if got != packed {
+			t.Errorf("page %d: bitpacked %v, want %v (%v)", i, got, packed, l.GetMiniBlockLayout().GetValueCompression())
+		}
+	}
+	a, err := rd.Read(ctx, "v", 0, 2*n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a.Values, want) {
+		t.Fatal("int64 values do not read back")
 	}
 }
