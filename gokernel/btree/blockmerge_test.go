@@ -4,16 +4,20 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
 
+	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
 )
 
 func TestBlockSorterIsAStableSortByKey(t *testing.T) {
@@ -93,38 +97,42 @@ func TestFixedKeysRoundTripAndOrder(t *testing.T) {
 
 // Keys spread over the whole int64 range do not pack with a row index
 // into one word: the merge takes the pairs' sort and still writes one
-// sorted run that checks clean, dropping the rows keep refuses.
+// sorted run that checks clean, dropping the rows keep refuses; in one
+// block merge and in groups.
 func TestMergeKeysOfTheFullSpan(t *testing.T) {
 	ctx := context.Background()
-	root := t.TempDir()
-	st := storage.NewLocal(root, root)
-	r := rand.New(rand.NewPCG(9, 9))
-	var metas []*pb.IndexMetadata
-	want := 0
-	for f := uint32(0); f < 3; f++ {
-		rows := make([]row, 3000)
-		for i := range rows {
-			rows[i] = row{v: int64(r.Uint64()), id: uint64(f)<<32 | uint64(i)}
-			if i < 2 {
-				rows[i].v = []int64{math.MinInt64, math.MaxInt64}[i]
+	for _, inputs := range []int{3, maxBlockInputs + 1} {
+		root := t.TempDir()
+		st := storage.NewLocal(root, root)
+		r := rand.New(rand.NewPCG(9, 9))
+		var metas []*pb.IndexMetadata
+		want, read := 0, 0
+		for f := range uint32(inputs) {
+			rows := make([]row, 9000/inputs+2)
+			for i := range rows {
+				rows[i] = row{v: int64(r.Uint64()), id: uint64(f)<<32 | uint64(i)}
+				if i < 2 {
+					rows[i].v = []int64{math.MinInt64, math.MaxInt64}[i]
+				}
+				if rows[i].id%5 != 0 {
+					want++
+				}
 			}
-			if rows[i].id%5 != 0 {
-				want++
-			}
+			read += len(rows)
+			metas = append(metas, writeSegment(t, st, rows, 256, f))
 		}
-		metas = append(metas, writeSegment(t, st, rows, 256, f))
-	}
-	out := uuid.New()
-	res, err := Merge(ctx, st, metas, MergeOptions{IndexUUID: out.String(), Keep: func(id uint64) bool { return id%5 != 0 }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.RowsRead != 9000 || res.RowsWritten != uint64(want) {
-		t.Fatalf("read %d, wrote %d; want 9000, %d", res.RowsRead, res.RowsWritten, want)
-	}
-	chk, err := Check(ctx, st, &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: out[:]}, Files: res.Files}, CheckOptions{})
-	if err != nil || len(chk.Problems) > 0 || chk.Rows != uint64(want) {
-		t.Fatalf("merged: %v %+v", err, chk)
+		out := uuid.New()
+		res, err := Merge(ctx, st, metas, MergeOptions{IndexUUID: out.String(), Keep: func(id uint64) bool { return id%5 != 0 }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.RowsRead != uint64(read) || res.RowsWritten != uint64(want) {
+			t.Fatalf("%d inputs: read %d, wrote %d; want %d, %d", inputs, res.RowsRead, res.RowsWritten, read, want)
+		}
+		chk, err := Check(ctx, st, &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: out[:]}, Files: res.Files}, CheckOptions{})
+		if err != nil || len(chk.Problems) > 0 || chk.Rows != uint64(want) {
+			t.Fatalf("%d inputs, merged: %v %+v", inputs, err, chk)
+		}
 	}
 }
 
@@ -145,5 +153,128 @@ func TestUpTo(t *testing.T) {
 				t.Fatalf("%v up to %d: %d, want %d", keys, bound, got, want)
 			}
 		}
+	}
+}
+
+// readRows reads a segment's rows back in page order.
+func readRows(t *testing.T, st storage.Store, im *pb.IndexMetadata) []row {
+	t.Helper()
+	ctx := context.Background()
+	seg, err := Open(ctx, st, im)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seg.Close()
+	vals, err := seg.data.Read(ctx, valuesColumn, 0, seg.Rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := seg.data.Read(ctx, idsColumn, 0, seg.Rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]row, seg.Rows)
+	for i := range out {
+		out[i] = row{null: !vals.IsValid(i), id: binary.LittleEndian.Uint64(ids.Values[8*i:])}
+		if !out[i].null {
+			out[i].v = int64(binary.LittleEndian.Uint64(vals.Values[8*i:]))
+		}
+	}
+	return out
+}
+
+// Past maxBlockInputs inputs the merge runs in groups whose merged windows
+// feed the top merge. The rows come out sorted by key, nulls first, and
+// they are every input's rows less those keep refuses; with a few windows
+// per group.
+func TestManyInputsMergeInGroups(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	st := storage.NewLocal(root, root)
+	r := rand.New(rand.NewPCG(4, 4))
+	var metas []*pb.IndexMetadata
+	var all []row
+	for f := uint32(0); f < maxBlockInputs+70; f++ {
+		rows := make([]row, 200+r.IntN(400))
+		if f%50 == 3 {
+			rows = nil // an empty input
+		}
+		for i := range rows {
+			rows[i] = row{v: r.Int64N(20000) - 10000, id: uint64(f)<<32 | uint64(i)}
+			if r.IntN(30) == 0 {
+				rows[i] = row{null: true, id: rows[i].id}
+			}
+		}
+		seg := slices.Clone(rows)
+		metas = append(metas, writeSegment(t, st, seg, 128, f))
+		all = append(all, seg...) // as written: sorted by the segment
+	}
+	keep := func(id uint64) bool { return id%11 != 0 }
+	var want []row
+	for _, x := range all {
+		if keep(x.id) {
+			want = append(want, x)
+		}
+	}
+	byKey := func(a, b row) int {
+		if a.null != b.null {
+			if a.null {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(a.v, b.v)
+	}
+	out := uuid.New()
+	res, err := Merge(ctx, st, metas, MergeOptions{IndexUUID: out.String(), Keep: keep})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RowsRead != uint64(len(all)) || res.RowsWritten != uint64(len(want)) {
+		t.Fatalf("read %d, wrote %d; want %d, %d", res.RowsRead, res.RowsWritten, len(all), len(want))
+	}
+	got := readRows(t, st, &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: out[:]}, Files: res.Files})
+	if !slices.IsSortedFunc(got, byKey) {
+		t.Fatal("the merged rows are not sorted by key, nulls first")
+	}
+	// the same rows (equal keys may come in any order)
+	total := func(a, b row) int { return cmp.Or(byKey(a, b), cmp.Compare(a.id, b.id)) }
+	slices.SortFunc(got, total)
+	slices.SortFunc(want, total)
+	if !slices.Equal(got, want) {
+		t.Fatalf("%d rows, want %d, not the same rows", len(got), len(want))
+	}
+}
+
+// A corrupt input inside a group (keys out of order, found as its group
+// decodes it) fails the whole merge with errkind.Corrupt.
+func TestACorruptInputFailsItsGroupsMerge(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	st := storage.NewLocal(root, root)
+	var metas []*pb.IndexMetadata
+	for f := uint32(0); f < maxBlockInputs+10; f++ {
+		rows := []row{{v: 1, id: uint64(f) << 32}, {v: 2, id: uint64(f)<<32 | 1}}
+		metas = append(metas, writeSegment(t, st, rows, 128, f))
+	}
+	// a segment written in the order given: 5 before 3
+	id := uuid.New()
+	w, err := newPageWriter(ctx, st, table.IndicesDir+id.String()+"/", lancefile.Primitive(lancefile.KindInt64), 128, lancefile.V2_2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range []uint64{5, 3} {
+		if err := w.add(ctx, false, binary.LittleEndian.AppendUint64(nil, v), 999<<32|uint64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files, err := w.finish(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metas[maxBlockInputs+5] = &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: id[:]}, Name: "k_idx", Fields: []int32{0}, Files: files}
+	_, err = Merge(ctx, st, metas, MergeOptions{})
+	if !errors.Is(err, errkind.Corrupt) || !strings.Contains(err.Error(), "out of order") {
+		t.Fatalf("merge: %v, want Corrupt (keys out of order)", err)
 	}
 }

@@ -142,6 +142,10 @@ func Open(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Segment
 		return nil, fmt.Errorf("%w: btree segment %s: %d rows in pages of %d make %d pages, %s lists %d", errkind.Corrupt, u, s.Rows, s.BatchSize, s.Pages, LookupFile, lookup.NumRows())
 	}
 	s.Version = s.data.Version()
+	// Only page_data stays open: a merge of a thousand inputs holds one
+	// descriptor per input, not two.
+	s.objs[0].Close()
+	s.objs = s.objs[1:]
 	return s, nil
 }
 

@@ -228,15 +228,15 @@ func PlanSegments(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 			// 8.2 s in one task): one task takes them all.
 			o.SegmentsPerTask = max(o.SegmentsPerTask, len(metas))
 		}
-		if oneTask[sz.indexType] && o.SegmentsPerTask >= defaultSegmentsPerTask {
+		if oneTask[sz.indexType] > 0 && o.SegmentsPerTask >= defaultSegmentsPerTask {
 			// Every level of a tree rewrites every row of a BTREE or
 			// BITMAP, and their k-way merges cost about the same per row
 			// whatever k: one task is about half the time of a tree of two
 			// levels (bench_btree, 201 BTREE segments: 2.08 s of merging
 			// as 7 tasks then one, 1.11 s as one). Inputs are open at
-			// once, so a task takes at most maxKWayInputs. A caller asking
-			// for smaller tasks than the default gets them.
-			o.SegmentsPerTask = max(o.SegmentsPerTask, min(len(metas), maxKWayInputs))
+			// once, so a task takes at most oneTask's bound. A caller
+			// asking for smaller tasks than the default gets them.
+			o.SegmentsPerTask = max(o.SegmentsPerTask, min(len(metas), oneTask[sz.indexType]))
 		}
 		groups = policy.Group(bytes, rows, o)
 	}
@@ -422,16 +422,15 @@ func ngramSizes(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata
 	return sz, nil
 }
 
-// oneTask are the index types whose default plan merges up to
-// maxKWayInputs segments in one task (each input holds its files open and
-// a window in memory); defaultSegmentsPerTask is the Python verbs' default
+// oneTask are the index types whose default plan merges their segments
+// in one task, and up to how many (each input holds a file open and a
+// window in memory; a BTREE merge of more than 256 runs in groups, and
+// its 1,001 segments merge in one task in half the time of a tree of
+// 256-segment tasks). defaultSegmentsPerTask is the Python verbs' default
 // segments_per_task (and optimize's fan_in).
-var oneTask = map[string]bool{"BTREE": true, "BITMAP": true, "LABEL_LIST": true}
+var oneTask = map[string]int{"BTREE": 1024, "BITMAP": 256, "LABEL_LIST": 256}
 
-const (
-	maxKWayInputs          = 256
-	defaultSegmentsPerTask = 32
-)
+const defaultSegmentsPerTask = 32
 
 // ftsSizes are the planner's numbers of INVERTED segments: rows are their
 // documents (read from the files' metadata).
