@@ -293,7 +293,7 @@ func mergeFixed(ctx context.Context, segs []*Segment, w *pageWriter, keep func(u
 			srcs = append(srcs, start(out, func() { out.mergeAll(ctx, children) }))
 		}
 	}
-	return blockMerge(ctx, srcs, &pageSink{w: w, kind: segs[0].KeyType.Kind, keep: keep, res: res})
+	return blockMerge(ctx, srcs, &pageSink{ctx: ctx, w: w, kind: segs[0].KeyType.Kind, keep: keep, res: res})
 }
 
 // blockSink takes a block merge's output: first every null row's id, then
@@ -308,6 +308,7 @@ type blockSink interface {
 // pageSink writes a merge's rows into pages, dropping the row ids keep
 // refuses.
 type pageSink struct {
+	ctx  context.Context
 	w    *pageWriter
 	kind lancefile.Kind
 	keep func(uint64) bool
@@ -317,7 +318,7 @@ type pageSink struct {
 func (p *pageSink) null(id uint64) error {
 	p.res.RowsRead++
 	if p.keep == nil || p.keep(id) {
-		return p.w.add(context.Background(), true, nil, id)
+		return p.w.add(p.ctx, true, nil, id)
 	}
 	return nil
 }

@@ -175,21 +175,11 @@ func (pw *pageWriter) add(ctx context.Context, null bool, value []byte, rowID ui
 }
 
 // addKeys appends sorted non-null rows of fixed-width keys (fixedKeys
-// order) and their row ids, skipping the ids keep refuses: add without
-// a call and a value buffer per row, for the block merge.
+// order) and their row ids, skipping the ids keep refuses.
 func (pw *pageWriter) addKeys(kind lancefile.Kind, keys, ids []uint64, keep func(uint64) bool) error {
 	for i, k := range keys {
-		id := ids[i]
-		if keep != nil && !keep(id) {
-			continue
-		}
-		pw.vals = putFixed(kind, k, pw.vals)
-		if pw.nulls > 0 {
-			pw.validity[pw.n/8] |= 1 << (pw.n % 8)
-		}
-		pw.ids = binary.LittleEndian.AppendUint64(pw.ids, id)
-		if pw.n++; pw.n == pw.batchSize {
-			if err := pw.flush(); err != nil {
+		if id := ids[i]; keep == nil || keep(id) {
+			if err := pw.putKey(kind, k, id); err != nil {
 				return err
 			}
 		}
@@ -203,20 +193,25 @@ func (pw *pageWriter) addKeys(kind lancefile.Kind, keys, ids []uint64, keep func
 func (pw *pageWriter) addPacked(kind lancefile.Kind, sorted []uint64, ib int, lo uint64, ids []uint64, keep func(uint64) bool) error {
 	mask := uint64(1)<<ib - 1
 	for _, p := range sorted {
-		id := ids[p&mask]
-		if keep != nil && !keep(id) {
-			continue
-		}
-		pw.vals = putFixed(kind, p>>ib+lo, pw.vals)
-		if pw.nulls > 0 {
-			pw.validity[pw.n/8] |= 1 << (pw.n % 8)
-		}
-		pw.ids = binary.LittleEndian.AppendUint64(pw.ids, id)
-		if pw.n++; pw.n == pw.batchSize {
-			if err := pw.flush(); err != nil {
+		if id := ids[p&mask]; keep == nil || keep(id) {
+			if err := pw.putKey(kind, p>>ib+lo, id); err != nil {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// putKey is add for a non-null fixed-width key, without a value buffer
+// per row (the block merge's rows).
+func (pw *pageWriter) putKey(kind lancefile.Kind, k, id uint64) error {
+	pw.vals = putFixed(kind, k, pw.vals)
+	if pw.nulls > 0 {
+		pw.validity[pw.n/8] |= 1 << (pw.n % 8)
+	}
+	pw.ids = binary.LittleEndian.AppendUint64(pw.ids, id)
+	if pw.n++; pw.n == pw.batchSize {
+		return pw.flush()
 	}
 	return nil
 }

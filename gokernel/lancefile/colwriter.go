@@ -333,12 +333,17 @@ func (c *colWriter) flushStream(src *rowSource, rows int, firstRow uint64) error
 	// pylance 14 bitpacks int64 pages as well, by their two's-complement
 	// bits: a page of non-negative values packs, one with a negative
 	// value is flat.
+	var widths []int // bitpacked chunks: their width, each measured once
 	if t.Kind == KindUint32 || t.Kind == KindUint64 || t.Kind == KindInt64 {
-		w := 0
-		for lo := 0; lo < rows && w < t.ValueBits(); lo += flValues {
-			w = max(w, bitWidth(src.rows(lo, min(lo+flValues, rows)), t.ValueBits()))
+		for lo := 0; lo < rows; lo += flValues {
+			w := bitWidth(src.rows(lo, min(lo+flValues, rows)), t.ValueBits())
+			if w == t.ValueBits() {
+				widths = nil // a chunk needs every bit: the page stays flat
+				break
+			}
+			widths = append(widths, w)
 		}
-		packed = w < t.ValueBits()
+		packed = widths != nil
 	}
 	if packed {
 		per = flValues
@@ -351,13 +356,11 @@ func (c *colWriter) flushStream(src *rowSource, rows int, firstRow uint64) error
 	}
 	headerPadded := (header + 7) &^ 7
 	nChunks := (rows + per - 1) / per
-	widths := make([]int, nChunks) // bitpacked chunks: their width
 	meta := make([]byte, 0, 4*nChunks)
 	for k := 0; k < nChunks; k++ {
 		lo, hi := k*per, min((k+1)*per, rows)
 		dataBytes := (hi - lo) * vb
 		if packed {
-			widths[k] = bitWidth(src.rows(lo, hi), t.ValueBits())
 			dataBytes = vb + packedBytes(t.ValueBits(), widths[k])
 		}
 		var err error
@@ -378,7 +381,7 @@ func (c *colWriter) flushStream(src *rowSource, rows int, firstRow uint64) error
 			lo, hi := k*per, min((k+1)*per, rows)
 			data := src.rows(lo, hi)
 			if packed {
-				data = packer.pack(data, t.ValueBits())
+				data = packer.pack(data, t.ValueBits(), widths[k])
 			}
 			hdr = binary.LittleEndian.AppendUint16(hdr[:0], 0)
 			if large {
@@ -656,13 +659,13 @@ func (c *colWriter) boolPage21(a *Array, firstRow uint64) error {
 // buffers: a packed chunk stays valid until the next call.
 type bitpacker struct{ group, out []byte }
 
-// pack packs up to 1024 values (zero-padded to 1024) as one chunk buffer:
-// [W as a T-bit word][1024·W/T packed words].
-func (b *bitpacker) pack(values []byte, t int) []byte {
+// pack packs up to 1024 values (zero-padded to 1024) of width w (their
+// bitWidth) as one chunk buffer: [W as a T-bit word][1024·W/T packed
+// words].
+func (b *bitpacker) pack(values []byte, t, w int) []byte {
 	bw := t / 8
 	b.group = slices.Grow(b.group[:0], flValues*bw)[:flValues*bw]
 	clear(b.group[copy(b.group, values):])
-	w := bitWidth(b.group, t)
 	n := bw + packedBytes(t, w)
 	b.out = slices.Grow(b.out[:0], n)[:n]
 	clear(b.out)
