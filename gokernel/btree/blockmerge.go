@@ -430,13 +430,14 @@ func (s *source) mergeAll(ctx context.Context, children []*source) {
 
 // windowSink collects a group's merged rows into its source's windows.
 type windowSink struct {
-	ctx context.Context
-	out *source
-	cur *window
+	ctx    context.Context
+	out    *source
+	cur    *window
+	valued bool // a value was handed on: a null may no longer come
 }
 
 func (ws *windowSink) null(id uint64) error {
-	if len(ws.cur.keys) > 0 || len(ws.cur.ids) > 0 {
+	if ws.valued {
 		return fmt.Errorf("btree: a group merge gave a null after a value")
 	}
 	ws.cur.nulls = append(ws.cur.nulls, id)
@@ -444,6 +445,7 @@ func (ws *windowSink) null(id uint64) error {
 }
 
 func (ws *windowSink) packed(sorted []uint64, ib int, lo uint64, ids []uint64) error {
+	ws.valued = true
 	mask := uint64(1)<<ib - 1
 	for len(sorted) > 0 {
 		n := min(len(sorted), ws.out.rows-len(ws.cur.keys))
@@ -460,6 +462,7 @@ func (ws *windowSink) packed(sorted []uint64, ib int, lo uint64, ids []uint64) e
 }
 
 func (ws *windowSink) pairs(keys, ids []uint64) error {
+	ws.valued = true
 	for len(keys) > 0 {
 		n := min(len(keys), ws.out.rows-len(ws.cur.keys))
 		ws.cur.keys, ws.cur.ids = append(ws.cur.keys, keys[:n]...), append(ws.cur.ids, ids[:n]...)
