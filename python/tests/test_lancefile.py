@@ -512,3 +512,36 @@ def test_go_writes_binary_pylance_reads(tmp_path, version):
     for a, b in [(0, 1), (999, 3001), (4990, 5000)]:
         assert reader.read_range(a, b - a).to_table().equals(tbl.slice(a, b - a))
     check_file(path, tbl, [(0, 5000), (17, 4017)])
+
+
+#: int64 pages by sign: pylance 14.0.2 bitpacks an int64 page by its
+#: two's-complement bits whenever that makes it smaller
+INT64_PAGES = {
+    "non-negative": np.arange(8192, dtype=np.int64) * 37,
+    "negative": -np.arange(1, 8193, dtype=np.int64),
+    "crossing zero": np.arange(8192, dtype=np.int64) - 4000,
+}
+
+
+@pytest.mark.parametrize("version", ["2.1", "2.2"])
+@pytest.mark.parametrize("kind", sorted(INT64_PAGES))
+def test_int64_pages_bitpack_both_ways(tmp_path, version, kind):
+    from filecheck import go_write
+
+    tbl = pa.table({"k": pa.array(INT64_PAGES[kind])})
+    # pylance writes: a page is InlineBitpacking unless every chunk needs
+    # all 64 bits (a page of negative values); the Go reader reads it
+    theirs = str(tmp_path / "theirs.lance")
+    write(theirs, tbl, version)
+    layout = "".join(str(p.encoding) for p in LanceFileReader(theirs).metadata().columns[0].pages)
+    assert ("InlineBitpacking" in layout) == (kind != "negative"), layout[:400]
+    check_file(theirs, tbl, [(0, 8192), (1000, 3000), (8191, 8192)])
+    # the Go writer packs a page when no chunk needs all 64 bits (narrower
+    # than pylance's rule: a page crossing zero stays flat); pylance reads
+    # and range-reads either exactly
+    ours = str(tmp_path / "ours.lance")
+    go_write(ours, tbl, version, tmp=str(tmp_path))
+    layout = "".join(str(p.encoding) for p in LanceFileReader(ours).metadata().columns[0].pages)
+    assert ("InlineBitpacking" in layout) == (kind == "non-negative"), layout[:400]
+    assert_pylance_reads(ours, tbl)
+    assert LanceFileReader(ours).read_range(1000, 2000).to_table().equals(tbl.slice(1000, 2000))
