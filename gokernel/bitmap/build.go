@@ -10,7 +10,6 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 
-	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/keysort"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
@@ -49,9 +48,6 @@ type BuildOptions struct {
 // schema metadata lance:index_stats. Memory is the sorter's budget, one
 // window of keys and the rows of the largest key.
 func Build(ctx context.Context, st storage.Store, s *keysort.Sorter, opts BuildOptions) (*BuildResult, error) {
-	if opts.KeyType.Kind == lancefile.KindBool {
-		return nil, fmt.Errorf("%w: bitmap build: bool keys", errkind.Unsupported)
-	}
 	w, err := createKeyWriter(ctx, st, opts.Name,
 		lancefile.NewField(keysColumn, opts.KeyType, true), lancefile.NewField(bitmapsColumn, lancefile.DataType{Kind: lancefile.KindBinary, Logical: "binary"}, true),
 		opts.Version, nil)

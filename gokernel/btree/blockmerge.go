@@ -35,7 +35,7 @@ func fixedKeys(k lancefile.Kind, b []byte, n int, out []uint64) []uint64 {
 			out = append(out, uint64(totalOrder32(le.Uint32(b[i*4:]))))
 		}
 		return out
-	case lancefile.KindInt8, lancefile.KindInt16, lancefile.KindInt32, lancefile.KindInt64,
+	case lancefile.KindBool, lancefile.KindInt8, lancefile.KindInt16, lancefile.KindInt32, lancefile.KindInt64,
 		lancefile.KindUint8, lancefile.KindUint16, lancefile.KindUint32, lancefile.KindUint64, lancefile.KindFloat64:
 		return lancefile.AppendSortKeys(k, b, n, out)
 	}
@@ -53,6 +53,8 @@ func totalOrder32(bits uint32) uint32 {
 func putFixed(k lancefile.Kind, key uint64, dst []byte) []byte {
 	le := binary.LittleEndian
 	switch k {
+	case lancefile.KindBool:
+		return append(dst, byte(key))
 	case lancefile.KindInt8:
 		return append(dst, byte(key^1<<63))
 	case lancefile.KindInt16:

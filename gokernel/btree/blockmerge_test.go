@@ -63,6 +63,7 @@ func TestFixedKeysRoundTripAndOrder(t *testing.T) {
 		kind lancefile.Kind
 		vals [][]byte // ascending
 	}{
+		{lancefile.KindBool, [][]byte{{0}, {1}}},
 		{lancefile.KindInt8, [][]byte{{0x80}, {0xff}, {0}, {0x7f}}},
 		{lancefile.KindInt16, [][]byte{le.AppendUint16(nil, 0x8000), le.AppendUint16(nil, 0xffff), le.AppendUint16(nil, 3)}},
 		{lancefile.KindInt32, [][]byte{le.AppendUint32(nil, 1<<31), le.AppendUint32(nil, 0), le.AppendUint32(nil, math.MaxInt32)}},

@@ -6,9 +6,9 @@ import (
 )
 
 // orderable are the kinds SortKey orders: fixed-width numbers (temporal
-// types are stored as their integers).
+// types are stored as their integers) and bools (false before true).
 var orderable = map[Kind]bool{
-	KindInt8: true, KindInt16: true, KindInt32: true, KindInt64: true,
+	KindBool: true, KindInt8: true, KindInt16: true, KindInt32: true, KindInt64: true,
 	KindUint8: true, KindUint16: true, KindUint32: true, KindUint64: true,
 	KindFloat32: true, KindFloat64: true,
 }
@@ -21,6 +21,11 @@ func Orderable(k Kind) bool { return orderable[k] }
 // them).
 func SortKey(k Kind, b []byte) uint64 {
 	switch k {
+	case KindBool: // a byte each, as the reader holds them
+		if b[0] != 0 {
+			return 1
+		}
+		return 0
 	case KindInt8:
 		return uint64(int64(int8(b[0]))) ^ 1<<63
 	case KindInt16:

@@ -27,6 +27,7 @@ INDICES = {
     "f64_idx": ("f64", "BITMAP"), "s_idx": ("s", "BITMAP"), "d_idx": ("d", "BITMAP"),
     "w_idx": ("w", "BITMAP"),  # thousands of keys: several windows of the merge
     "ls_idx": ("ls", "BITMAP"),  # large_string: written with 64-bit lengths
+    "b_idx": ("b", "BITMAP"),  # bools: the null key, false, true
     "tags_idx": ("tags", "LABEL_LIST"), "stags_idx": ("stags", "LABEL_LIST"),
 }
 FILTERS = {
@@ -37,6 +38,7 @@ FILTERS = {
     "s_idx": ["s = 'key-17'", "s IN ('key-1', 'key-99', 'nope')", "s IS NULL"],
     "ls_idx": ["ls = 'ü-3'", "ls IN ('ü-1', 'ü-12')", "ls IS NULL"],
     "w_idx": ["w = 17", "w IN (1, 2000, 2999)", "w > 2990"],
+    "b_idx": ["b = true", "b = false", "b IS NULL", "NOT b", "b = true OR b IS NULL"],
     "d_idx": ["d = DATE '2026-01-05'", "d IN (DATE '2026-01-01', DATE '2026-01-20')"],
     "tags_idx": ["array_has_any(tags, [1, 2])", "array_has_all(tags, [0, 3])", "array_contains(tags, 5)"],
     "stags_idx": ["array_has_any(stags, ['a', 'z'])", "array_has_all(stags, ['b', 'c'])", "array_contains(stags, 'd')"],
@@ -57,6 +59,7 @@ def _table(start: int, seed: int) -> pa.Table:
         "f64": pa.array(rng.integers(-8, 8, ROWS) / 2.0, mask=rng.random(ROWS) < 0.03),
         "s": pa.array([None if k % 31 == 0 else f"key-{k % 113}" for k in i]),
         "ls": pa.array([None if k % 37 == 0 else f"ü-{k % 13}" for k in i], pa.large_string()),
+        "b": pa.array(rng.random(ROWS) < 0.3, mask=rng.random(ROWS) < 0.04),
         "d": pa.array((20454 + rng.integers(0, 40, ROWS)).astype(np.int32), type=pa.date32()),
         "tags": pa.array([None if k % 23 == 0 else [int(k % 3), int(k % 7), int(k % 5)] for k in i], type=pa.list_(pa.int64())),
         "stags": pa.array([None if k % 29 == 0 else [letters[k % 7], letters[(k // 7) % 7]] for k in i]),

@@ -23,13 +23,14 @@ import lance_segmerge as ls
 from test_btree import FILTERS, ROWS, _table
 
 APPENDS = 3
-BTREE_COLS = ["i64", "i32", "f64", "d", "ts", "s", "hs", "ls", "bn"]
-BITMAP_COLS = ["i64", "s", "ls", "d"]
+BTREE_COLS = ["i64", "i32", "f64", "d", "ts", "s", "hs", "ls", "bn", "flag"]
+BITMAP_COLS = ["i64", "s", "ls", "d", "flag"]
 BITMAP_FILTERS = {
     "i64": ["i64 = 5", "i64 IN (1, 7, 900)", "i64 IS NULL", "i64 IS NOT NULL AND i64 < -990"],
     "s": ["s = 'k7'", "s IN ('k1', 'k22', 'nope')", "s IS NULL"],
     "ls": ["ls = 'k-ü-3'", "ls IS NULL"],
     "d": ["d = DATE '2026-01-05'", "d IS NULL"],
+    "flag": ["flag = true", "NOT flag", "flag IS NULL"],
 }
 
 
@@ -140,7 +141,7 @@ def test_bitmap_build_writes_what_pylance_writes(copy, col):
         LanceFileReader(f"{uri}/_indices/{theirs.uuid}/{path}").metadata().schema.metadata
 
 
-@pytest.mark.parametrize("typ,col", [("BTREE", c) for c in ("i64", "f64", "hs", "bn")] + [("BITMAP", c) for c in ("s", "d")])
+@pytest.mark.parametrize("typ,col", [("BTREE", c) for c in ("i64", "f64", "hs", "bn", "flag")] + [("BITMAP", c) for c in ("s", "d", "flag")])
 def test_per_fragment_builds_commit_merge_and_answer(copy, tmp_path, typ, col):
     """One segment per fragment, committed by us: pylance answers as the
     data says; pylance's own optimize_indices merges them, and so does ours,
@@ -196,8 +197,8 @@ def test_bad_builds_are_refused_and_leave_the_dataset(copy):
     uri = copy()
     before = sorted(p.name for p in __import__("pathlib").Path(uri).rglob("*"))
     model_free = dict(name="x")
-    with pytest.raises(ls.UnsupportedError, match="bool"):
-        ls.build_index_segment(uri, "flag", "BTREE", [0], **model_free)
+    with pytest.raises(ls.UnsupportedError, match="bloomfilter build: keys of type bool"):
+        ls.build_index_segment(uri, "flag", "BLOOMFILTER", [0], **model_free)  # pylance builds none either
     with pytest.raises(ls.InvalidInputError, match="no model"):
         ls.train_index_model(uri, "i64", "BTREE", num_partitions=2)
     with pytest.raises(ls.InvalidInputError, match="INVERTED index is built here over a string column"):
@@ -267,13 +268,14 @@ def zones_table(tmp_path_factory) -> str:
             "s": pa.array([None if n else f"k{x % 977}" for x, n in zip(i, nulls)]),
             "d": pa.array((20454 + rng.integers(0, 90, ZONE_ROWS)).astype(np.int32), type=pa.date32()),
             "none": pa.array([None] * ZONE_ROWS, pa.int32()),
+            "b": pa.array((i // 9000) % 2 == 1, mask=nulls),  # zones of one value, and of both
         })
         lance.write_dataset(t, uri, mode="append" if part else "create", max_rows_per_file=ZONE_ROWS)
     lance.dataset(uri).delete("id < 100 OR (id > 8000 AND id < 8300) OR id = 30000")
     return uri
 
 
-@pytest.mark.parametrize("col", ["i64", "f64", "s", "d", "none"])
+@pytest.mark.parametrize("col", ["i64", "f64", "s", "d", "none", "b"])
 def test_zonemap_build_writes_what_pylance_writes(zones_table, tmp_path, col):
     uri = str(tmp_path / "z")
     shutil.copytree(zones_table, uri)

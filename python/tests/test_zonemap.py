@@ -24,6 +24,8 @@ FILTERS = {
     "x": ["x > 3.2", "x < -3.3", "x BETWEEN 0.5 AND 0.5001", "x IS NULL"],
     # String bounds (FSST-compressed by pylance once a page holds 32 KiB).
     "s": ["s = 'name-00000300'", "s > 'name-00059000'", "s BETWEEN 'name-00001000' AND 'name-00001010'", "s IS NULL"],
+    # Bools: zones of all-false rows let pylance skip them for `b = true`.
+    "b": ["b = true", "b IS NULL", "b IS FALSE", "b = true OR b IS NULL"],
 }
 
 
@@ -32,7 +34,8 @@ def _table(start: int, seed: int) -> pa.Table:
     i = np.arange(start, start + ROWS)
     return pa.table({"id": pa.array(i), "ts": pa.array(i * 3, mask=rng.random(ROWS) < 0.01),
                      "x": pa.array(rng.normal(size=ROWS), mask=rng.random(ROWS) < 0.02),
-                     "s": pa.array([None if k % 89 == 0 else f"name-{k:08d}" for k in i])})
+                     "s": pa.array([None if k % 89 == 0 else f"name-{k:08d}" for k in i]),
+                     "b": pa.array((i // 5000) % 3 == 1, mask=rng.random(ROWS) < 0.01)})
 
 
 @pytest.fixture(scope="module")
