@@ -35,7 +35,7 @@ func fixedKeys(k lancefile.Kind, b []byte, n int, out []uint64) []uint64 {
 			out = append(out, uint64(totalOrder32(le.Uint32(b[i*4:]))))
 		}
 		return out
-	case lancefile.KindBool, lancefile.KindInt8, lancefile.KindInt16, lancefile.KindInt32, lancefile.KindInt64,
+	case lancefile.KindBool, lancefile.KindFloat16, lancefile.KindInt8, lancefile.KindInt16, lancefile.KindInt32, lancefile.KindInt64,
 		lancefile.KindUint8, lancefile.KindUint16, lancefile.KindUint32, lancefile.KindUint64, lancefile.KindFloat64:
 		return lancefile.AppendSortKeys(k, b, n, out)
 	}
@@ -71,6 +71,8 @@ func putFixed(k lancefile.Kind, key uint64, dst []byte) []byte {
 		return le.AppendUint32(dst, uint32(key))
 	case lancefile.KindUint64:
 		return le.AppendUint64(dst, key)
+	case lancefile.KindFloat16:
+		return le.AppendUint16(dst, lancefile.FromTotalOrder16(uint16(key)))
 	case lancefile.KindFloat32:
 		u := uint32(key)
 		if u>>31 == 1 {

@@ -64,6 +64,7 @@ func TestFixedKeysRoundTripAndOrder(t *testing.T) {
 		vals [][]byte // ascending
 	}{
 		{lancefile.KindBool, [][]byte{{0}, {1}}},
+		{lancefile.KindFloat16, [][]byte{{0x00, 0xfc}, {0x00, 0xc0}, {0x00, 0x80}, {0, 0}, {0x00, 0x3e}, {0x00, 0x7c}, {0x00, 0x7e}}},
 		{lancefile.KindInt8, [][]byte{{0x80}, {0xff}, {0}, {0x7f}}},
 		{lancefile.KindInt16, [][]byte{le.AppendUint16(nil, 0x8000), le.AppendUint16(nil, 0xffff), le.AppendUint16(nil, 3)}},
 		{lancefile.KindInt32, [][]byte{le.AppendUint32(nil, 1<<31), le.AppendUint32(nil, 0), le.AppendUint32(nil, math.MaxInt32)}},

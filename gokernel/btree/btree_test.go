@@ -30,6 +30,8 @@ func TestSortKeyOrdersLikeTheValues(t *testing.T) {
 		{lancefile.KindInt32, [][]byte{le32(1 << 31), le32(^uint32(0)), le32(0), le32(math.MaxInt32)}},
 		{lancefile.KindInt8, [][]byte{{0x80}, {0xff}, {0}, {0x7f}}},
 		{lancefile.KindBool, [][]byte{{0}, {1}}},
+		// half floats: -inf, -2, -0, 0, 1.5, +inf, NaN
+		{lancefile.KindFloat16, [][]byte{{0x00, 0xfc}, {0x00, 0xc0}, {0x00, 0x80}, {0, 0}, {0x00, 0x3e}, {0x00, 0x7c}, {0x00, 0x7e}}},
 		{lancefile.KindUint64, [][]byte{le64(0), le64(1), le64(1 << 63), le64(^uint64(0))}},
 		{lancefile.KindFloat64, [][]byte{le64(math.Float64bits(math.Inf(-1))), le64(math.Float64bits(-1.5)), le64(math.Float64bits(math.Copysign(0, -1))),
 			le64(math.Float64bits(0)), le64(math.Float64bits(2)), le64(math.Float64bits(math.Inf(1))), le64(math.Float64bits(math.NaN()))}},

@@ -10,7 +10,7 @@ import (
 var orderable = map[Kind]bool{
 	KindBool: true, KindInt8: true, KindInt16: true, KindInt32: true, KindInt64: true,
 	KindUint8: true, KindUint16: true, KindUint32: true, KindUint64: true,
-	KindFloat32: true, KindFloat64: true,
+	KindFloat16: true, KindFloat32: true, KindFloat64: true,
 }
 
 // Orderable reports whether SortKey orders values of kind k.
@@ -42,12 +42,35 @@ func SortKey(k Kind, b []byte) uint64 {
 		return uint64(binary.LittleEndian.Uint32(b))
 	case KindUint64:
 		return binary.LittleEndian.Uint64(b)
+	case KindFloat16:
+		return uint64(TotalOrder16(binary.LittleEndian.Uint16(b)))
 	case KindFloat32:
 		return totalOrder(math.Float64bits(float64(math.Float32frombits(binary.LittleEndian.Uint32(b)))))
 	default: // KindFloat64
 		return totalOrder(binary.LittleEndian.Uint64(b))
 	}
 }
+
+// TotalOrder16 maps a half float's bits to a uint16 in total order (as
+// totalOrder does for doubles); FromTotalOrder16 is its inverse.
+func TotalOrder16(bits uint16) uint16 {
+	if bits>>15 == 1 {
+		return ^bits
+	}
+	return bits | 1<<15
+}
+
+// FromTotalOrder16 is the inverse of TotalOrder16.
+func FromTotalOrder16(k uint16) uint16 {
+	if k>>15 == 1 {
+		return k &^ (1 << 15)
+	}
+	return ^k
+}
+
+// IsNaN16 reports whether a half float's bits are a NaN (all exponent
+// bits set, a fraction that is not zero).
+func IsNaN16(bits uint16) bool { return bits&0x7c00 == 0x7c00 && bits&0x3ff != 0 }
 
 func totalOrder(bits uint64) uint64 {
 	if bits>>63 == 1 {

@@ -70,9 +70,9 @@ func bloomInsert(f []byte, v []byte) {
 // included) and whether it holds a null. probability is the
 // bloomfilter_probability metadata, kept as written.
 func NewBloomBuilder(t lancefile.DataType, rowsPerZone int, probability string) (*Builder, error) {
-	// pylance 14.0.2 builds no bloom filter of bools ("does not support
-	// data type: Boolean"), so there is no layout of theirs to write.
-	if !lancefile.Orderable(t.Kind) && t.Kind != lancefile.KindBinary || t.Kind == lancefile.KindBool {
+	// pylance 14.0.2 builds no bloom filter of bools or half floats ("does
+	// not support data type"), so there is no layout of theirs to write.
+	if !lancefile.Orderable(t.Kind) && t.Kind != lancefile.KindBinary || t.Kind == lancefile.KindBool || t.Kind == lancefile.KindFloat16 {
 		return nil, fmt.Errorf("%w: bloomfilter build: keys of type %s (integer, floating-point, date, time, string and binary are built)", errkind.Unsupported, t)
 	}
 	fpp, err := strconv.ParseFloat(probability, 64)

@@ -69,6 +69,8 @@ func NewBuilder(t lancefile.DataType, rowsPerZone int) (*Builder, error) {
 
 func (b *Builder) isNaN(v []byte) bool {
 	switch b.t.Kind {
+	case lancefile.KindFloat16:
+		return lancefile.IsNaN16(binary.LittleEndian.Uint16(v))
 	case lancefile.KindFloat32:
 		return math.IsNaN(float64(math.Float32frombits(binary.LittleEndian.Uint32(v))))
 	case lancefile.KindFloat64:
@@ -328,6 +330,8 @@ func show(t lancefile.DataType, v []byte) string {
 	switch t.Kind {
 	case lancefile.KindBinary:
 		return strconv.Quote(string(v))
+	case lancefile.KindBool:
+		return strconv.FormatBool(v[0] != 0)
 	case lancefile.KindInt8:
 		return strconv.Itoa(int(int8(v[0])))
 	case lancefile.KindInt16:
