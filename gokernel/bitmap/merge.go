@@ -1,7 +1,6 @@
 package bitmap
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -61,9 +60,9 @@ func Open(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Segment
 	if err != nil {
 		return nil, err
 	}
-	if k := s.KeyType.Kind; !lancefile.Orderable(k) && k != lancefile.KindBinary {
+	if !lancefile.Orderable(s.KeyType.Kind) && !lancefile.Wide(s.KeyType) {
 		s.Close()
-		return nil, fmt.Errorf("%w: bitmap segment %s: keys of type %s (merges handle numbers, strings and binary)", errkind.Unsupported, table.IndexUUID(im), s.KeyType)
+		return nil, fmt.Errorf("%w: bitmap segment %s: keys of type %s (merges handle bools, numbers, decimals, strings and binary)", errkind.Unsupported, table.IndexUUID(im), s.KeyType)
 	}
 	return s, nil
 }
@@ -117,21 +116,22 @@ type cursor struct {
 	next  uint64
 	keys  *lancefile.Array
 	maps  *lancefile.Array
-	sort  []uint64 // the window's sort keys (fixed-width keys)
+	sort  []uint64 // the window's sort keys (narrow keys: not lancefile.Wide)
 	i, n  int
-	width int // bytes of a fixed-width key, 0 for binary
+	width int // bytes of a fixed-width key, 0 for a variable-width one
 	cur   key
 }
 
 // key is one key and its order: nulls first, then by value (numbers by
-// lancefile.SortKey, binary bytewise).
+// lancefile.SortKey, wide keys by lancefile.CompareWide).
 type key struct {
 	valid bool
-	k     uint64
+	k     uint64 // a narrow key's SortKey
 	b     []byte // the key's bytes (fixed-width value or binary)
 }
 
-func compareKeys(a, b *key, binary bool) int {
+// compareKeys orders two keys of type t.
+func compareKeys(a, b *key, t lancefile.DataType) int {
 	switch {
 	case a.valid != b.valid:
 		if !a.valid {
@@ -140,8 +140,8 @@ func compareKeys(a, b *key, binary bool) int {
 		return 1
 	case !a.valid:
 		return 0
-	case binary:
-		return bytes.Compare(a.b, b.b)
+	case lancefile.Wide(t):
+		return lancefile.CompareWide(t, a.b, b.b)
 	}
 	return cmp.Compare(a.k, b.k)
 }
@@ -163,7 +163,7 @@ func (c *cursor) fill(ctx context.Context) (bool, error) {
 			table.IndexUUID(c.seg.Meta), end-c.next, c.keys.Len, c.maps.Len)
 	}
 	c.i, c.n, c.next = 0, c.keys.Len, end
-	if c.width > 0 {
+	if !lancefile.Wide(c.seg.KeyType) {
 		c.sort = lancefile.AppendSortKeys(c.seg.KeyType.Kind, c.keys.Values, c.n, c.sort[:0])
 	}
 	return true, nil
@@ -173,13 +173,16 @@ func (c *cursor) fill(ctx context.Context) (bool, error) {
 func (c *cursor) load(prev *key, first bool) error {
 	k := key{valid: c.keys.IsValid(c.i)}
 	if k.valid {
-		if c.width > 0 {
-			k.k, k.b = c.sort[c.i], c.keys.Values[c.i*c.width:(c.i+1)*c.width]
-		} else {
+		switch {
+		case c.width == 0:
 			k.b = c.keys.Values[c.keys.Offsets[c.i]:c.keys.Offsets[c.i+1]]
+		case lancefile.Wide(c.seg.KeyType):
+			k.b = c.keys.Values[c.i*c.width : (c.i+1)*c.width]
+		default:
+			k.k, k.b = c.sort[c.i], c.keys.Values[c.i*c.width:(c.i+1)*c.width]
 		}
 	}
-	if !first && compareKeys(prev, &k, c.width == 0) >= 0 {
+	if !first && compareKeys(prev, &k, c.seg.KeyType) >= 0 {
 		return fmt.Errorf("%w: bitmap segment %s: key %d is not after the one before it (keys must ascend, null first, each once)",
 			errkind.Corrupt, table.IndexUUID(c.seg.Meta), c.pos())
 	}
@@ -260,14 +263,14 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 		}
 	}
 	first := segs[0]
-	binaryKeys := first.KeyType.Kind == lancefile.KindBinary
+	keyType := first.KeyType
 	width := 0
-	if !binaryKeys {
-		width = first.KeyType.ValueBits() / 8
+	if keyType.Kind != lancefile.KindBinary {
+		width = keyType.ValueBits() / 8
 	}
 	var h []*cursor
 	less := func(a, b *cursor) bool {
-		if c := compareKeys(&a.cur, &b.cur, binaryKeys); c != 0 {
+		if c := compareKeys(&a.cur, &b.cur, keyType); c != 0 {
 			return c < 0
 		}
 		return a.order < b.order
@@ -309,7 +312,7 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 		cur := h[0].cur
 		cur.b = append([]byte(nil), cur.b...)
 		scratch, spans, inputs = scratch[:0], spans[:0], inputs[:0]
-		for len(h) > 0 && compareKeys(&h[0].cur, &cur, binaryKeys) == 0 {
+		for len(h) > 0 && compareKeys(&h[0].cur, &cur, keyType) == 0 {
 			c := h[0]
 			m, err := c.rowMap()
 			if err != nil {

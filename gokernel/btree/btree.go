@@ -22,7 +22,6 @@
 package btree
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -130,9 +129,9 @@ func Open(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Segment
 		s.Close()
 		return nil, fmt.Errorf("%w: btree segment %s: %s has no %q and uint64 %q columns", errkind.Corrupt, u, DataFile, valuesColumn, idsColumn)
 	}
-	if !lancefile.Orderable(vf.Type.Kind) && vf.Type.Kind != lancefile.KindBinary {
+	if !lancefile.Orderable(vf.Type.Kind) && !lancefile.Wide(vf.Type) {
 		s.Close()
-		return nil, fmt.Errorf("%w: btree segment %s: keys of type %s (merges handle integer, floating-point, string and binary keys)", errkind.Unsupported, u, vf.Type)
+		return nil, fmt.Errorf("%w: btree segment %s: keys of type %s (merges handle bool, integer, floating-point, decimal, string and binary keys)", errkind.Unsupported, u, vf.Type)
 	}
 	s.KeyType = vf.Type
 	s.Rows = s.data.NumRows()
@@ -158,17 +157,18 @@ type cursor struct {
 	ids    *lancefile.Array
 	i, n   int
 	width  int  // of a fixed-width value
-	binary bool // variable-width values, ordered by their bytes
+	binary bool // variable-width values (Offsets delimit them)
+	wide   bool // values k orders up to ties (lancefile.Wide)
 	window int  // rows read at once
 	valid  bool // the current row's value is not null
-	// k is the current row's sort key: the value's order for fixed-width
-	// values, the first 8 bytes' for binary ones (ties compare the bytes).
+	// k is the current row's sort key: the value's order for narrow
+	// values, its PrefixKey for wide ones (ties compare the values).
 	k    uint64
 	keys []uint64 // the window's sort keys
 }
 
 func newCursor(s *Segment, window int) *cursor {
-	return &cursor{seg: s, width: s.KeyType.ValueBits() / 8, binary: s.KeyType.Kind == lancefile.KindBinary, window: window}
+	return &cursor{seg: s, width: s.KeyType.ValueBits() / 8, binary: s.KeyType.Kind == lancefile.KindBinary, wide: lancefile.Wide(s.KeyType), window: window}
 }
 
 func (c *cursor) fill(ctx context.Context) (bool, error) {
@@ -194,7 +194,7 @@ func (c *cursor) fillExact(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("%w: btree segment %s: a window of %d rows read back as %d values and %d ids", errkind.Corrupt, table.IndexUUID(c.seg.Meta), end-c.next, c.vals.Len, c.ids.Len)
 	}
 	c.i, c.n, c.next = 0, c.vals.Len, end
-	if c.binary {
+	if c.wide {
 		c.keys = lancefile.AppendPrefixKeys(c.vals, c.keys[:0])
 	} else {
 		c.keys = lancefile.AppendSortKeys(c.seg.KeyType.Kind, c.vals.Values, c.n, c.keys[:0])
@@ -230,8 +230,8 @@ func before(a, b *cursor) bool {
 	if a.k != b.k {
 		return a.k < b.k
 	}
-	if a.binary && a.valid {
-		if c := bytes.Compare(a.value(), b.value()); c != 0 {
+	if a.wide && a.valid {
+		if c := lancefile.CompareWide(a.seg.KeyType, a.value(), b.value()); c != 0 {
 			return c < 0
 		}
 	}
@@ -315,7 +315,7 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 	}
 	defer w.abort()
 	res := &Result{}
-	if segs[0].KeyType.Kind != lancefile.KindBinary {
+	if !lancefile.Wide(segs[0].KeyType) {
 		// per row of a window: its decode buffers, two windows of pairs
 		// (one merged, one decoded ahead), the block and the sort's
 		// buffers

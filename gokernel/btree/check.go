@@ -127,7 +127,7 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, opts Che
 				res.Nulls++
 			}
 			// last is still the previous row's value.
-			if havePrev && (valid && !prevNull && (key < prevKey || key == prevKey && c.binary && bytes.Compare(c.value(), last) < 0) || !valid && !prevNull) {
+			if havePrev && (valid && !prevNull && (key < prevKey || key == prevKey && c.wide && lancefile.CompareWide(s.KeyType, c.value(), last) < 0) || !valid && !prevNull) {
 				problem("structure", "row %d is out of order (rows must be sorted by value, nulls first)", row)
 			}
 			havePrev, prevNull, prevKey = true, !valid, key
@@ -205,7 +205,7 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, opts Che
 // page's first value at or after the previous page's last, nulls first.
 func checkPageOrder(s *Segment, mins, maxs *lancefile.Array, width int, problem func(check, format string, args ...any)) {
 	var lo, hi []uint64
-	if s.KeyType.Kind == lancefile.KindBinary {
+	if lancefile.Wide(s.KeyType) {
 		lo, hi = lancefile.AppendPrefixKeys(mins, nil), lancefile.AppendPrefixKeys(maxs, nil)
 	} else {
 		lo, hi = lancefile.AppendSortKeys(s.KeyType.Kind, mins.Values, mins.Len, nil), lancefile.AppendSortKeys(s.KeyType.Kind, maxs.Values, maxs.Len, nil)
@@ -216,7 +216,7 @@ func checkPageOrder(s *Segment, mins, maxs *lancefile.Array, width int, problem 
 		case null && !prevNull:
 			problem("structure", "page %d starts with a null after page %d ends with a value (nulls come first)", p, p-1)
 		case null || prevNull:
-		case hi[p-1] > lo[p] || hi[p-1] == lo[p] && s.KeyType.Kind == lancefile.KindBinary && bytes.Compare(valueAt(maxs, p-1, width), valueAt(mins, p, width)) > 0:
+		case hi[p-1] > lo[p] || hi[p-1] == lo[p] && lancefile.Wide(s.KeyType) && lancefile.CompareWide(s.KeyType, valueAt(maxs, p-1, width), valueAt(mins, p, width)) > 0:
 			problem("structure", "page %d starts below the end of page %d (%s)", p, p-1, LookupFile)
 		}
 	}

@@ -5,7 +5,6 @@ import (
 	"slices"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
-	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
 )
 
@@ -33,7 +32,8 @@ func Sample(ctx context.Context, st storage.Store, im *pb.IndexMetadata, n int) 
 	var out []KeyRow
 	for j := range runs {
 		start := j * s.Rows / runs
-		c := &cursor{seg: s, next: start, window: int(min(sampleRun, s.Rows-start)), width: s.KeyType.ValueBits() / 8, binary: s.KeyType.Kind == lancefile.KindBinary}
+		c := newCursor(s, int(min(sampleRun, s.Rows-start)))
+		c.next = start
 		if c.window <= 0 {
 			break
 		}

@@ -5,7 +5,7 @@
 // and row address; Sort then hands the pairs back in the order BTREE pages
 // and BITMAP keys are written: nulls first, then by key (numbers in
 // lancefile.SortKey order, floats in total order; strings and binary by
-// their bytes), ties by row. Pairs beyond the memory budget are sorted and
+// their bytes, decimals by value: lancefile.CompareWide), ties by row. Pairs beyond the memory budget are sorted and
 // spilled to a temporary file as a run; Sort merges the runs with a k-way
 // heap, reading each through a small buffer, so a build of any size holds
 // one budget of pairs and a buffer per run.
@@ -13,7 +13,6 @@ package keysort
 
 import (
 	"bufio"
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/binary"
@@ -50,7 +49,7 @@ type Options struct {
 // entry is one pair of the run in memory; its value lives in the
 // Sorter's vals at [off, off+n).
 type entry struct {
-	key   uint64 // the value's order (binary: its first 8 bytes, big-endian)
+	key   uint64 // the value's order (a wide value's PrefixKey)
 	row   uint64
 	off   uint32
 	n     uint32
@@ -60,7 +59,8 @@ type entry struct {
 // Sorter collects pairs and returns them sorted (see the package comment).
 type Sorter struct {
 	t      lancefile.DataType
-	binary bool
+	binary bool                  // variable-width values
+	tie    func(a, b []byte) int // orders wide values of equal keys (lancefile.Wide); nil for others
 	width  int
 	opts   Options
 
@@ -73,13 +73,17 @@ type Sorter struct {
 // New returns a Sorter of values of type t: a fixed-width type whose order
 // lancefile knows (lancefile.Orderable) or a binary one.
 func New(t lancefile.DataType, opts Options) (*Sorter, error) {
-	if !lancefile.Orderable(t.Kind) && t.Kind != lancefile.KindBinary {
-		return nil, fmt.Errorf("%w: keysort: values of type %s have no order here (integer, floating-point, date and time, string and binary do)", errkind.Unsupported, t)
+	if !lancefile.Orderable(t.Kind) && !lancefile.Wide(t) {
+		return nil, fmt.Errorf("%w: keysort: values of type %s have no order here (bool, integer, floating-point, decimal, date and time, string and binary do)", errkind.Unsupported, t)
 	}
 	if opts.MemoryBytes <= 0 {
 		opts.MemoryBytes = DefaultMemoryBytes
 	}
-	return &Sorter{t: t, binary: t.Kind == lancefile.KindBinary, width: t.ValueBits() / 8, opts: opts}, nil
+	s := &Sorter{t: t, binary: t.Kind == lancefile.KindBinary, width: t.ValueBits() / 8, opts: opts}
+	if lancefile.Wide(t) {
+		s.tie = func(a, b []byte) int { return lancefile.CompareWide(t, a, b) }
+	}
+	return s, nil
 }
 
 // Rows is the number of pairs added.
@@ -104,19 +108,13 @@ func (s *Sorter) Add(a *lancefile.Array, i int, row uint64) error {
 // Array holds them, under row id row.
 func (s *Sorter) AddValue(v []byte, row uint64) error {
 	e := entry{row: row, off: uint32(len(s.vals)), valid: true}
-	if s.binary {
-		if len(v) > maxValueBytes {
-			return fmt.Errorf("%w: keysort: a value of %d bytes (at most %d)", errkind.Unsupported, len(v), maxValueBytes)
-		}
-		var w [8]byte
-		copy(w[:], v)
-		e.key = binary.BigEndian.Uint64(w[:])
-	} else {
-		if len(v) != s.width {
-			return fmt.Errorf("%w: keysort: a %d-byte value of %s", errkind.InvalidInput, len(v), s.t)
-		}
-		e.key = lancefile.SortKey(s.t.Kind, v)
+	if s.binary && len(v) > maxValueBytes {
+		return fmt.Errorf("%w: keysort: a value of %d bytes (at most %d)", errkind.Unsupported, len(v), maxValueBytes)
 	}
+	if !s.binary && len(v) != s.width {
+		return fmt.Errorf("%w: keysort: a %d-byte value of %s", errkind.InvalidInput, len(v), s.t)
+	}
+	e.key = s.key(v)
 	return s.add(e, v)
 }
 
@@ -139,8 +137,18 @@ func (s *Sorter) add(e entry, v []byte) error {
 
 func (s *Sorter) value(e *entry) []byte { return s.vals[e.off : e.off+e.n] }
 
-// compare orders pairs: nulls first, then by key, then by row.
-func compare(av, bv bool, ak, bk uint64, ab, bb []byte, binary bool, ar, br uint64) int {
+// key is a value's order: its SortKey, or a wide value's PrefixKey (ties
+// broken by s.tie).
+func (s *Sorter) key(v []byte) uint64 {
+	if s.tie != nil {
+		return lancefile.PrefixKey(s.t, v)
+	}
+	return lancefile.SortKey(s.t.Kind, v)
+}
+
+// compare orders pairs: nulls first, then by key (and tie, when set, for
+// equal keys), then by row.
+func compare(av, bv bool, ak, bk uint64, ab, bb []byte, tie func(a, b []byte) int, ar, br uint64) int {
 	if av != bv {
 		if !av {
 			return -1
@@ -151,8 +159,8 @@ func compare(av, bv bool, ak, bk uint64, ab, bb []byte, binary bool, ar, br uint
 		if c := cmp.Compare(ak, bk); c != 0 {
 			return c
 		}
-		if binary {
-			if c := bytes.Compare(ab, bb); c != 0 {
+		if tie != nil {
+			if c := tie(ab, bb); c != 0 {
 				return c
 			}
 		}
@@ -163,10 +171,10 @@ func compare(av, bv bool, ak, bk uint64, ab, bb []byte, binary bool, ar, br uint
 func (s *Sorter) sortMemory() {
 	slices.SortFunc(s.entries, func(a, b entry) int {
 		var av, bv []byte
-		if s.binary && a.key == b.key {
+		if s.tie != nil && a.key == b.key {
 			av, bv = s.value(&a), s.value(&b)
 		}
-		return compare(a.valid, b.valid, a.key, b.key, av, bv, s.binary, a.row, b.row)
+		return compare(a.valid, b.valid, a.key, b.key, av, bv, s.tie, a.row, b.row)
 	})
 }
 
@@ -262,7 +270,7 @@ func (s *Sorter) Sort(ctx context.Context, fn func(valid bool, value []byte, row
 		}
 	}
 	less := func(a, b *run) bool {
-		return compare(a.valid, b.valid, a.key, b.key, a.val, b.val, s.binary, a.row, b.row) < 0
+		return compare(a.valid, b.valid, a.key, b.key, a.val, b.val, s.tie, a.row, b.row) < 0
 	}
 	kway.Heapify(h, less)
 	for n := 0; len(h) > 0; n++ {
@@ -328,13 +336,7 @@ func (r *run) next() (bool, error) {
 		if _, err := io.ReadFull(r.r, r.val); err != nil {
 			return false, fmt.Errorf("keysort: reading a run: %w", err)
 		}
-		if r.s.binary {
-			var w [8]byte
-			copy(w[:], r.val)
-			r.key = binary.BigEndian.Uint64(w[:])
-		} else {
-			r.key = lancefile.SortKey(r.s.t.Kind, r.val)
-		}
+		r.key = r.s.key(r.val)
 	}
 	if _, err := io.ReadFull(r.r, r.hdr[:]); err != nil {
 		return false, fmt.Errorf("keysort: reading a run: %w", err)

@@ -152,8 +152,8 @@ func TestSortMatchesReference(t *testing.T) {
 }
 
 func TestRefusalsAndCancel(t *testing.T) {
-	if _, err := New(lancefile.Primitive(lancefile.KindFloat16), Options{}); !errors.Is(err, errkind.Unsupported) {
-		t.Fatalf("float16 keys: %v, want Unsupported", err)
+	if _, err := New(lancefile.ListType(), Options{}); !errors.Is(err, errkind.Unsupported) {
+		t.Fatalf("list keys: %v, want Unsupported", err)
 	}
 	a, ps := column(lancefile.KindInt64, 2000, rand.New(rand.NewPCG(1, 2)))
 	s, err := New(a.Type, Options{MemoryBytes: 4096, TempDir: t.TempDir()})

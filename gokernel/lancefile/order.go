@@ -1,6 +1,8 @@
 package lancefile
 
 import (
+	"bytes"
+	"cmp"
 	"encoding/binary"
 	"math"
 )
@@ -109,16 +111,57 @@ func AppendSortKeys(k Kind, b []byte, n int, out []uint64) []uint64 {
 	return out
 }
 
-// AppendPrefixKeys appends, for each row of a binary array, its first 8
-// bytes read big-endian (zero-padded): keys in the order of the values'
-// bytes, equal keys being a tie only the bytes after them break. Null
-// rows get a key of 0.
+// Wide reports whether values of type t order by more than a uint64:
+// binary and fixed-size binary values (by their bytes) and decimals (by
+// value). PrefixKey orders them up to ties, which CompareWide breaks.
+func Wide(t DataType) bool {
+	return t.Kind == KindBinary || t.Kind == KindFixedSizeBinary || t.Kind == KindDecimal
+}
+
+// PrefixKey is a wide value's order up to ties: the first 8 bytes read
+// big-endian (zero-padded) for bytes; for a decimal, its most
+// significant 8 bytes as a signed integer, offset to unsigned order.
+func PrefixKey(t DataType, v []byte) uint64 {
+	if t.Kind == KindDecimal {
+		return binary.LittleEndian.Uint64(v[len(v)-8:]) ^ 1<<63
+	}
+	var w [8]byte
+	copy(w[:], v)
+	return binary.BigEndian.Uint64(w[:])
+}
+
+// CompareWide orders two wide values of type t (-1, 0, +1): bytes
+// lexicographically, decimals by value (two's complement, little-endian
+// limbs: the top one signed, the others unsigned).
+func CompareWide(t DataType, a, b []byte) int {
+	if t.Kind != KindDecimal {
+		return bytes.Compare(a, b)
+	}
+	le := binary.LittleEndian
+	n := len(a)
+	if x, y := int64(le.Uint64(a[n-8:])), int64(le.Uint64(b[n-8:])); x != y {
+		return cmp.Compare(x, y)
+	}
+	for off := n - 16; off >= 0; off -= 8 {
+		if x, y := le.Uint64(a[off:]), le.Uint64(b[off:]); x != y {
+			return cmp.Compare(x, y)
+		}
+	}
+	return 0
+}
+
+// AppendPrefixKeys appends the PrefixKey of each row of an array of a
+// wide type. Null rows get a key of 0.
 func AppendPrefixKeys(a *Array, out []uint64) []uint64 {
+	if a.Type.Kind != KindBinary {
+		w := a.Type.ValueBits() / 8
+		for i := 0; i < a.Len; i++ {
+			out = append(out, PrefixKey(a.Type, a.Values[i*w:(i+1)*w]))
+		}
+		return out
+	}
 	for i := 0; i < a.Len; i++ {
-		v := a.Values[a.Offsets[i]:a.Offsets[i+1]]
-		var w [8]byte
-		copy(w[:], v)
-		out = append(out, binary.BigEndian.Uint64(w[:]))
+		out = append(out, PrefixKey(a.Type, a.Values[a.Offsets[i]:a.Offsets[i+1]]))
 	}
 	return out
 }

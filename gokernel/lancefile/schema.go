@@ -36,6 +36,11 @@ const (
 	// KindBinary is a variable-width value (binary, string and their large
 	// forms): Array.Offsets delimit each row's bytes in Array.Values.
 	KindBinary
+	// KindFixedSizeBinary is a value of Dim bytes, ordered by its bytes.
+	KindFixedSizeBinary
+	// KindDecimal is a two's-complement little-endian integer of Dim bytes
+	// (16 for decimal128, 32 for decimal256); its scale lives in Logical.
+	KindDecimal
 )
 
 // logical type names of primitives, as Lance spells them. Part of the format.
@@ -47,7 +52,7 @@ var primitiveNames = map[Kind]string{
 
 // primitiveBits is indexed by Kind (an array, not a map: ValueBits is on
 // the per-piece path of every merge).
-var primitiveBits = [KindBinary + 1]int{
+var primitiveBits = [KindDecimal + 1]int{
 	// A bool is held as one byte (0 or 1) in an Array, and stored as one
 	// bit (Flat of 1 bit, least significant first).
 	KindBool: 8,
@@ -86,6 +91,8 @@ func (t DataType) ValueBits() int {
 	switch t.Kind {
 	case KindFixedSizeList:
 		return primitiveBits[t.Elem] * t.Dim
+	case KindFixedSizeBinary, KindDecimal:
+		return 8 * t.Dim
 	default:
 		return primitiveBits[t.Kind]
 	}
@@ -122,6 +129,10 @@ func parseKind(s string) (Kind, bool) {
 	return KindUnknown, false
 }
 
+// maxFixedBytes bounds a fixed-size binary's width (a key wider than any
+// index holds), so that its width in bits stays far inside int.
+const maxFixedBytes = 1 << 20
+
 // maxListDim bounds a fixed-size list's size (2^24 values: a vector wider
 // than any index holds), so that its width in bits stays far inside int.
 const maxListDim = 1 << 24
@@ -150,6 +161,16 @@ func ParseLogicalType(s string) DataType {
 		return DataType{Kind: KindInt32, Logical: s}
 	case strings.HasPrefix(s, "date64:") || strings.HasPrefix(s, "time64:") || strings.HasPrefix(s, "timestamp:") || strings.HasPrefix(s, "duration:"):
 		return DataType{Kind: KindInt64, Logical: s}
+	case strings.HasPrefix(s, "fixed_size_binary:"):
+		n, err := strconv.Atoi(s[len("fixed_size_binary:"):])
+		if err != nil || n <= 0 || n > maxFixedBytes {
+			return DataType{Kind: KindUnknown, Logical: s}
+		}
+		return DataType{Kind: KindFixedSizeBinary, Dim: n, Logical: s}
+	case strings.HasPrefix(s, "decimal:128:"):
+		return DataType{Kind: KindDecimal, Dim: 16, Logical: s}
+	case strings.HasPrefix(s, "decimal:256:"):
+		return DataType{Kind: KindDecimal, Dim: 32, Logical: s}
 	case strings.HasPrefix(s, "fixed_size_list:"):
 		// fixed_size_list:<elem>:<n>; the element may itself contain colons.
 		// Untrusted: "fixed_size_list:" alone has no element nor size.

@@ -1,7 +1,6 @@
 package zonemap
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -58,8 +57,8 @@ type Builder struct {
 // NewBuilder starts the zones of keys of type t: fixed-width numbers,
 // dates and times, strings and binary (errkind.Unsupported otherwise).
 func NewBuilder(t lancefile.DataType, rowsPerZone int) (*Builder, error) {
-	if !lancefile.Orderable(t.Kind) && t.Kind != lancefile.KindBinary {
-		return nil, fmt.Errorf("%w: zonemap build: keys of type %s (integer, floating-point, date, time, string and binary are built)", errkind.Unsupported, t)
+	if !lancefile.Orderable(t.Kind) && !lancefile.Wide(t) {
+		return nil, fmt.Errorf("%w: zonemap build: keys of type %s (bool, integer, floating-point, decimal, date, time, string and binary are built)", errkind.Unsupported, t)
 	}
 	if rowsPerZone < 1 {
 		rowsPerZone = DefaultRowsPerZone
@@ -129,16 +128,13 @@ func (b *Builder) Add(frag uint32, off uint64, a *lancefile.Array, i int) error 
 		z.nans++
 		return nil
 	}
-	var k uint64
-	if !b.binary {
-		k = lancefile.SortKey(b.t.Kind, v)
+	if b.t.Kind == lancefile.KindFixedSizeBinary {
+		// pylance 14.0.2 records no bounds for fixed-size binary zones
+		// (null min and max beside values): a zone it cannot prune
+		return nil
 	}
-	less := func(x []byte, xk uint64, y []byte, yk uint64) bool {
-		if b.binary {
-			return bytes.Compare(x, y) < 0
-		}
-		return xk < yk
-	}
+	k := zoneKey(b.t, v)
+	less := func(x []byte, xk uint64, y []byte, yk uint64) bool { return zoneLess(b.t, x, xk, y, yk) }
 	if !z.hasMin || less(v, k, z.min, z.minKey) {
 		z.min, z.minKey = append(z.min[:0], v...), k
 	}
@@ -225,13 +221,14 @@ func (b *Builder) Write(ctx context.Context, st storage.Store, name string, v la
 
 // Details is the ZoneMapIndexDetails message pylance 14.0.2 records for a
 // new index of keys of type t: field 1 the zone size, field 2 set (1) for
-// string and binary keys, field 3 set (1).
+// string, binary, fixed-size binary and decimal keys (the wide ones),
+// field 3 set (1).
 func Details(t lancefile.DataType, rowsPerZone int) []byte {
 	var b []byte
 	b = protowire.AppendTag(b, 1, protowire.VarintType)
 	b = protowire.AppendVarint(b, uint64(rowsPerZone))
 	b = protowire.AppendTag(b, 2, protowire.VarintType)
-	if t.Kind == lancefile.KindBinary {
+	if lancefile.Wide(t) {
 		b = protowire.AppendVarint(b, 1)
 	} else {
 		b = protowire.AppendVarint(b, 0)
@@ -278,17 +275,9 @@ func (s *Segment) Covers(z int, rows *lancefile.Array, live func(i int) bool) (s
 	a, bnd := s.cols[0], s.cols[1]
 	key := func(arr *lancefile.Array) ([]byte, uint64) {
 		v := valueAtZone(arr, z)
-		if s.KeyType.Kind == lancefile.KindBinary {
-			return v, 0
-		}
-		return v, lancefile.SortKey(s.KeyType.Kind, v)
+		return v, zoneKey(s.KeyType, v)
 	}
-	less := func(x []byte, xk uint64, y []byte, yk uint64) bool {
-		if s.KeyType.Kind == lancefile.KindBinary {
-			return bytes.Compare(x, y) < 0
-		}
-		return xk < yk
-	}
+	less := func(x []byte, xk uint64, y []byte, yk uint64) bool { return zoneLess(s.KeyType, x, xk, y, yk) }
 	switch {
 	case uint32At(s.cols[2], z) < got.nulls:
 		return fmt.Sprintf("its span holds %d null rows, it counts %d", got.nulls, uint32At(s.cols[2], z)), nil
@@ -311,6 +300,23 @@ func (s *Segment) Covers(z int, rows *lancefile.Array, live func(i int) bool) (s
 		return fmt.Sprintf("its span holds %s, above its max %s", show(s.KeyType, got.max), show(s.KeyType, mx)), nil
 	}
 	return "", nil
+}
+
+// zoneKey is a bound's SortKey (0 for a wide type: zoneLess compares its
+// bytes).
+func zoneKey(t lancefile.DataType, v []byte) uint64 {
+	if lancefile.Wide(t) {
+		return 0
+	}
+	return lancefile.SortKey(t.Kind, v)
+}
+
+// zoneLess orders two bounds of type t, with their zoneKeys.
+func zoneLess(t lancefile.DataType, x []byte, xk uint64, y []byte, yk uint64) bool {
+	if lancefile.Wide(t) {
+		return lancefile.CompareWide(t, x, y) < 0
+	}
+	return xk < yk
 }
 
 func valueAtZone(a *lancefile.Array, z int) []byte {

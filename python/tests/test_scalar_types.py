@@ -8,6 +8,8 @@ columns hold what pylance's create_index_uncommitted holds."""
 
 from __future__ import annotations
 
+import base64
+import decimal
 import shutil
 
 import lance
@@ -37,9 +39,16 @@ FILTERS = {
     "tsn": ["{c} = TIMESTAMP '1970-01-01 00:00:05'", "{c} > TIMESTAMP '1970-01-01 01:00:00'"],
     "tss": ["{c} < TIMESTAMP '1970-01-01 00:00:10'", "{c} IS NULL"],
     "lb": ["{c} = X'6b37'", "{c} < X'6b31'", "{c} IS NULL"],
+    # decimals of both signs (two's complement: ordered by value, not bytes)
+    "dec": ["{c} = CAST('12.25' AS DECIMAL(12, 2))", "{c} < -90", "{c} > 99", "{c} IS NULL",
+            "{c} BETWEEN CAST('-0.5' AS DECIMAL(12, 2)) AND CAST('0.5' AS DECIMAL(12, 2))"],
+    "d256": ["{c} < -90", "{c} > 99", "{c} BETWEEN -1 AND 1", "{c} IS NULL"],
+    # 16-byte ids (uuids as fixed-size binary), ordered by their bytes
+    "fsb": ["{c} = X'00000000000000000000000000000007'", "{c} > X'ff000000000000000000000000000000'",
+            "{c} < X'00000000000000000000000000000010'", "{c} IS NULL"],
 }
 #: pylance 14.0.2 builds no bloom filter of these ("does not support data type")
-NO_BLOOM = {"h"}
+NO_BLOOM = {"h", "dec", "d256", "fsb"}
 
 
 def _base(start: int, seed: int) -> dict[str, pa.Array]:
@@ -66,6 +75,12 @@ def _base(start: int, seed: int) -> dict[str, pa.Array]:
         "tsn": pa.array(i * 10**9, type=pa.timestamp("ns"), mask=m()),
         "tss": pa.array(i, type=pa.timestamp("s", tz="UTC"), mask=m()),
         "lb": pa.array([None if n else b"k%d" % (k % 300) for k, n in zip(i, m())], type=pa.large_binary()),
+        "dec": pa.array([None if n else decimal.Decimal(int(x)) / 4 for x, n in zip(rng.integers(-400, 400, ROWS), m())],
+                        type=pa.decimal128(12, 2)),
+        "d256": pa.array([None if n else decimal.Decimal(int(x)) / 8 for x, n in zip(rng.integers(-800, 800, ROWS), m())],
+                         type=pa.decimal256(40, 3)),
+        "fsb": pa.array([None if n else (int(k % 500) if k % 3 else (0xff << 120) | int(k)).to_bytes(16, "big")
+                         for k, n in zip(i, m())], type=pa.binary(16)),
     }
 
 
@@ -148,6 +163,7 @@ def test_builds_hold_what_pylance_builds(deltas, tmp_path, base):
         if key is None:
             # NaN never equals NaN: compare the zones' reprs
             assert repr(a.to_pydict()) == repr(b.to_pydict()), kind
+            assert ours._entry_dict()["index_details"] == base64.b64encode(theirs.index_details[1]).decode()
         elif kind == "BTREE":
             # the same keys in order; rows of equal keys in any order
             assert repr(a[key].to_pylist()) == repr(b[key].to_pylist()), kind
@@ -159,3 +175,32 @@ def test_builds_hold_what_pylance_builds(deltas, tmp_path, base):
     if base in NO_BLOOM:
         with pytest.raises(ls.UnsupportedError, match="bloomfilter build: keys of type"):
             ls.build_index_segment(uri, f"{base}_bt", "BLOOMFILTER", frags, name="no_bloom")
+
+
+def test_a_2_0_dataset_merges_the_new_key_types(tmp_path):
+    """A dataset written as Lance 2.0 files (its index files too): decimal,
+    fixed-size binary and half-float keys merge, answer as pylance's own
+    merge and verify clean."""
+    uri = str(tmp_path / "v20")
+    indices = [("dec_bt", "BTREE"), ("dec_zm", "ZONEMAP"), ("fsb_bm", "BITMAP"), ("fsb_bt", "BTREE"), ("h_bm", "BITMAP")]
+
+    def table(start: int, seed: int) -> pa.Table:
+        return _table(start, seed).select(["id"] + [c for c, _ in indices])
+
+    ds = lance.write_dataset(table(0, 0), uri, data_storage_version="2.0")
+    for col, kind in indices:
+        ds.create_scalar_index(col, kind, name=f"{col}_idx")
+    for a in range(APPENDS):
+        ds = lance.write_dataset(table(ROWS * (a + 1), a + 1), uri, mode="append")
+        ds.optimize.optimize_indices(num_indices_to_merge=0)
+    theirs = str(tmp_path / "theirs")
+    shutil.copytree(uri, theirs)
+    lance.dataset(theirs).optimize.optimize_indices(num_indices_to_merge=APPENDS + 1)
+    for col, kind in indices:
+        before = ls.open(uri).list_index_segments(f"{col}_idx")
+        assert {s.file_version for s in before} == {"2.0"}, (col, before)
+        ls.optimize(uri, f"{col}_idx", progress=False)
+        assert [s.file_version for s in ls.open(uri).list_index_segments(f"{col}_idx")] == ["2.0"]
+        for f in (f.format(c=col) for f in FILTERS[col.split("_")[0]]):
+            assert _ids(uri, f) == _ids(theirs, f) == _ids(uri, f, use_index=False), f
+        assert [s.verdict for s in ls.verify_index(uri, f"{col}_idx").segments] == ["clean"]
