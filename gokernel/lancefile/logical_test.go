@@ -14,6 +14,7 @@ func TestTemporalTypesAreTheirStorageIntegers(t *testing.T) {
 		{"string", KindBinary, 0}, {"decimal:128:10:2", KindDecimal, 128}, {"decimal:256:40:-3", KindDecimal, 256},
 		{"fixed_size_binary:16", KindFixedSizeBinary, 128}, {"fixed_size_binary:0", KindUnknown, 0},
 		{"fixed_size_binary:x", KindUnknown, 0}, {"fixed_size_binary:99999999999", KindUnknown, 0},
+		{"fixed_size_binary:4096", KindFixedSizeBinary, 32768}, {"fixed_size_binary:4097", KindUnknown, 0},
 		{"decimal:64:10:2", KindUnknown, 0},
 	} {
 		got := ParseLogicalType(tc.logical)

@@ -129,9 +129,11 @@ func parseKind(s string) (Kind, bool) {
 	return KindUnknown, false
 }
 
-// maxFixedBytes bounds a fixed-size binary's width (a key wider than any
-// index holds), so that its width in bits stays far inside int.
-const maxFixedBytes = 1 << 20
+// maxFixedBytes bounds a fixed-size binary's width: wider than any index
+// key (a uuid is 16 bytes, a SHA-256 32), narrow enough that a window of
+// them stays within a merge's memory budget. Wider ones are KindUnknown:
+// read nowhere.
+const maxFixedBytes = 4096
 
 // maxListDim bounds a fixed-size list's size (2^24 values: a vector wider
 // than any index holds), so that its width in bits stays far inside int.
