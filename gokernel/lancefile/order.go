@@ -151,7 +151,8 @@ func CompareWide(t DataType, a, b []byte) int {
 }
 
 // AppendPrefixKeys appends the PrefixKey of each row of an array of a
-// wide type. Null rows get a key of 0.
+// wide type. A null row's key is whatever its slot holds (0 for binary):
+// callers test validity first.
 func AppendPrefixKeys(a *Array, out []uint64) []uint64 {
 	if a.Type.Kind != KindBinary {
 		w := a.Type.ValueBits() / 8
