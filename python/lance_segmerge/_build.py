@@ -153,10 +153,10 @@ def build_index_segment(
         of that name on another column or of another type, ``params`` for
         another type than INVERTED or unlike the index's.
     UnsupportedError
-        Vectors of another element type, stable row ids (vector, BITMAP,
-        LABEL_LIST, ZONEMAP, BLOOMFILTER and NGRAM), NGRAM text with a
-        character whose folding is not reproduced, shallow clones, a scalar column of a type with no order
-        (bool, lists, structs); INVERTED analyzers other than those above
+        Vectors of another element type, stable row ids (vector and
+        INVERTED), NGRAM text with a character whose folding is not
+        reproduced, shallow clones, a scalar column of a type with no order
+        (lists, structs, dictionaries); INVERTED analyzers other than those above
         (another tokenizer or language, stemming or folding without
         lower-casing) or text with a character whose folding is not
         reproduced (the error names it).

@@ -221,10 +221,9 @@ def test_bad_builds_are_refused_and_leave_the_dataset(copy):
         ls.create_index(uri, "i32", "BITMAP", name="taken", progress=False)
 
 
-def test_stable_row_ids_btree_builds_bitmap_refused(tmp_path):
+def test_stable_row_ids_btree_builds(tmp_path):
     """BTREE segments hold row addresses even on datasets with stable row
-    ids (as pylance writes them); BITMAP ones hold stable ids, which the
-    data files do not carry: refused."""
+    ids (as pylance writes them, at index version 1)."""
     uri = str(tmp_path / "stable")
     lance.write_dataset(_table(0, 0), uri, enable_stable_row_ids=True)
     lance.write_dataset(_table(ROWS, 1), uri, mode="append", enable_stable_row_ids=True)
@@ -238,10 +237,67 @@ def test_stable_row_ids_btree_builds_bitmap_refused(tmp_path):
     assert [s.index_version for s in segs] == [theirs.index_version] * len(frags) == [1] * len(frags)
     ls.commit_existing_index_segments(uri, "i64_idx", "i64", segs)
     assert _answers(uri, FILTERS["i64"]) == _answers(uri, FILTERS["i64"], use_index=False)
-    with pytest.raises(ls.UnsupportedError, match="stable row ids"):
-        ls.build_index_segment(uri, "s", "BITMAP", frags, name="s_bm")
-    with pytest.raises(ls.UnsupportedError, match="stable row ids"):
-        ls.build_index_segment(uri, "i64", "ZONEMAP", frags, name="i64_zm")
+
+
+#: index type -> (column, filters) of the stable row id builds
+STABLE_BUILDS = {
+    "BITMAP": ("k", ["k = 3", "k IN (1, 12)", "k IS NULL"]),
+    "LABEL_LIST": ("tags", ["array_has_any(tags, [1])", "array_has_all(tags, [2, 5])", "tags IS NULL"]),
+    "NGRAM": ("s", ["contains(s, 'rd4')", "contains(s, 'text')"]),
+    "ZONEMAP": ("k", ["k = 3", "k > 10", "k IS NULL"]),
+    "BLOOMFILTER": ("k", ["k = 3", "k IN (1, 12)"]),
+}
+
+
+@pytest.mark.parametrize("typ", sorted(STABLE_BUILDS))
+def test_stable_row_ids_builds_hold_what_pylance_builds(tmp_path, typ):
+    """On a dataset with stable row ids where an update moved rows (their
+    ids no longer their addresses), pylance 14.0.2 writes stable ids into
+    BITMAP, LABEL_LIST (its null lists too) and NGRAM segments and row
+    addresses into ZONEMAP and BLOOMFILTER ones (their maps of null rows).
+    Ours hold the same bytes; committed, they answer as a scan and as
+    pylance's own index."""
+    uri = str(tmp_path / "stable")
+
+    def tab(start: int, n: int, shift: int = 0) -> pa.Table:
+        i = np.arange(start, start + n)
+        return pa.table({
+            "id": pa.array(i),
+            "k": pa.array([None if x % 17 == 0 else int((x + shift) % 13) for x in i]),
+            "tags": pa.array([None if x % 19 == 0 else [int((x + shift) % 4), int(x % 6)] for x in i], type=pa.list_(pa.int64())),
+            "s": pa.array([None if x % 23 == 0 else f"word{(x + shift) % 50} text" for x in i]),
+        })
+
+    lance.write_dataset(tab(0, 600), uri, enable_stable_row_ids=True)
+    lance.write_dataset(tab(600, 600), uri, mode="append")
+    lance.dataset(uri).merge_insert("id").when_matched_update_all().execute(tab(500, 200, shift=5))  # ids 500-699 move
+    lance.dataset(uri).delete("id % 29 = 0")
+    ds = lance.dataset(uri)
+    frags = [f.fragment_id for f in ds.get_fragments()]
+    rows = ds.to_table(columns=["id"], with_row_id=True, with_row_address=True)
+    assert rows["_rowid"] != rows["_rowaddr"]  # the moved rows' ids are not their addresses
+    col, filters = STABLE_BUILDS[typ]
+    name = f"{col}_{typ.lower()}"
+    ours = ls.build_index_segment(uri, col, typ, frags, name=name)
+    theirs = ds.create_index_uncommitted(col, typ, name=name, fragment_ids=frags)
+    assert ours.index_version == theirs.index_version
+    (path,) = {f.path for f in theirs.files}
+    a = LanceFileReader(f"{uri}/_indices/{ours.uuid}/{path}")
+    b = LanceFileReader(f"{uri}/_indices/{theirs.uuid}/{path}")
+    assert a.read_all().to_table().equals(b.read_all().to_table())  # keys, row maps, zones, filters
+    meta = b.metadata().schema.metadata or {}
+    for key in (b"null_bitmap", b"lance:label_list_nulls"):
+        if key in meta:
+            assert a.read_global_buffer(int(a.metadata().schema.metadata[key])) == b.read_global_buffer(int(meta[key])), key
+    truth = _answers(uri, filters, use_index=False)
+    assert all(truth.values()), truth
+    ls.commit_existing_index_segments(uri, name, col, [ours])
+    assert _answers(uri, filters) == truth
+    # (pylance's plan takes a LABEL_LIST index for array filters, not IS NULL)
+    assert all("ScalarIndexQuery" in lance.dataset(uri).scanner(filter=f).explain_plan() for f in filters[:2])
+    if typ == "NGRAM":
+        with pytest.raises(ls.UnsupportedError, match="stable row ids"):
+            ls.build_index_segment(uri, "s", "INVERTED", frags, name="s_fts")
 
 
 # -- ZONEMAP ------------------------------------------------------------------
