@@ -44,13 +44,23 @@ type Column struct {
 	scalar bool
 }
 
+// missingColumn is the error for a column name no top-level field has:
+// errkind.Unsupported for a nested field (a struct's member, which the
+// data readers do not read), errkind.NotFound otherwise.
+func missingColumn(snap *table.Snapshot, name string) error {
+	if snap.IsNestedField(name) {
+		return fmt.Errorf("%w: vecdata: column %q is a field inside a struct, whose values this version does not read (its index segments merge; builds and checks of its keys need the values)", errkind.Unsupported, name)
+	}
+	return fmt.Errorf("%w: vecdata: the dataset has no column %q", errkind.NotFound, name)
+}
+
 // ResolveColumn finds a top-level FixedSizeList<float32|float16> column.
 // errkind.NotFound when there is no such column, InvalidInput when it is not
 // a float vector column.
 func ResolveColumn(snap *table.Snapshot, name string) (*Column, error) {
 	f, ok := snap.FieldByName(name)
 	if !ok {
-		return nil, fmt.Errorf("%w: vecdata: the dataset has no column %q", errkind.NotFound, name)
+		return nil, missingColumn(snap, name)
 	}
 	t := lancefile.ParseLogicalType(f.GetLogicalType())
 	if t.Kind != lancefile.KindFixedSizeList {

@@ -113,7 +113,7 @@ func (r *Reader) eachRun(ctx context.Context, addrs []uint64, absent func(rows [
 func NewValueReader(st storage.Store, snap *table.Snapshot, name string) (*Reader, error) {
 	f, ok := snap.FieldByName(name)
 	if !ok {
-		return nil, fmt.Errorf("%w: vecdata: the dataset has no column %q", errkind.NotFound, name)
+		return nil, missingColumn(snap, name)
 	}
 	col := &Column{Name: name, FieldID: f.GetId(), Nullable: f.GetNullable(), Type: lancefile.ParseLogicalType(f.GetLogicalType()), scalar: true}
 	if k := col.Type.Kind; k == lancefile.KindList || k == lancefile.KindLargeList {

@@ -204,3 +204,42 @@ def test_a_2_0_dataset_merges_the_new_key_types(tmp_path):
         for f in (f.format(c=col) for f in FILTERS[col.split("_")[0]]):
             assert _ids(uri, f) == _ids(theirs, f) == _ids(uri, f, use_index=False), f
         assert [s.verdict for s in ls.verify_index(uri, f"{col}_idx").segments] == ["clean"]
+
+
+def test_indices_of_nested_fields_merge_where_pylance_cannot(tmp_path):
+    """A BTREE and a BITMAP on fields inside a struct ("meta.x"): pylance
+    14.0.2 builds them, but its optimize_indices fails after an append ("No
+    column with name x"). Segments it builds per fragment merge with ours
+    into one that answers as a scan, with the index in its plan; the merge
+    check cannot read nested data (its keys are unverified, not damaged),
+    and our build refuses such a column by name."""
+    uri = str(tmp_path / "nested")
+
+    def table(start: int) -> pa.Table:
+        i = np.arange(start, start + ROWS)
+        meta = pa.StructArray.from_arrays([pa.array(i % 50), pa.array([f"c{x % 7}" for x in i])], names=["x", "cat"])
+        return pa.table({"id": pa.array(i), "meta": meta})
+
+    ds = lance.write_dataset(table(0), uri)
+    indices = {"mx": ("meta.x", "BTREE", "meta.x = 7"), "mc": ("meta.cat", "BITMAP", "meta.cat = 'c3'")}
+    for name, (col, kind, _) in indices.items():
+        ds.create_scalar_index(col, kind, name=name)
+    for a in range(APPENDS):
+        lance.write_dataset(table(ROWS * (a + 1)), uri, mode="append")
+    with pytest.raises(OSError, match="No column with name"):
+        lance.dataset(uri).optimize.optimize_indices(num_indices_to_merge=0)
+    ds = lance.dataset(uri)
+    for name, (col, kind, f) in indices.items():
+        new = [f.fragment_id for f in ds.get_fragments()][1:]
+        segs = [ds.create_index_uncommitted(col, kind, name=name, fragment_ids=[fr], replace=True) for fr in new]
+        ds = ds.commit_existing_index_segments(name, col, segs)
+        assert len(ls.open(uri).list_index_segments(name)) == 1 + APPENDS
+        ls.optimize(uri, name, progress=False)
+        (seg,) = ls.open(uri).list_index_segments(name)
+        assert seg.num_rows == ROWS * (1 + APPENDS)
+        assert _ids(uri, f) == _ids(uri, f, use_index=False) and _ids(uri, f)
+        assert "ScalarIndexQuery" in lance.dataset(uri).scanner(filter=f).explain_plan()
+        assert [s.verdict for s in ls.verify_index(uri, name).segments] == ["unverified"]
+        with pytest.raises(ls.UnsupportedError, match=f'column "{col}" is a field inside a struct'):
+            ls.build_index_segment(uri, col, kind, new[:1], name=f"{name}_ours")
+    lance.dataset(uri).validate()
