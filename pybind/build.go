@@ -207,7 +207,7 @@ func TrainModel(opID, uri, optionsJSON string, version int, column, paramsJSON, 
 	if err != nil {
 		return "", tagged(err)
 	}
-	rd, err := vecdata.NewReader(st, snap, column)
+	rd, err := vecdata.NewBuildReader(st, snap, column)
 	if err != nil {
 		return "", tagged(err)
 	}

@@ -54,7 +54,7 @@ func SampleVectors(opID, uri, optionsJSON string, version int, requestJSON, ptrs
 	if err != nil {
 		return "", tagged(err)
 	}
-	rd, err := vecdata.NewReader(st, snap, req.Column)
+	rd, err := vecdata.NewBuildReader(st, snap, req.Column)
 	if err != nil {
 		return "", tagged(err)
 	}

@@ -90,7 +90,7 @@ func Build(ctx context.Context, st storage.Store, snap *table.Snapshot, model *e
 	if len(opts.FragmentIDs) == 0 {
 		return nil, fmt.Errorf("%w: build: no fragments to index", errkind.InvalidInput)
 	}
-	rd, err := vecdata.NewReader(st, snap, opts.Column)
+	rd, err := vecdata.NewBuildReader(st, snap, opts.Column)
 	if err != nil {
 		return nil, err
 	}

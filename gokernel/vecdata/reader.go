@@ -81,15 +81,37 @@ type Reader struct {
 	col   *Column
 	frags map[uint64]*pb.DataFragment
 	opts  lancefile.Options
+	// stable: Batch.RowIDs are the rows' stable ids (NewBuildReader of a
+	// dataset with stable row ids), not their addresses.
+	stable bool
 }
 
-// NewReader opens the vector column name of snap for reading. Datasets with
-// stable row ids are refused (errkind.Unsupported): their row ids are not
-// row addresses.
+// NewReader opens the vector column name of snap for reading rows by
+// address (checks that compare an index's rows with the data). Datasets
+// with stable row ids are refused (errkind.Unsupported): their indices'
+// row ids are not row addresses. Builds use NewBuildReader.
 func NewReader(st storage.Store, snap *table.Snapshot, name string) (*Reader, error) {
 	if snap.Manifest.GetReaderFeatureFlags()&table.FlagStableRowIDs != 0 {
-		return nil, fmt.Errorf("%w: vecdata: the dataset uses stable row ids; building its index segments is not supported yet", errkind.Unsupported)
+		return nil, fmt.Errorf("%w: vecdata: the dataset uses stable row ids, which its indices hold instead of row addresses; this check reads rows by address", errkind.Unsupported)
 	}
+	return newReader(st, snap, name)
+}
+
+// NewBuildReader is NewReader for building and training: on a dataset
+// with stable row ids, Batch.RowIDs are the rows' stable ids (what pylance
+// 14.0.2 writes into vector segments there), read from each fragment's row
+// id sequence when the fragment is opened (8 bytes per physical row).
+// ReadRows, which takes addresses, is not for such a reader.
+func NewBuildReader(st storage.Store, snap *table.Snapshot, name string) (*Reader, error) {
+	r, err := newReader(st, snap, name)
+	if err != nil {
+		return nil, err
+	}
+	r.stable = snap.HasStableRowIDs()
+	return r, nil
+}
+
+func newReader(st storage.Store, snap *table.Snapshot, name string) (*Reader, error) {
 	col, err := ResolveColumn(snap, name)
 	if err != nil {
 		return nil, err
@@ -128,7 +150,8 @@ func (r *Reader) CheckFragments(ids []uint64) error {
 
 // Batch is a run of valid vectors.
 type Batch struct {
-	// RowIDs are row addresses: fragment id << 32 | row offset.
+	// RowIDs are row addresses (fragment id << 32 | row offset), or stable
+	// row ids (NewBuildReader of a dataset with them).
 	RowIDs []uint64
 	// Vectors holds len(RowIDs) vectors of Dim float32 values, row-major.
 	Vectors []float32
@@ -148,6 +171,7 @@ type fragmentFile struct {
 	name    string
 	rows    uint64
 	deleted *roaring.Bitmap
+	ids     []uint64 // the rows' stable ids, by offset (a stable reader's)
 }
 
 func (f *fragmentFile) close() {
@@ -214,6 +238,21 @@ func (r *Reader) open(ctx context.Context, id uint64) (*fragmentFile, error) {
 	if ff.deleted, err = r.snap.DeletedRows(ctx, r.st, frag); err != nil {
 		return nil, err
 	}
+	if r.stable {
+		seq, err := r.snap.FragmentRowIDs(ctx, r.st, frag)
+		if err != nil {
+			return nil, err
+		}
+		ff.ids = make([]uint64, 0, ff.rows)
+		table.WalkRowIDs(seq, func(run table.RowIDRun) {
+			for k := range run.N {
+				ff.ids = append(ff.ids, run.Start+k)
+			}
+		})
+		if uint64(len(ff.ids)) != ff.rows {
+			return nil, fmt.Errorf("%w: vecdata: fragment %d lists %d row ids for %d rows", errkind.Corrupt, id, len(ff.ids), ff.rows)
+		}
+	}
 	ok = true
 	return ff, nil
 }
@@ -255,7 +294,7 @@ func (r *Reader) Scan(ctx context.Context, ids []uint64, windowRows int, fn func
 				return err
 			}
 			b.RowIDs, b.Vectors, b.Skipped = b.RowIDs[:0], b.Vectors[:0], 0
-			r.appendValid(b, a, id, start, ff.deleted)
+			r.appendValid(b, a, ff, id, start)
 			if b.Len() == 0 && b.Skipped == 0 {
 				continue
 			}
@@ -270,22 +309,22 @@ func (r *Reader) Scan(ctx context.Context, ids []uint64, windowRows int, fn func
 }
 
 // appendValid appends the valid rows of a (rows [start, start+a.Len) of
-// fragment id) to b.
-func (r *Reader) appendValid(b *Batch, a *lancefile.Array, id, start uint64, deleted *roaring.Bitmap) {
+// fragment id, opened as ff) to b.
+func (r *Reader) appendValid(b *Batch, a *lancefile.Array, ff *fragmentFile, id, start uint64) {
 	b.Vectors = slices.Grow(b.Vectors, a.Len*r.col.Dim)
 	b.RowIDs = slices.Grow(b.RowIDs, a.Len)
 	for i := 0; i < a.Len; i++ {
-		r.appendRow(b, a, i, id, start, deleted)
+		r.appendRow(b, a, i, ff, id, start)
 	}
 }
 
-// appendRow appends row i of a (row start+i of fragment id) to b unless
-// it is deleted (not counted) or holds a null or non-finite vector
-// (counted in b.Skipped).
-func (r *Reader) appendRow(b *Batch, a *lancefile.Array, i int, id, start uint64, deleted *roaring.Bitmap) {
+// appendRow appends row i of a (row start+i of fragment id, opened as
+// ff) to b unless it is deleted (not counted) or holds a null or
+// non-finite vector (counted in b.Skipped).
+func (r *Reader) appendRow(b *Batch, a *lancefile.Array, i int, ff *fragmentFile, id, start uint64) {
 	dim := r.col.Dim
 	off := start + uint64(i)
-	if deleted != nil && deleted.Contains(uint32(off)) {
+	if ff.deleted != nil && ff.deleted.Contains(uint32(off)) {
 		return
 	}
 	if !a.IsValid(i) || a.ItemValidity != nil && !allBitsSet(a.ItemValidity, i*dim, (i+1)*dim) {
@@ -312,6 +351,10 @@ func (r *Reader) appendRow(b *Batch, a *lancefile.Array, i int, id, start uint64
 	if !finite(v) {
 		b.Vectors = b.Vectors[:n]
 		b.Skipped++
+		return
+	}
+	if ff.ids != nil {
+		b.RowIDs = append(b.RowIDs, ff.ids[off])
 		return
 	}
 	b.RowIDs = append(b.RowIDs, id<<32|off)

@@ -35,7 +35,9 @@ func (r *Reader) ReadRows(ctx context.Context, addrs []uint64) (*Batch, error) {
 			return fmt.Errorf("%w: vecdata: fragment %d: read %d rows for [%d, %d)", errkind.Corrupt, frag, arr.Len, lo, hi)
 		}
 		run := &Batch{}
-		r.appendValid(run, arr, frag, lo, ff.deleted)
+		byAddr := *ff // rows are asked and answered by address, on any reader
+		byAddr.ids = nil
+		r.appendValid(run, arr, &byAddr, frag, lo)
 		out.Skipped += run.Skipped
 		w := 0
 		for x, id := range run.RowIDs {

@@ -99,7 +99,7 @@ func (r *Reader) Sample(ctx context.Context, ids []uint64, n int, seed uint64) (
 			// Decode the drawn rows only (skipped ones, null or
 			// non-finite, are counted among the run's).
 			for _, p := range pos[a:b] {
-				r.appendRow(out, arr, int(p-sp.start-lo), sp.id, lo, ff.deleted)
+				r.appendRow(out, arr, int(p-sp.start-lo), ff, sp.id, lo)
 			}
 			a = b
 		}

@@ -40,9 +40,20 @@ func TestAppendValid(t *testing.T) {
 		Validity: []byte{0b111011}} // row 2 null
 	r := &Reader{col: &Column{Dim: dim, Elem: lancefile.KindFloat32}}
 	b := &Batch{}
-	r.appendValid(b, a, 3, 10, roaring.BitmapOf(15)) // row 5 (offset 15) deleted
+	ff := &fragmentFile{deleted: roaring.BitmapOf(15)} // row 5 (offset 15) deleted
+	r.appendValid(b, a, ff, 3, 10)
 	wantIDs := []uint64{3<<32 | 10, 3<<32 | 13}
 	if !slices.Equal(b.RowIDs, wantIDs) || !slices.Equal(b.Vectors, []float32{1, 2, 5, 6}) || b.Skipped != 3 {
 		t.Fatalf("got %v %v skipped %d", b.RowIDs, b.Vectors, b.Skipped)
+	}
+	// a stable reader's fragment names its rows by their stable ids
+	ff.ids = make([]uint64, 16)
+	for i := range ff.ids {
+		ff.ids[i] = 1000 + uint64(i)
+	}
+	b = &Batch{}
+	r.appendValid(b, a, ff, 3, 10)
+	if !slices.Equal(b.RowIDs, []uint64{1010, 1013}) {
+		t.Fatalf("stable ids: got %v", b.RowIDs)
 	}
 }

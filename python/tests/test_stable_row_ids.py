@@ -217,3 +217,42 @@ def test_spilled_row_id_sequences(tmp_path):
     assert np.array_equal(merged_row_ids(ours), h.live)
     for q in lancegen.vectors(5, seed=46):
         assert top10(lance.dataset(ours), q) == top10(lance.dataset(theirs), q)
+
+
+def test_our_builds_hold_stable_ids(history, tmp_path):
+    """Our Go build (training, building on workers' fragments, merging,
+    committing: create_index) on a dataset with stable row ids writes the
+    rows' stable ids, as pylance's own segments hold them: exactly the live
+    ids, each once, and pylance's create_index_uncommitted over a fragment
+    whose rows moved holds the same ids as ours. An exact search answers as
+    numpy's brute force over the live rows."""
+    h = history
+    uri = str(tmp_path / "built")
+    shutil.copytree(h.uri, uri)
+    lance.dataset(uri).drop_index("vec_idx")
+    ls.create_index(uri, "vec", h.index_type, name="ours", progress=False, **lancegen.index_params(h.index_type))
+    assert np.array_equal(merged_row_ids(uri), h.live)
+    ds = lance.dataset(uri)
+    rows = ds.to_table(columns=["id"], with_row_id=True, with_row_address=True)
+    # the largest fragment whose rows' ids are not their addresses (one
+    # compaction rewrote: pylance trains PQ on at least 256 rows)
+    moved = pa.compute.not_equal(rows["_rowid"], pa.compute.bit_wise_and(rows["_rowaddr"], 0xFFFFFFFF))
+    frags = pa.compute.shift_right(rows.filter(moved)["_rowaddr"], 32).to_numpy()
+    last = int(np.bincount(frags).argmax())
+    model = ls.read_index_model(uri, "ours")
+    seg = ls.build_index_segment(uri, "vec", h.index_type, [last], model=model, name="ours")
+    theirs = ds.create_index_uncommitted("vec", h.index_type, name="ours", fragment_ids=[last], replace=True,
+                                         **lancegen.index_params(h.index_type))
+
+    def ids(uuid: str) -> list[int]:
+        return sorted(LanceFileReader(os.path.join(uri, "_indices", uuid, "auxiliary.idx")).read_all().to_table()["_rowid"].to_pylist())
+
+    in_last = rows.filter(pa.compute.equal(pa.compute.shift_right(rows["_rowaddr"], 32), last))
+    assert len(in_last) >= 256
+    assert ids(seg.uuid) == ids(theirs.uuid) == sorted(in_last["_rowid"].to_pylist())
+    if h.index_type == "IVF_FLAT":
+        live = h.current[h.live]
+        for q in lancegen.vectors(5, seed=46):
+            truth = h.live[np.argsort(((live - q) ** 2).sum(1), kind="stable")[:10]].tolist()
+            got = [i for i, _ in top10(ds, q, nprobes=64)]
+            assert got == truth
