@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -38,9 +40,12 @@ type Segment struct {
 	// has none).
 	Nulls    []RawEntry
 	hasNulls bool
-	fields   [2]*lancefile.Field // keys, bitmaps
-	r        *lancefile.Reader
-	obj      storage.Object
+	// order, when set, lists the file's rows in key order: pylance 2.0.1
+	// (and releases of its time) wrote keys in hash order, not ascending.
+	order  []uint32
+	fields [2]*lancefile.Field // keys, bitmaps
+	r      *lancefile.Reader
+	obj    storage.Object
 }
 
 // Close releases the segment's file.
@@ -64,7 +69,103 @@ func Open(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Segment
 		s.Close()
 		return nil, fmt.Errorf("%w: bitmap segment %s: keys of type %s (merges handle bools, numbers, decimals, strings and binary)", errkind.Unsupported, table.IndexUUID(im), s.KeyType)
 	}
+	if err := s.findOrder(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
 	return s, nil
+}
+
+// findOrder reads the keys (the small column) and, when they do not
+// ascend, sorts the rows by key into s.order. Keys listed twice are
+// corruption either way.
+func (s *Segment) findOrder(ctx context.Context) error {
+	width := 0
+	if s.KeyType.Kind != lancefile.KindBinary {
+		width = s.KeyType.ValueBits() / 8
+	}
+	keyAt := func(a *lancefile.Array, sort []uint64, i int) key {
+		k := key{valid: a.IsValid(i)}
+		switch {
+		case !k.valid:
+		case width == 0:
+			k.b = a.Values[a.Offsets[i]:a.Offsets[i+1]]
+		case lancefile.Wide(s.KeyType):
+			k.b = a.Values[i*width : (i+1)*width]
+		default:
+			k.k, k.b = sort[i], a.Values[i*width:(i+1)*width]
+		}
+		return k
+	}
+	var keys []*lancefile.Array
+	var prev key
+	sorted := true
+	for lo := uint64(0); lo < s.Keys; lo += windowRows {
+		a, err := s.r.Read(ctx, keysColumn, lo, min(lo+windowRows, s.Keys))
+		if err != nil {
+			return fmt.Errorf("bitmap segment %s: %w", table.IndexUUID(s.Meta), err)
+		}
+		var sk []uint64
+		if width > 0 && !lancefile.Wide(s.KeyType) {
+			sk = lancefile.AppendSortKeys(s.KeyType.Kind, a.Values, a.Len, nil)
+		}
+		for i := range a.Len {
+			k := keyAt(a, sk, i)
+			if lo+uint64(i) > 0 && compareKeys(&prev, &k, s.KeyType) >= 0 {
+				sorted = false
+			}
+			prev = k
+			prev.b = append([]byte(nil), k.b...)
+		}
+		keys = append(keys, a)
+	}
+	if sorted {
+		return nil
+	}
+	if s.Keys > math.MaxUint32 {
+		return fmt.Errorf("%w: bitmap segment %s: %d keys out of order", errkind.Unsupported, table.IndexUUID(s.Meta), s.Keys)
+	}
+	all, err := lancefile.Concat(s.KeyType, keys)
+	if err != nil {
+		return err
+	}
+	var sk []uint64
+	if width > 0 && !lancefile.Wide(s.KeyType) {
+		sk = lancefile.AppendSortKeys(s.KeyType.Kind, all.Values, all.Len, nil)
+	}
+	s.order = make([]uint32, all.Len)
+	for i := range s.order {
+		s.order[i] = uint32(i)
+	}
+	slices.SortFunc(s.order, func(x, y uint32) int {
+		a, b := keyAt(all, sk, int(x)), keyAt(all, sk, int(y))
+		return compareKeys(&a, &b, s.KeyType)
+	})
+	for i := 1; i < len(s.order); i++ {
+		a, b := keyAt(all, sk, int(s.order[i-1])), keyAt(all, sk, int(s.order[i]))
+		if compareKeys(&a, &b, s.KeyType) == 0 {
+			return fmt.Errorf("%w: bitmap segment %s: rows %d and %d hold the same key", errkind.Corrupt, table.IndexUUID(s.Meta), s.order[i-1], s.order[i])
+		}
+	}
+	return nil
+}
+
+// readRows reads rows [lo, hi) of column col in key order: the file's own
+// rows, or (s.order set) the rows order lists there, each read alone.
+func (s *Segment) readRows(ctx context.Context, col string, lo, hi uint64) (*lancefile.Array, error) {
+	if s.order == nil {
+		return s.r.Read(ctx, col, lo, hi)
+	}
+	parts := make([]*lancefile.Array, 0, hi-lo)
+	for p := lo; p < hi; p++ {
+		a, err := s.r.Read(ctx, col, uint64(s.order[p]), uint64(s.order[p])+1)
+		if err != nil {
+			return nil, err
+		}
+		parts = append(parts, a)
+	}
+	f, _ := s.r.Field(col)
+	return lancefile.Concat(f.Type, parts)
 }
 
 // open opens a segment of any key type (a listing counts what merges
@@ -152,10 +253,10 @@ func (c *cursor) fill(ctx context.Context) (bool, error) {
 	}
 	end := min(c.next+windowRows, c.seg.Keys)
 	var err error
-	if c.keys, err = c.seg.r.Read(ctx, keysColumn, c.next, end); err != nil {
+	if c.keys, err = c.seg.readRows(ctx, keysColumn, c.next, end); err != nil {
 		return false, fmt.Errorf("bitmap segment %s: %w", table.IndexUUID(c.seg.Meta), err)
 	}
-	if c.maps, err = c.seg.r.Read(ctx, bitmapsColumn, c.next, end); err != nil {
+	if c.maps, err = c.seg.readRows(ctx, bitmapsColumn, c.next, end); err != nil {
 		return false, fmt.Errorf("bitmap segment %s: %w", table.IndexUUID(c.seg.Meta), err)
 	}
 	if c.keys.Len != int(end-c.next) || c.maps.Len != c.keys.Len {
@@ -257,9 +358,9 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 			return nil, err
 		}
 		segs = append(segs, s)
-		if f := segs[0]; s.KeyType != f.KeyType || s.hasNulls != f.hasNulls {
-			return nil, fmt.Errorf("%w: bitmap segments %s (%s keys, null lists kept: %v) and %s (%s, %v) cannot merge", errkind.InvalidInput,
-				table.IndexUUID(f.Meta), f.KeyType, f.hasNulls, table.IndexUUID(im), s.KeyType, s.hasNulls)
+		if f := segs[0]; s.KeyType != f.KeyType {
+			return nil, fmt.Errorf("%w: bitmap segments %s (%s keys) and %s (%s) cannot merge", errkind.InvalidInput,
+				table.IndexUUID(f.Meta), f.KeyType, table.IndexUUID(im), s.KeyType)
 		}
 	}
 	first := segs[0]
@@ -364,7 +465,10 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 			}
 		}
 	}
-	if first.hasNulls {
+	// LABEL_LIST segments of releases before the map of null lists (2.0.1)
+	// merge with later ones into a segment that has one, holding the null
+	// lists the later inputs know: what pylance 14.0.2's own merge writes.
+	if slices.ContainsFunc(segs, func(s *Segment) bool { return s.hasNulls }) {
 		var all []RawEntry
 		for i, s := range segs {
 			es := s.Nulls

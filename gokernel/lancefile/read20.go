@@ -249,7 +249,9 @@ func (d decoder20) dictionary(e *enc20.Dictionary, t DataType, a, b int) (*Array
 }
 
 func (d decoder20) flat(f *enc20.Flat, off, n int) ([]byte, error) {
-	if f.GetCompression().GetScheme() != "" {
+	// "none" is how writers that set the field (posting lists of an NGRAM
+	// segment pylance 2.0.1 wrote) say what "" says
+	if s := f.GetCompression().GetScheme(); s != "" && s != "none" {
 		return nil, fmt.Errorf("%w: 2.0 flat buffer compressed with %q", errkind.Unsupported, f.GetCompression().GetScheme())
 	}
 	if f.GetBuffer().GetBufferType() != enc20.Buffer_page {

@@ -18,6 +18,7 @@ import (
 	"github.com/lance-segmerge/lance-segmerge/gokernel/ngram"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/vecdata"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/zonemap"
 )
 
@@ -195,13 +196,73 @@ func mergeZoneMap(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 		return nil, err
 	}
 	opts.Progress.SetStage("merge")
-	files, _, err := zonemap.MergeKind(ctx, st, metas, kind, id, func(f uint32) bool { return current[f] })
+	files, _, err := zonemap.MergeKind(ctx, st, metas, kind, id, func(f uint32) bool { return current[f] },
+		func(im *pb.IndexMetadata) ([]bitmap.RawEntry, error) { return liveNullRows(ctx, st, snap, im) })
 	if err != nil {
 		removeOutput(ctx, st, dir, kind.File)
 		return nil, err
 	}
 	opts.Progress.SetStage("done")
-	return mergedEntry(id, metas, files)
+	im, err := mergedEntry(id, metas, files)
+	if err != nil {
+		return nil, err
+	}
+	return newestLayout(im, metas), nil
+}
+
+// liveNullRows reads the live null rows of the fragments snap still has of
+// those segment im covers, from its column's data: a row map entry per
+// fragment that has some (a ZONEMAP or BLOOMFILTER map of null rows).
+func liveNullRows(ctx context.Context, st storage.Store, snap *table.Snapshot, im *pb.IndexMetadata) ([]bitmap.RawEntry, error) {
+	if len(im.GetFields()) != 1 {
+		return nil, fmt.Errorf("%w: segment %s indexes %d fields", errkind.InvalidInput, table.IndexUUID(im), len(im.GetFields()))
+	}
+	rd, err := vecdata.NewValueReader(st, snap, snap.FieldPath(im.GetFields()[0]))
+	if err != nil {
+		return nil, err
+	}
+	covered, _, err := snap.DecodeCoverage(im)
+	if err != nil {
+		return nil, err
+	}
+	current := map[uint32]bool{}
+	for _, f := range snap.Manifest.GetFragments() {
+		current[uint32(f.GetId())] = true
+	}
+	var frags []uint64
+	for _, f := range covered {
+		if current[f] {
+			frags = append(frags, uint64(f))
+		}
+	}
+	slices.Sort(frags)
+	var out []bitmap.RawEntry
+	err = rd.ScanValues(ctx, frags, 0, func(w *vecdata.ValueWindow) error {
+		bm := roaring.New()
+		for i := range w.Values.Len {
+			if w.Live(i) && !w.Values.IsValid(i) {
+				bm.Add(uint32(w.Start) + uint32(i))
+			}
+		}
+		if bm.IsEmpty() {
+			return nil
+		}
+		if n := len(out); n > 0 && out[n-1].Frag == uint32(w.Fragment) {
+			prev := roaring.New()
+			if _, err := prev.FromBuffer(out[n-1].Bits); err != nil {
+				return err
+			}
+			bm.Or(prev)
+			out = out[:n-1]
+		}
+		bits, err := bm.ToBytes()
+		if err != nil {
+			return err
+		}
+		out = append(out, bitmap.RawEntry{Frag: uint32(w.Fragment), Bits: bits})
+		return nil
+	})
+	return out, err
 }
 
 // keepPerInput says, for each input covering frags[i], which of its rows
@@ -230,7 +291,7 @@ func keepPerInput(ctx context.Context, st storage.Store, snap *table.Snapshot, f
 // mergeBitmap merges segments of a BITMAP or LABEL_LIST index (see
 // bitmap.Merge): a k-way merge by key that drops keys left without rows.
 func mergeBitmap(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, opts MergeOptions) (*pb.IndexMetadata, error) {
-	return mergeByKey(ctx, st, snap, metas, opts, OtherType(metas[0]), []string{bitmap.FileName},
+	im, err := mergeByKey(ctx, st, snap, metas, opts, OtherType(metas[0]), []string{bitmap.FileName},
 		func(id uuid.UUID, keep []func(uint64) bool) ([]*pb.IndexFile, uint64, uint64, error) {
 			res, err := bitmap.Merge(ctx, st, metas, bitmap.MergeOptions{IndexUUID: id, Keep: keep})
 			if err != nil {
@@ -238,6 +299,30 @@ func mergeBitmap(ctx context.Context, st storage.Store, snap *table.Snapshot, me
 			}
 			return res.Files, res.KeysRead, res.KeysWritten, nil
 		})
+	if err != nil {
+		return nil, err
+	}
+	return newestLayout(im, metas), nil
+}
+
+// newestLayout gives a merged BITMAP, LABEL_LIST, ZONEMAP or BLOOMFILTER
+// entry the index version and details of its newest input layout: the
+// output is written in it (a LABEL_LIST of pylance 2.0.1, version 0 and
+// no map of null lists, merged with 14.0.2's version-1 deltas is version
+// 1 with a map; a ZONEMAP of 2.0.1, empty details and no map of null rows,
+// takes the later inputs' details), as pylance 14.0.2's own merge writes
+// it. Inputs of one layout are unchanged by this.
+func newestLayout(im *pb.IndexMetadata, metas []*pb.IndexMetadata) *pb.IndexMetadata {
+	newest := metas[0]
+	for _, m := range metas[1:] {
+		if m.GetIndexVersion() > newest.GetIndexVersion() ||
+			m.GetIndexVersion() == newest.GetIndexVersion() && len(m.GetIndexDetails().GetValue()) > len(newest.GetIndexDetails().GetValue()) {
+			newest = m
+		}
+	}
+	iv := newest.GetIndexVersion()
+	im.IndexVersion, im.IndexDetails = &iv, cloneAny(newest.GetIndexDetails())
+	return im
 }
 
 // mergeNgram merges segments of an NGRAM index (see ngram.Merge): a k-way

@@ -25,6 +25,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -164,14 +165,6 @@ func (s *Segment) place(z int) (frag, start, rows uint64) {
 	return s.u64(s.Kind.frag, z), s.u64(s.Kind.start, z), s.u64(s.Kind.length, z)
 }
 
-// segs0Metadata is the first segment's metadata (s's own for the first).
-func segs0Metadata(segs []*Segment, s *Segment) map[string][]byte {
-	if len(segs) == 0 {
-		return s.Metadata
-	}
-	return segs[0].Metadata
-}
-
 type zone struct {
 	seg       *Segment
 	z         int
@@ -183,25 +176,21 @@ type zone struct {
 // in fragment and offset order, under _indices/<indexUUID>/. It returns
 // the files written and the zones kept.
 func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, indexUUID uuid.UUID, keep func(frag uint32) bool) ([]*pb.IndexFile, int, error) {
-	return MergeKind(ctx, st, metas, ZoneMap, indexUUID, keep)
+	return MergeKind(ctx, st, metas, ZoneMap, indexUUID, keep, nil)
 }
 
-// MergeKind is Merge for segments of the given zone index type.
-func MergeKind(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, k *Kind, indexUUID uuid.UUID, keep func(frag uint32) bool) ([]*pb.IndexFile, int, error) {
+// MergeKind is Merge for segments of the given zone index type. When
+// some inputs have a map of null rows and others (of pylance 2.0.1) none,
+// nullRows gives the null rows of an input without one (read from the
+// data: nil refuses such a mix, errkind.Unsupported).
+func MergeKind(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, k *Kind, indexUUID uuid.UUID, keep func(frag uint32) bool,
+	nullRows func(*pb.IndexMetadata) ([]bitmap.RawEntry, error)) ([]*pb.IndexFile, int, error) {
 	var segs []*Segment
 	var zones []zone
 	for _, im := range metas {
 		s, err := ReadKind(ctx, st, im, k)
 		if err != nil {
 			return nil, 0, err
-		}
-		_, hasNulls := s.Metadata["null_bitmap"]
-		if _, firstHas := segs0Metadata(segs, s)["null_bitmap"]; hasNulls != firstHas {
-			// pylance writes no null map when any input has none, and the
-			// details say whether there is one: keep the two in step by
-			// not merging such a mix.
-			return nil, 0, fmt.Errorf("%w: zonemap segments %s and %s: one has a map of null rows, the other none (an older writer)",
-				errkind.Unsupported, table.IndexUUID(metas[0]), table.IndexUUID(im))
 		}
 		if len(segs) > 0 {
 			if err := segs[0].SameAs(s); err != nil {
@@ -218,6 +207,23 @@ func MergeKind(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata,
 	}
 	if len(segs) == 0 {
 		return nil, 0, fmt.Errorf("%w: at least one %s segment is required", errkind.InvalidInput, k.Name)
+	}
+	hasMap := func(s *Segment) bool { _, ok := s.Metadata["null_bitmap"]; return ok }
+	anyMap := slices.ContainsFunc(segs, hasMap)
+	for _, s := range segs {
+		if !anyMap || hasMap(s) {
+			continue
+		}
+		// the null rows of an input of an older writer, which kept no map
+		// of them: pylance 14.0.2's merge reads them from the data too
+		if nullRows == nil {
+			return nil, 0, fmt.Errorf("%w: %s segment %s has no map of null rows (an older writer) and the others have one", errkind.Unsupported, k.Name, table.IndexUUID(s.Meta))
+		}
+		es, err := nullRows(s.Meta)
+		if err != nil {
+			return nil, 0, fmt.Errorf("%s segment %s: reading its null rows: %w", k.Name, table.IndexUUID(s.Meta), err)
+		}
+		s.Nulls = es
 	}
 	sort.Slice(zones, func(i, j int) bool {
 		if zones[i].frag != zones[j].frag {
@@ -279,7 +285,10 @@ func MergeKind(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata,
 	for key, v := range first.Metadata {
 		w.SetMetadata(key, v)
 	}
-	if _, ok := first.Metadata["null_bitmap"]; ok {
+	// Segments of releases before the map of null rows (2.0.1) merge with
+	// later ones into a segment that has one (their null rows read from
+	// the data above), as pylance 14.0.2's own merge writes it.
+	if anyMap {
 		var nulls []bitmap.RawEntry
 		for _, sg := range segs {
 			for _, e := range sg.Nulls {

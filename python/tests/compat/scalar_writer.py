@@ -1,0 +1,54 @@
+"""Runs inside an older release's environment: writes a table with one
+scalar index of each type that release builds (BTREE, BITMAP, LABEL_LIST,
+ZONEMAP, NGRAM, INVERTED), appends to it and optimizes with that release's
+own defaults, and deletes rows.
+
+Usage: python scalar_writer.py OUT_DIR  (prints one JSON line: the uri and
+the indices written)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import lance
+import numpy as np
+import pyarrow as pa
+
+ROWS = 2000
+INDICES = [("k", "BTREE"), ("c", "BITMAP"), ("tags", "LABEL_LIST"), ("z", "ZONEMAP"), ("c", "NGRAM"), ("c", "INVERTED")]
+
+
+def table(start: int) -> pa.Table:
+    rng = np.random.default_rng(start)
+    i = np.arange(start, start + ROWS)
+    return pa.table({
+        "id": pa.array(i),
+        "k": pa.array(rng.integers(-500, 500, ROWS)),
+        "z": pa.array(rng.integers(-500, 500, ROWS), mask=rng.random(ROWS) < 0.05),
+        "c": pa.array([f"c{x % 37}" for x in i]),
+        "tags": pa.array([[int(x % 5), int(x % 3)] for x in i], type=pa.list_(pa.int64())),
+    })
+
+
+def main() -> None:
+    uri = sys.argv[1] + "/t"
+    ds = lance.write_dataset(table(0), uri)
+    made = []
+    for col, kind in INDICES:
+        name = f"{col}_{kind.lower()}"
+        try:
+            ds.create_scalar_index(col, kind, name=name)
+            made.append(name)
+        except Exception:  # noqa: BLE001 - a type this release does not build
+            pass
+    for a in range(2):
+        ds = lance.write_dataset(table(ROWS * (a + 1)), uri, mode="append")
+        ds.optimize.optimize_indices()
+    lance.dataset(uri).delete("id % 31 = 0")
+    print(json.dumps({"uri": uri, "indices": made, "version": lance.__version__}))
+
+
+if __name__ == "__main__":
+    main()
