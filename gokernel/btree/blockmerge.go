@@ -177,7 +177,7 @@ func (s *source) decode(ctx context.Context, w *window) error {
 	if need := lancefile.IntoCap(lancefile.Primitive(lancefile.KindUint64), n); cap(s.idBuf) < need {
 		s.idBuf = make([]byte, need)
 	}
-	ids, err := s.seg.data.ReadInto(ctx, idsColumn, s.next, end, s.idBuf)
+	ids, err := s.seg.data.ReadInto(ctx, s.seg.idsCol, s.next, end, s.idBuf)
 	if err != nil {
 		return err
 	}

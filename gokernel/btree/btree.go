@@ -4,6 +4,7 @@
 // A segment is two Lance files (format 2.2 from pylance 14):
 //
 //   - page_data.lance: columns "values" (the key type, nullable) and "ids"
+//     ("row_ids" before pylance 2.0: read, never written)
 //     (uint64 row ids), every row of the segment sorted by value, nulls
 //     first (floats in total order, strings and binary by their bytes);
 //     page i is rows [i*B, (i+1)*B), B the batch size, only the last page
@@ -43,6 +44,9 @@ const (
 	DefaultBatchSize = 4096
 	valuesColumn     = "values"
 	idsColumn        = "ids"
+	// oldIDsColumn is what releases before pylance 2.0 (0.23, 0.27) named
+	// the row ids column: read, never written.
+	oldIDsColumn = "row_ids"
 )
 
 // maxBatchSize bounds a segment's page size (untrusted metadata): a page
@@ -71,6 +75,7 @@ type Segment struct {
 	Pages     uint64
 	Version   lancefile.Version
 	data      *lancefile.Reader
+	idsCol    string // the row ids column's name in data
 	objs      []storage.Object
 }
 
@@ -124,7 +129,12 @@ func Open(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Segment
 		return nil, err
 	}
 	vf, ok1 := s.data.Field(valuesColumn)
+	s.idsCol = idsColumn
 	idf, ok2 := s.data.Field(idsColumn)
+	if !ok2 {
+		s.idsCol = oldIDsColumn
+		idf, ok2 = s.data.Field(oldIDsColumn)
+	}
 	if !ok1 || !ok2 || idf.Type.Kind != lancefile.KindUint64 {
 		s.Close()
 		return nil, fmt.Errorf("%w: btree segment %s: %s has no %q and uint64 %q columns", errkind.Corrupt, u, DataFile, valuesColumn, idsColumn)
@@ -187,7 +197,7 @@ func (c *cursor) fillExact(ctx context.Context) (bool, error) {
 	if c.vals, err = c.seg.data.Read(ctx, valuesColumn, c.next, end); err != nil {
 		return false, err
 	}
-	if c.ids, err = c.seg.data.Read(ctx, idsColumn, c.next, end); err != nil {
+	if c.ids, err = c.seg.data.Read(ctx, c.seg.idsCol, c.next, end); err != nil {
 		return false, err
 	}
 	if c.vals.Len != int(end-c.next) || c.ids.Len != c.vals.Len {
