@@ -9,7 +9,6 @@ import (
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/rowset"
-	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
 )
 
@@ -54,10 +53,7 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered 
 	// bitmap into one per fragment cost a merge of sorted arrays per key,
 	// quadratic with a million keys)
 	seen := rowset.New(s.Keys * 4)
-	c := &cursor{seg: s}
-	if s.KeyType.Kind != lancefile.KindBinary {
-		c.width = s.KeyType.ValueBits() / 8
-	}
+	c := newCursor(s, 0)
 	ok, err := c.fill(ctx)
 	if err == nil && ok {
 		err = c.load(nil, true)
@@ -130,7 +126,7 @@ func Sample(ctx context.Context, st storage.Store, im *pb.IndexMetadata, n, perK
 	defer s.Close()
 	step := max(uint64(1), s.Keys*uint64(perKey)/uint64(max(n, 1)))
 	var out []KeyRow
-	c := &cursor{seg: s, width: s.KeyType.ValueBits() / 8}
+	c := newCursor(s, 0)
 	for k := uint64(0); ; k++ {
 		if c.i++; c.i >= c.n {
 			ok, err := c.fill(ctx)

@@ -80,7 +80,7 @@ func Open(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Segment
 // ascend, sorts the rows by key into s.order. Keys listed twice are
 // corruption either way.
 func (s *Segment) findOrder(ctx context.Context) error {
-	width := 0
+	width, wide := 0, lancefile.Wide(s.KeyType)
 	if s.KeyType.Kind != lancefile.KindBinary {
 		width = s.KeyType.ValueBits() / 8
 	}
@@ -90,7 +90,7 @@ func (s *Segment) findOrder(ctx context.Context) error {
 		case !k.valid:
 		case width == 0:
 			k.b = a.Values[a.Offsets[i]:a.Offsets[i+1]]
-		case lancefile.Wide(s.KeyType):
+		case wide:
 			k.b = a.Values[i*width : (i+1)*width]
 		default:
 			k.k, k.b = sort[i], a.Values[i*width:(i+1)*width]
@@ -99,6 +99,7 @@ func (s *Segment) findOrder(ctx context.Context) error {
 	}
 	var keys []*lancefile.Array
 	var prev key
+	var prevBuf []byte // prev's bytes: a window's are replaced by the next
 	sorted := true
 	for lo := uint64(0); lo < s.Keys; lo += windowRows {
 		a, err := s.r.Read(ctx, keysColumn, lo, min(lo+windowRows, s.Keys))
@@ -106,16 +107,16 @@ func (s *Segment) findOrder(ctx context.Context) error {
 			return fmt.Errorf("bitmap segment %s: %w", table.IndexUUID(s.Meta), err)
 		}
 		var sk []uint64
-		if width > 0 && !lancefile.Wide(s.KeyType) {
+		if width > 0 && !wide {
 			sk = lancefile.AppendSortKeys(s.KeyType.Kind, a.Values, a.Len, nil)
 		}
 		for i := range a.Len {
 			k := keyAt(a, sk, i)
-			if lo+uint64(i) > 0 && compareKeys(&prev, &k, s.KeyType) >= 0 {
+			if lo+uint64(i) > 0 && compareKeys(&prev, &k, s.KeyType, wide) >= 0 {
 				sorted = false
 			}
-			prev = k
-			prev.b = append([]byte(nil), k.b...)
+			prevBuf = append(prevBuf[:0], k.b...)
+			prev, prev.b = k, prevBuf
 		}
 		keys = append(keys, a)
 	}
@@ -130,7 +131,7 @@ func (s *Segment) findOrder(ctx context.Context) error {
 		return err
 	}
 	var sk []uint64
-	if width > 0 && !lancefile.Wide(s.KeyType) {
+	if width > 0 && !wide {
 		sk = lancefile.AppendSortKeys(s.KeyType.Kind, all.Values, all.Len, nil)
 	}
 	s.order = make([]uint32, all.Len)
@@ -139,11 +140,11 @@ func (s *Segment) findOrder(ctx context.Context) error {
 	}
 	slices.SortFunc(s.order, func(x, y uint32) int {
 		a, b := keyAt(all, sk, int(x)), keyAt(all, sk, int(y))
-		return compareKeys(&a, &b, s.KeyType)
+		return compareKeys(&a, &b, s.KeyType, wide)
 	})
 	for i := 1; i < len(s.order); i++ {
 		a, b := keyAt(all, sk, int(s.order[i-1])), keyAt(all, sk, int(s.order[i]))
-		if compareKeys(&a, &b, s.KeyType) == 0 {
+		if compareKeys(&a, &b, s.KeyType, wide) == 0 {
 			return fmt.Errorf("%w: bitmap segment %s: rows %d and %d hold the same key", errkind.Corrupt, table.IndexUUID(s.Meta), s.order[i-1], s.order[i])
 		}
 	}
@@ -219,7 +220,8 @@ type cursor struct {
 	maps  *lancefile.Array
 	sort  []uint64 // the window's sort keys (narrow keys: not lancefile.Wide)
 	i, n  int
-	width int // bytes of a fixed-width key, 0 for a variable-width one
+	width int  // bytes of a fixed-width key, 0 for a variable-width one
+	wide  bool // keys ordered by lancefile.CompareWide
 	cur   key
 }
 
@@ -231,8 +233,9 @@ type key struct {
 	b     []byte // the key's bytes (fixed-width value or binary)
 }
 
-// compareKeys orders two keys of type t.
-func compareKeys(a, b *key, t lancefile.DataType) int {
+// compareKeys orders two keys of type t (wide: lancefile.Wide(t), which
+// the caller knows once for all its keys).
+func compareKeys(a, b *key, t lancefile.DataType, wide bool) int {
 	switch {
 	case a.valid != b.valid:
 		if !a.valid {
@@ -241,10 +244,19 @@ func compareKeys(a, b *key, t lancefile.DataType) int {
 		return 1
 	case !a.valid:
 		return 0
-	case lancefile.Wide(t):
+	case wide:
 		return lancefile.CompareWide(t, a.b, b.b)
 	}
 	return cmp.Compare(a.k, b.k)
+}
+
+// newCursor is a cursor over s's keys, input order of a merge.
+func newCursor(s *Segment, order int) *cursor {
+	c := &cursor{seg: s, order: order, wide: lancefile.Wide(s.KeyType)}
+	if s.KeyType.Kind != lancefile.KindBinary {
+		c.width = s.KeyType.ValueBits() / 8
+	}
+	return c
 }
 
 func (c *cursor) fill(ctx context.Context) (bool, error) {
@@ -277,13 +289,13 @@ func (c *cursor) load(prev *key, first bool) error {
 		switch {
 		case c.width == 0:
 			k.b = c.keys.Values[c.keys.Offsets[c.i]:c.keys.Offsets[c.i+1]]
-		case lancefile.Wide(c.seg.KeyType):
+		case c.wide:
 			k.b = c.keys.Values[c.i*c.width : (c.i+1)*c.width]
 		default:
 			k.k, k.b = c.sort[c.i], c.keys.Values[c.i*c.width:(c.i+1)*c.width]
 		}
 	}
-	if !first && compareKeys(prev, &k, c.seg.KeyType) >= 0 {
+	if !first && compareKeys(prev, &k, c.seg.KeyType, c.wide) >= 0 {
 		return fmt.Errorf("%w: bitmap segment %s: key %d is not after the one before it (keys must ascend, null first, each once)",
 			errkind.Corrupt, table.IndexUUID(c.seg.Meta), c.pos())
 	}
@@ -364,20 +376,16 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 		}
 	}
 	first := segs[0]
-	keyType := first.KeyType
-	width := 0
-	if keyType.Kind != lancefile.KindBinary {
-		width = keyType.ValueBits() / 8
-	}
+	keyType, wide := first.KeyType, lancefile.Wide(first.KeyType)
 	var h []*cursor
 	less := func(a, b *cursor) bool {
-		if c := compareKeys(&a.cur, &b.cur, keyType); c != 0 {
+		if c := compareKeys(&a.cur, &b.cur, keyType, wide); c != 0 {
 			return c < 0
 		}
 		return a.order < b.order
 	}
 	for i, s := range segs {
-		c := &cursor{seg: s, order: i, width: width}
+		c := newCursor(s, i)
 		ok, err := c.fill(ctx)
 		if err != nil {
 			return nil, err
@@ -413,7 +421,7 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 		cur := h[0].cur
 		cur.b = append([]byte(nil), cur.b...)
 		scratch, spans, inputs = scratch[:0], spans[:0], inputs[:0]
-		for len(h) > 0 && compareKeys(&h[0].cur, &cur, keyType) == 0 {
+		for len(h) > 0 && compareKeys(&h[0].cur, &cur, keyType, wide) == 0 {
 			c := h[0]
 			m, err := c.rowMap()
 			if err != nil {
