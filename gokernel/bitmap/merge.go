@@ -84,19 +84,7 @@ func (s *Segment) findOrder(ctx context.Context) error {
 	if s.KeyType.Kind != lancefile.KindBinary {
 		width = s.KeyType.ValueBits() / 8
 	}
-	keyAt := func(a *lancefile.Array, sort []uint64, i int) key {
-		k := key{valid: a.IsValid(i)}
-		switch {
-		case !k.valid:
-		case width == 0:
-			k.b = a.Values[a.Offsets[i]:a.Offsets[i+1]]
-		case wide:
-			k.b = a.Values[i*width : (i+1)*width]
-		default:
-			k.k, k.b = sort[i], a.Values[i*width:(i+1)*width]
-		}
-		return k
-	}
+	keyAt := func(a *lancefile.Array, sort []uint64, i int) key { return keyOf(a, sort, i, width, wide) }
 	var keys []*lancefile.Array
 	var prev key
 	var prevBuf []byte // prev's bytes: a window's are replaced by the next
@@ -233,6 +221,22 @@ type key struct {
 	b     []byte // the key's bytes (fixed-width value or binary)
 }
 
+// keyOf is row i of keys (a window of keys of width bytes each, 0 for
+// variable-width ones; sort: the narrow keys' SortKeys).
+func keyOf(keys *lancefile.Array, sort []uint64, i, width int, wide bool) key {
+	k := key{valid: keys.IsValid(i)}
+	switch {
+	case !k.valid:
+	case width == 0:
+		k.b = keys.Values[keys.Offsets[i]:keys.Offsets[i+1]]
+	case wide:
+		k.b = keys.Values[i*width : (i+1)*width]
+	default:
+		k.k, k.b = sort[i], keys.Values[i*width:(i+1)*width]
+	}
+	return k
+}
+
 // compareKeys orders two keys of type t (wide: lancefile.Wide(t), which
 // the caller knows once for all its keys).
 func compareKeys(a, b *key, t lancefile.DataType, wide bool) int {
@@ -284,17 +288,7 @@ func (c *cursor) fill(ctx context.Context) (bool, error) {
 
 // load reads the current key, which must follow the previous one.
 func (c *cursor) load(prev *key, first bool) error {
-	k := key{valid: c.keys.IsValid(c.i)}
-	if k.valid {
-		switch {
-		case c.width == 0:
-			k.b = c.keys.Values[c.keys.Offsets[c.i]:c.keys.Offsets[c.i+1]]
-		case c.wide:
-			k.b = c.keys.Values[c.i*c.width : (c.i+1)*c.width]
-		default:
-			k.k, k.b = c.sort[c.i], c.keys.Values[c.i*c.width:(c.i+1)*c.width]
-		}
-	}
+	k := keyOf(c.keys, c.sort, c.i, c.width, c.wide)
 	if !first && compareKeys(prev, &k, c.seg.KeyType, c.wide) >= 0 {
 		return fmt.Errorf("%w: bitmap segment %s: key %d is not after the one before it (keys must ascend, null first, each once)",
 			errkind.Corrupt, table.IndexUUID(c.seg.Meta), c.pos())
