@@ -215,7 +215,9 @@ func MergeKind(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata,
 			continue
 		}
 		// the null rows of an input of an older writer, which kept no map
-		// of them: pylance 14.0.2's merge reads them from the data too
+		// of them: pylance 14.0.2's merge knows them too (after it, IS NULL
+		// finds every null row; a map of the later inputs' rows alone does
+		// not)
 		if nullRows == nil {
 			return nil, 0, fmt.Errorf("%w: %s segment %s has no map of null rows (an older writer) and the others have one", errkind.Unsupported, k.Name, table.IndexUUID(s.Meta))
 		}
