@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"math"
 	"slices"
 	"time"
 
@@ -161,9 +160,11 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 		}
 	}
 	frags := slices.Clone(opts.FragmentIDs)
-	rowID, err := buildRowIDs(ctx, st, snap, opts.IndexType)
-	if err != nil {
-		return nil, err
+	if opts.IndexType == "BITMAP" || opts.IndexType == "LABEL_LIST" || opts.IndexType == "NGRAM" {
+		// these hold stable row ids where the dataset has them (also in
+		// LABEL_LIST's map of null lists), as pylance 14.0.2 writes them;
+		// BTREE, ZONEMAP and BLOOMFILTER keep addresses
+		rd.NameRowsByStableIDs()
 	}
 	var add func(w *vecdata.ValueWindow, i int) error
 	var sorter *keysort.Sorter
@@ -187,22 +188,13 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 			return nil, fmt.Errorf("build: column %q: %w", opts.Column, err)
 		}
 		defer sorter.Close()
-		add = func(w *vecdata.ValueWindow, i int) error {
-			id, err := rowID(w, i)
-			if err != nil {
-				return err
-			}
-			return sorter.Add(w.Values, i, id)
-		}
+		add = func(w *vecdata.ValueWindow, i int) error { return sorter.Add(w.Values, i, w.RowID(i)) }
 		if opts.IndexType == "NGRAM" {
 			var tok [4]byte
 			var toks []uint32 // a row's tokens, each passed to the sorter once
 			collect := func(t uint32) error { toks = append(toks, t); return nil }
 			add = func(w *vecdata.ValueWindow, i int) error {
-				id, err := rowID(w, i)
-				if err != nil {
-					return err
-				}
+				id := w.RowID(i)
 				toks = toks[:0]
 				if !w.Values.IsValid(i) {
 					toks = append(toks, ngram.NullToken)
@@ -222,10 +214,7 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 		if opts.IndexType == "LABEL_LIST" {
 			nullLists = map[uint32]*roaring.Bitmap{}
 			add = func(w *vecdata.ValueWindow, i int) error {
-				id, err := rowID(w, i)
-				if err != nil {
-					return err
-				}
+				id := w.RowID(i)
 				if !w.Values.IsValid(i) {
 					// a row map, keyed as the row's id (its address, or
 					// its stable id, split the same way)
@@ -318,47 +307,6 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 		details = zonemap.Details(col.Type, rowsPerZone)
 	}
 	return scalarEntry(id, snap, opts, col, existing, files, details)
-}
-
-// buildRowIDs returns how a build of typ names row i of a window: by its
-// address, or, for BITMAP, LABEL_LIST and NGRAM segments of a dataset with
-// stable row ids, by its stable id (pylance 14.0.2 writes those there, also
-// in LABEL_LIST's map of null lists; BTREE, ZONEMAP and BLOOMFILTER keep
-// addresses). A fragment's ids are read once, when its first window
-// comes: 8 bytes per physical row of the fragment being read.
-func buildRowIDs(ctx context.Context, st storage.Store, snap *table.Snapshot, typ string) (func(w *vecdata.ValueWindow, i int) (uint64, error), error) {
-	if !snap.HasStableRowIDs() || typ != "BITMAP" && typ != "LABEL_LIST" && typ != "NGRAM" {
-		return func(w *vecdata.ValueWindow, i int) (uint64, error) { return w.Addr(i), nil }, nil
-	}
-	frags := map[uint64]*pb.DataFragment{}
-	for _, f := range snap.Manifest.GetFragments() {
-		frags[f.GetId()] = f
-	}
-	cur, ids := uint64(math.MaxUint64), []uint64(nil)
-	return func(w *vecdata.ValueWindow, i int) (uint64, error) {
-		if w.Fragment != cur {
-			f, ok := frags[w.Fragment]
-			if !ok {
-				return 0, fmt.Errorf("%w: build: fragment %d is not in version %d", errkind.InvalidInput, w.Fragment, snap.Ref.Version)
-			}
-			seq, err := snap.FragmentRowIDs(ctx, st, f)
-			if err != nil {
-				return 0, err
-			}
-			ids = slices.Grow(ids[:0], int(f.GetPhysicalRows()))
-			table.WalkRowIDs(seq, func(r table.RowIDRun) {
-				for k := range r.N {
-					ids = append(ids, r.Start+k)
-				}
-			})
-			cur = w.Fragment
-		}
-		off := w.Start + uint64(i)
-		if off >= uint64(len(ids)) {
-			return 0, fmt.Errorf("%w: build: row %d of fragment %d, which lists %d row ids", errkind.Corrupt, off, w.Fragment, len(ids))
-		}
-		return ids[off], nil
-	}, nil
 }
 
 // scalarIndexVersion is the index version pylance 14.0.2 records for a

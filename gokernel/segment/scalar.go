@@ -237,31 +237,32 @@ func liveNullRows(ctx context.Context, st storage.Store, snap *table.Snapshot, i
 	}
 	slices.Sort(frags)
 	var out []bitmap.RawEntry
-	err = rd.ScanValues(ctx, frags, 0, func(w *vecdata.ValueWindow) error {
-		bm := roaring.New()
-		for i := range w.Values.Len {
-			if w.Live(i) && !w.Values.IsValid(i) {
-				bm.Add(uint32(w.Start) + uint32(i))
-			}
-		}
-		if bm.IsEmpty() {
+	frag, rows := uint64(0), roaring.New() // the fragment being read, its null rows so far
+	flush := func() error {
+		if rows.IsEmpty() {
 			return nil
 		}
-		if n := len(out); n > 0 && out[n-1].Frag == uint32(w.Fragment) {
-			prev := roaring.New()
-			if _, err := prev.FromBuffer(out[n-1].Bits); err != nil {
+		bits, err := rows.ToBytes()
+		out, rows = append(out, bitmap.RawEntry{Frag: uint32(frag), Bits: bits}), roaring.New()
+		return err
+	}
+	err = rd.ScanValues(ctx, frags, 0, func(w *vecdata.ValueWindow) error {
+		if w.Fragment != frag {
+			if err := flush(); err != nil {
 				return err
 			}
-			bm.Or(prev)
-			out = out[:n-1]
+			frag = w.Fragment
 		}
-		bits, err := bm.ToBytes()
-		if err != nil {
-			return err
+		for i := range w.Values.Len {
+			if w.Live(i) && !w.Values.IsValid(i) {
+				rows.Add(uint32(w.Start) + uint32(i))
+			}
 		}
-		out = append(out, bitmap.RawEntry{Frag: uint32(w.Fragment), Bits: bits})
 		return nil
 	})
+	if err == nil {
+		err = flush()
+	}
 	return out, err
 }
 

@@ -107,9 +107,15 @@ func NewBuildReader(st storage.Store, snap *table.Snapshot, name string) (*Reade
 	if err != nil {
 		return nil, err
 	}
-	r.stable = snap.HasStableRowIDs()
+	r.NameRowsByStableIDs()
 	return r, nil
 }
+
+// NameRowsByStableIDs makes the rows r hands over (Batch.RowIDs,
+// ValueWindow.RowID) their stable row ids, on a dataset that has them:
+// each fragment's row id sequence is read when the fragment is opened
+// (8 bytes per physical row). Rows are still read by address.
+func (r *Reader) NameRowsByStableIDs() { r.stable = r.snap.HasStableRowIDs() }
 
 func newReader(st storage.Store, snap *table.Snapshot, name string) (*Reader, error) {
 	col, err := ResolveColumn(snap, name)

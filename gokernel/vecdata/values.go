@@ -19,6 +19,7 @@ type ValueWindow struct {
 	Start    uint64
 	Values   *lancefile.Array
 	Deleted  *roaring.Bitmap
+	ids      []uint64 // the fragment's stable row ids (NameRowsByStableIDs)
 }
 
 // Live reports whether row i of the window is not deleted.
@@ -28,6 +29,15 @@ func (w *ValueWindow) Live(i int) bool {
 
 // Addr is the row address of row i of the window.
 func (w *ValueWindow) Addr(i int) uint64 { return w.Fragment<<32 | (w.Start + uint64(i)) }
+
+// RowID is how an index names row i of the window: its stable row id when
+// the reader names rows so (NameRowsByStableIDs), else its address.
+func (w *ValueWindow) RowID(i int) uint64 {
+	if w.ids != nil {
+		return w.ids[w.Start+uint64(i)]
+	}
+	return w.Addr(i)
+}
 
 // ScanValues calls fn with the values of each fragment of ids (in the
 // order given) of a column opened by NewValueReader, in windows of at most
@@ -71,7 +81,7 @@ func (r *Reader) scanFragment(ctx context.Context, id, windowRows uint64, w *Val
 		if a.Len != int(end-start) {
 			return fmt.Errorf("%w: vecdata: fragment %d: read %d rows for [%d, %d)", errkind.Corrupt, id, a.Len, start, end)
 		}
-		*w = ValueWindow{Fragment: id, Start: start, Values: a, Deleted: ff.deleted}
+		*w = ValueWindow{Fragment: id, Start: start, Values: a, Deleted: ff.deleted, ids: ff.ids}
 		if err := fn(w); err != nil {
 			return err
 		}

@@ -43,7 +43,8 @@ type builtZone struct {
 // (one per rows-per-zone rows) and one fragment's null rows.
 type Builder struct {
 	t           lancefile.DataType
-	binary      bool
+	binary      bool // variable-width keys (Offsets delimit them)
+	wide        bool // keys ordered by lancefile.CompareWide
 	width       int
 	rowsPerZone int
 	zones       []*builtZone
@@ -63,7 +64,7 @@ func NewBuilder(t lancefile.DataType, rowsPerZone int) (*Builder, error) {
 	if rowsPerZone < 1 {
 		rowsPerZone = DefaultRowsPerZone
 	}
-	return &Builder{t: t, binary: t.Kind == lancefile.KindBinary, width: t.ValueBits() / 8, rowsPerZone: rowsPerZone, nullRows: roaring.New()}, nil
+	return &Builder{t: t, binary: t.Kind == lancefile.KindBinary, wide: lancefile.Wide(t), width: t.ValueBits() / 8, rowsPerZone: rowsPerZone, nullRows: roaring.New()}, nil
 }
 
 func (b *Builder) isNaN(v []byte) bool {
@@ -133,12 +134,11 @@ func (b *Builder) Add(frag uint32, off uint64, a *lancefile.Array, i int) error 
 		// (null min and max beside values): a zone it cannot prune
 		return nil
 	}
-	k := zoneKey(b.t, v)
-	less := func(x []byte, xk uint64, y []byte, yk uint64) bool { return zoneLess(b.t, x, xk, y, yk) }
-	if !z.hasMin || less(v, k, z.min, z.minKey) {
+	k := b.key(v)
+	if !z.hasMin || b.less(v, k, z.min, z.minKey) {
 		z.min, z.minKey = append(z.min[:0], v...), k
 	}
-	if !z.hasMin || less(z.max, z.maxKey, v, k) {
+	if !z.hasMin || b.less(z.max, z.maxKey, v, k) {
 		z.max, z.maxKey = append(z.max[:0], v...), k
 	}
 	z.hasMin = true
@@ -275,9 +275,8 @@ func (s *Segment) Covers(z int, rows *lancefile.Array, live func(i int) bool) (s
 	a, bnd := s.cols[0], s.cols[1]
 	key := func(arr *lancefile.Array) ([]byte, uint64) {
 		v := valueAtZone(arr, z)
-		return v, zoneKey(s.KeyType, v)
+		return v, b.key(v)
 	}
-	less := func(x []byte, xk uint64, y []byte, yk uint64) bool { return zoneLess(s.KeyType, x, xk, y, yk) }
 	switch {
 	case uint32At(s.cols[2], z) < got.nulls:
 		return fmt.Sprintf("its span holds %d null rows, it counts %d", got.nulls, uint32At(s.cols[2], z)), nil
@@ -293,28 +292,27 @@ func (s *Segment) Covers(z int, rows *lancefile.Array, live func(i int) bool) (s
 		return "its span holds values, its bounds are null", nil
 	}
 	mn, mnk := key(a)
-	if less(got.min, got.minKey, mn, mnk) {
+	if b.less(got.min, got.minKey, mn, mnk) {
 		return fmt.Sprintf("its span holds %s, below its min %s", show(s.KeyType, got.min), show(s.KeyType, mn)), nil
 	}
-	if mx, mxk := key(bnd); !b.isNaN(mx) && less(mx, mxk, got.max, got.maxKey) {
+	if mx, mxk := key(bnd); !b.isNaN(mx) && b.less(mx, mxk, got.max, got.maxKey) {
 		return fmt.Sprintf("its span holds %s, above its max %s", show(s.KeyType, got.max), show(s.KeyType, mx)), nil
 	}
 	return "", nil
 }
 
-// zoneKey is a bound's SortKey (0 for a wide type: zoneLess compares its
-// bytes).
-func zoneKey(t lancefile.DataType, v []byte) uint64 {
-	if lancefile.Wide(t) {
+// key is a bound's SortKey (0 for a wide key: less compares its bytes).
+func (b *Builder) key(v []byte) uint64 {
+	if b.wide {
 		return 0
 	}
-	return lancefile.SortKey(t.Kind, v)
+	return lancefile.SortKey(b.t.Kind, v)
 }
 
-// zoneLess orders two bounds of type t, with their zoneKeys.
-func zoneLess(t lancefile.DataType, x []byte, xk uint64, y []byte, yk uint64) bool {
-	if lancefile.Wide(t) {
-		return lancefile.CompareWide(t, x, y) < 0
+// less orders two bounds, with their keys.
+func (b *Builder) less(x []byte, xk uint64, y []byte, yk uint64) bool {
+	if b.wide {
+		return lancefile.CompareWide(b.t, x, y) < 0
 	}
 	return xk < yk
 }
