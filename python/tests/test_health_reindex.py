@@ -537,10 +537,13 @@ def test_maintain_extends_the_model_where_new_rows_went(copy):
     assert ext[0]["lance_segmerge.previous_partitions"] == "16"
 
     # health judges the model the index answers with (the widest), which
-    # fits the moved rows now.
+    # fits the moved rows now: judged by the base's 16 centroids they lay
+    # 8-12 times as far as training-era rows. pylance trains the base
+    # unseeded, so the ratio after the extension varies from run to run
+    # (0.89-1.17 measured); a fixed bound at the "degrading" line flaked.
     h = ls.health(drifted, "vec_idx")
     assert h.num_partitions == max(parts) and h.verdict != "retrain", h.reasons
-    assert h.residual_ratio < 1.15, h.reasons
+    assert h.residual_ratio < min(1.3, rep.residual_ratio / 4), (h.residual_ratio, rep.residual_ratio, h.reasons)
 
     # A steady table: the new rows fit; nothing is added.
     steady, _ = copy("steady")
