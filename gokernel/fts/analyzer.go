@@ -34,6 +34,9 @@ type Params struct {
 	SplitOnNumerics  bool      `json:"split_on_numerics"`
 	PreserveOriginal bool      `json:"preserve_original"`
 	IndexOperators   bool      `json:"index_operators"`
+	// SkipMerge is recorded by pylance 2.0.1 (FTS format 1): whether its
+	// build left partitions unmerged. It does not change the tokens.
+	SkipMerge bool `json:"skip_merge,omitempty"`
 }
 
 // DefaultParams are pylance 14.0.2's defaults (create_scalar_index with

@@ -123,20 +123,26 @@ type WriteOptions struct {
 	Params string
 	// Version is the Lance file version of the files.
 	Version lancefile.Version
+	// Format1 writes FTS format 1 (see Meta.Format1), for an index
+	// created in it; else format 2.
+	Format1 bool
 }
 
 // Write writes the segment's files under opts.Dir (nothing committed);
 // on error nothing is left.
 func (b *Builder) Write(ctx context.Context, st storage.Store, opts WriteOptions) (*Result, error) {
 	keys := map[string]string{keyFormat: "2", keyBlockSize: fmt.Sprint(BlockSize), keyTailCodec: tailVarintDelta}
-	if b.withPos {
+	switch {
+	case opts.Format1:
+		keys[keyFormat], keys[keyTailCodec] = "1", tailFixed32
+	case b.withPos:
 		keys[keyPosLayout], keys[keyPosCodec] = posLayoutShared, posCodecPacked
 	}
 	var avgdl float32
 	if len(b.rowIDs) > 0 {
 		avgdl = float32(float32(b.total) / float32(len(b.rowIDs)))
 	}
-	m := &tokenMerger{order: b.tokens, withPos: b.withPos, numTokens: b.numTokens, avgdl: avgdl, docs: len(b.rowIDs),
+	m := &tokenMerger{order: b.tokens, withPos: b.withPos, format1: opts.Format1, numTokens: b.numTokens, avgdl: avgdl, docs: len(b.rowIDs),
 		gather: func(t int, sc *scratch) error {
 			l := &b.lists[t]
 			sc.merged.Docs = append(sc.merged.Docs, l.docs...)
@@ -145,7 +151,7 @@ func (b *Builder) Write(ctx context.Context, st storage.Store, opts WriteOptions
 			return nil
 		}}
 	res := &Result{DocsRead: uint64(len(b.rowIDs)), DocsWritten: uint64(len(b.rowIDs))}
-	meta := Meta{Params: opts.Params, Keys: keys, Version: opts.Version}
+	meta := Meta{Params: opts.Params, Keys: keys, Version: opts.Version, positions: b.withPos}
 	if len(b.rowIDs) == 0 { // as pylance: no partition at all
 		f, err := writeMetadata(ctx, st, opts.Dir, meta, roaring.New(), true)
 		if err != nil {

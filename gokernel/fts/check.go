@@ -128,7 +128,7 @@ func checkPartition(ctx context.Context, s *Segment, part uint64, perPart int, r
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		v, err := readInvertRange(ctx, r, lo, min(lo+step, rows), withPos, false)
+		v, err := readInvertRange(ctx, r, lo, min(lo+step, rows), s.Meta.layout(), false)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
@@ -200,7 +200,7 @@ func checkSampled(ctx context.Context, s *Segment, part uint64, n int, res *Chec
 			return nil, err
 		}
 		t := uint64(j * nt / min(n, nt))
-		v, err := readInvertRow(ctx, r, t, withPos)
+		v, err := readInvertRow(ctx, r, t, s.Meta.layout())
 		if err == nil {
 			err = DecodePosting(v.Blocks(0), int(v.Length[0]), &p)
 		}

@@ -158,11 +158,12 @@ type encoded struct {
 }
 
 // encodePosting appends a posting list to buf as blocks of BlockSize
-// documents (see DecodePosting), each led by its best document weight
+// documents (see DecodePosting; the last one as format 1 lays it out when
+// fixedTail is set), each led by its best document weight
 // times scale (idfScale of the list's length over the partition's
 // documents), with one impact entry per block and one per 32 blocks. The
 // returned blocks alias buf's bytes from its old length on.
-func encodePosting(p *Posting, numTokens []uint32, norms []float32, scale float32, buf []byte) (encoded, []byte) {
+func encodePosting(p *Posting, numTokens []uint32, norms []float32, scale float32, fixedTail bool, buf []byte) (encoded, []byte) {
 	var e encoded
 	n := p.Len()
 	starts := make([]int, 0, n/BlockSize+2)
@@ -189,6 +190,10 @@ func encodePosting(p *Posting, numTokens []uint32, norms []float32, scale float3
 			copy(vals[:], p.Freqs[lo:hi])
 			w = widthOf(&vals)
 			buf = pack4x(append(buf, byte(w)), &vals, w)
+			continue
+		}
+		if fixedTail { // FTS format 1
+			buf = appendTailFixed32(buf, p.Docs[lo:hi], p.Freqs[lo:hi])
 			continue
 		}
 		prev := uint32(0)

@@ -100,7 +100,8 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 		}
 		segs[i] = s
 	}
-	if err := sameLayout(segs); err != nil {
+	params, err := sameLayout(segs)
+	if err != nil {
 		return nil, err
 	}
 	res := &Result{}
@@ -119,7 +120,7 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 	// Documents, tokens and posting lengths load on several goroutines
 	// (many small deltas: mostly opening files).
 	parts := make([]*part, len(loads))
-	err := parallel(ctx, len(loads), func(i int) error {
+	err = parallel(ctx, len(loads), func(i int) error {
 		l := loads[i]
 		pt, err := loadHead(ctx, l.seg, l.p)
 		if err != nil {
@@ -157,7 +158,7 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 	if err != nil {
 		return nil, err
 	}
-	withPos := segs[0].Meta.WithPositions()
+	withPos, format1 := segs[0].Meta.WithPositions(), segs[0].Meta.Format1()
 	budget := opts.MemoryBytes
 	if budget <= 0 {
 		budget = DefaultMemoryBytes
@@ -176,7 +177,7 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 		pt.lengths = nil
 	}
 	var data, buf []byte
-	m := &tokenMerger{order: u.order, bounds: bounds, cost: est, withPos: withPos, numTokens: numTokens, avgdl: avgdl, docs: len(rowIDs),
+	m := &tokenMerger{order: u.order, bounds: bounds, cost: est, withPos: withPos, format1: format1, numTokens: numTokens, avgdl: avgdl, docs: len(rowIDs),
 		load: func(w int) error {
 			data = nil
 			b, err := sp.load(w, buf)
@@ -209,8 +210,15 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 		}}
 	dir := table.IndexDir(&pb.IndexMetadata{Uuid: &pb.UUID{Uuid: opts.IndexUUID[:]}})
 	// The output keeps the inputs' Lance file version (pylance 14.0.2
-	// writes 2.2) and analyzer.
-	if err := writeOutput(ctx, st, dir, segs[0].Meta, deleted, m, rowIDs, total, res); err != nil {
+	// writes 2.2) and analyzer, and their FTS format: pylance 14.0.2
+	// merges segments of format 1 into format 1, naming it as it names
+	// its own deltas of such an index.
+	meta := segs[0].Meta
+	meta.Params = params
+	if format1 {
+		meta.Keys = map[string]string{keyFormat: "1", keyBlockSize: strconv.Itoa(BlockSize), keyTailCodec: tailFixed32, keyTokenSet: meta.Keys[keyTokenSet]}
+	}
+	if err := writeOutput(ctx, st, dir, meta, deleted, m, rowIDs, total, res); err != nil {
 		return nil, err
 	}
 	return res, nil
@@ -223,7 +231,7 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 // wrote is left.
 func writeOutput(ctx context.Context, st storage.Store, dir string, meta Meta, deleted *roaring.Bitmap, m *tokenMerger, rowIDs []uint64, total uint64, res *Result) error {
 	version := meta.Version
-	iw, err := newInvertWriter(ctx, st, dir, version, m.withPos, invertKeys(meta.Keys))
+	iw, err := newInvertWriter(ctx, st, dir, version, m.withPos, m.format1, invertKeys(meta.Keys))
 	if err != nil {
 		return err
 	}
@@ -231,7 +239,7 @@ func writeOutput(ctx context.Context, st storage.Store, dir string, meta Meta, d
 	var outTokens []string
 	err = m.run(ctx, func(c *chunk) error {
 		for i := range c.tokens {
-			if err := iw.add(c.enc[i], c.lens[i], c.runs[i], c.blockRuns[i]); err != nil {
+			if err := iw.add(c.enc[i], c.lens[i], c.runs[i], c.blockRuns[i], c.pos1[i]); err != nil {
 				return err
 			}
 			res.Postings += uint64(c.lens[i])
@@ -426,6 +434,7 @@ type tokenMerger struct {
 	// before the call).
 	gather    func(t int, sc *scratch) error
 	withPos   bool
+	format1   bool // write FTS format 1 (see Format1)
 	numTokens []uint32
 	avgdl     float32
 	docs      int
@@ -442,6 +451,7 @@ type chunk struct {
 	lens      []uint32
 	runs      [][]byte
 	blockRuns [][]uint32
+	pos1      []*lancefile.Array // format 1: per token, per document, its position binaries
 	err       error
 }
 
@@ -456,6 +466,7 @@ const (
 type scratch struct {
 	merged, p     Posting
 	posIn, posOut []uint32
+	abs           []uint32
 	blocks        [][]byte
 	touch         byte // see Merge's gather
 }
@@ -574,10 +585,20 @@ func (m *tokenMerger) merge(ctx context.Context, c *chunk, sc *scratch) error {
 			continue // every row of the token was dropped
 		}
 		var e encoded
-		e, buf = encodePosting(&sc.merged, m.numTokens, m.norms, idfScale(n, m.docs), buf)
+		e, buf = encodePosting(&sc.merged, m.numTokens, m.norms, idfScale(n, m.docs), m.format1, buf)
 		var run []byte
 		var runs []uint32
-		if m.withPos {
+		var pos1 *lancefile.Array
+		if m.withPos && m.format1 {
+			pos1 = emptyList(largeBinary)
+			at := 0
+			for _, f := range sc.merged.Freqs {
+				sc.abs, pos1.Items = appendPositions1(pos1.Items, sc.posOut[at:at+int(f)], sc.abs)
+				pos1.Offsets = append(pos1.Offsets, int64(pos1.Items.Len))
+				pos1.Len++
+				at += int(f)
+			}
+		} else if m.withPos {
 			at := 0
 			for lo := 0; lo < n; lo += BlockSize {
 				runs = append(runs, uint32(len(run)))
@@ -597,6 +618,7 @@ func (m *tokenMerger) merge(ctx context.Context, c *chunk, sc *scratch) error {
 		c.lens = append(c.lens, uint32(n))
 		c.runs = append(c.runs, run)
 		c.blockRuns = append(c.blockRuns, runs)
+		c.pos1 = append(c.pos1, pos1)
 	}
 	return nil
 }
@@ -702,30 +724,83 @@ func loadHead(ctx context.Context, s *Segment, p uint64) (*part, error) {
 }
 
 // sameLayout refuses inputs whose analyzer or layout differ: their
-// tokens, or their files, would not mean the same thing.
-func sameLayout(segs []*Segment) error {
-	var first any
-	if err := json.Unmarshal([]byte(segs[0].Meta.Params), &first); err != nil {
-		return fmt.Errorf("%w: INVERTED segment %s: params: %v", errkind.Corrupt, table.IndexUUID(segs[0].Index), err)
+// tokens, or their files, would not mean the same thing. It returns the
+// parameters the output carries: those of the input that names the most
+// (see sameParams).
+func sameLayout(segs []*Segment) (string, error) {
+	parse := func(s *Segment) (map[string]any, error) {
+		var p map[string]any
+		if err := json.Unmarshal([]byte(s.Meta.Params), &p); err != nil {
+			return nil, fmt.Errorf("%w: INVERTED segment %s: params: %v", errkind.Corrupt, table.IndexUUID(s.Index), err)
+		}
+		return p, nil
+	}
+	first, err := parse(segs[0])
+	if err != nil {
+		return "", err
+	}
+	params, most := segs[0].Meta.Params, len(first)
+	format := func(s *Segment) string {
+		if s.Meta.Format1() {
+			return "1"
+		}
+		return s.Meta.Keys[keyFormat]
 	}
 	for _, s := range segs[1:] {
-		var p any
-		if err := json.Unmarshal([]byte(s.Meta.Params), &p); err != nil {
-			return fmt.Errorf("%w: INVERTED segment %s: params: %v", errkind.Corrupt, table.IndexUUID(s.Index), err)
+		p, err := parse(s)
+		if err != nil {
+			return "", err
 		}
-		if !reflect.DeepEqual(first, p) {
-			return fmt.Errorf("%w: INVERTED segments %s and %s were built with different parameters (%s, %s): one analyzer per merge",
+		if !sameParams(first, p) {
+			return "", fmt.Errorf("%w: INVERTED segments %s and %s were built with different parameters (%s, %s): one analyzer per merge",
 				errkind.InvalidInput, table.IndexUUID(segs[0].Index), table.IndexUUID(s.Index), segs[0].Meta.Params, s.Meta.Params)
 		}
-		if s.Meta.Keys[keyFormat] != segs[0].Meta.Keys[keyFormat] {
-			return fmt.Errorf("%w: INVERTED segments %s and %s are of FTS formats %s and %s: one format per merge", errkind.InvalidInput,
-				table.IndexUUID(segs[0].Index), table.IndexUUID(s.Index), segs[0].Meta.Keys[keyFormat], s.Meta.Keys[keyFormat])
+		if len(p) > most {
+			params, most = s.Meta.Params, len(p)
+		}
+		if format(s) != format(segs[0]) {
+			return "", fmt.Errorf("%w: INVERTED segments %s and %s are of FTS formats %s and %s: one format per merge", errkind.InvalidInput,
+				table.IndexUUID(segs[0].Index), table.IndexUUID(s.Index), format(segs[0]), format(s))
 		}
 		if s.Meta.WithPositions() != segs[0].Meta.WithPositions() {
-			return fmt.Errorf("%w: INVERTED segments %s and %s differ in positions", errkind.InvalidInput, table.IndexUUID(segs[0].Index), table.IndexUUID(s.Index))
+			return "", fmt.Errorf("%w: INVERTED segments %s and %s differ in positions", errkind.InvalidInput, table.IndexUUID(segs[0].Index), table.IndexUUID(s.Index))
 		}
 	}
-	return nil
+	return params, nil
+}
+
+// paramDefaults are analyzer parameters that one pylance release records
+// and another does not, with the value the other one means by leaving
+// them out (2.0.1 records skip_merge; 14.0.2 records the rest).
+var paramDefaults = map[string]any{
+	"skip_merge": false, "block_size": float64(BlockSize), "split_identifiers": false,
+	"split_on_numerics": false, "preserve_original": false, "index_operators": false,
+}
+
+// sameParams reports whether two analyzers' parameters mean the same: a
+// parameter only one names must hold its default.
+func sameParams(a, b map[string]any) bool {
+	for k, va := range a {
+		vb, ok := b[k]
+		if !ok {
+			d, known := paramDefaults[k]
+			if !known || !reflect.DeepEqual(va, d) {
+				return false
+			}
+			continue
+		}
+		if !reflect.DeepEqual(va, vb) {
+			return false
+		}
+	}
+	for k, vb := range b {
+		if _, ok := a[k]; !ok {
+			if d, known := paramDefaults[k]; !known || !reflect.DeepEqual(vb, d) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // decodePositions appends the position deltas of token t (whose documents
@@ -760,10 +835,15 @@ func decodePositionRuns(stream, runs []byte, freqs []uint32, dst []uint32) ([]ui
 	return dst, nil
 }
 
-// invertKeys are the schema metadata of an invert file.
+// invertKeys are the schema metadata of an invert file (format 1's name
+// no tail codec).
 func invertKeys(keys map[string]string) map[string]string {
 	out := map[string]string{}
-	for _, k := range []string{keyFormat, keyBlockSize, keyTailCodec, keyPosLayout, keyPosCodec} {
+	names := []string{keyFormat, keyBlockSize, keyTailCodec, keyPosLayout, keyPosCodec}
+	if keys[keyFormat] == "1" {
+		names = names[:2]
+	}
+	for _, k := range names {
 		if v, ok := keys[k]; ok {
 			out[k] = v
 		}
@@ -893,31 +973,37 @@ func writeMetadata(ctx context.Context, st storage.Store, dir string, m Meta, de
 type invertWriter struct {
 	f       *fileOut
 	withPos bool
+	format1 bool
 	n       int
 	// pending columns
 	post, imp, posOff *lancefile.Array
 	maxScore, length  []byte
-	positions         *lancefile.Array
+	positions         *lancefile.Array // format 1: list<list<large_binary>>
 	pendingBytes      int
 }
 
 const invertWindowBytes = 8 << 20
 
-func newInvertWriter(ctx context.Context, st storage.Store, dir string, v lancefile.Version, withPos bool, keys map[string]string) (*invertWriter, error) {
+func newInvertWriter(ctx context.Context, st storage.Store, dir string, v lancefile.Version, withPos, format1 bool, keys map[string]string) (*invertWriter, error) {
 	fields := []*lancefile.Field{
 		lancefile.NewListField(postingColumn, largeBinary, false, true),
 		lancefile.NewField(maxScoreColumn, f32, false),
 		lancefile.NewField(lengthColumn, u32, false),
 		lancefile.NewListField(impactsColumn, largeBinary, false, true),
 	}
-	if withPos {
+	switch {
+	case withPos && format1:
+		pos := lancefile.NewListField(position1Column, lancefile.ListType(), false, true)
+		pos.Children[0].Children = []*lancefile.Field{{Name: "item", Type: largeBinary, Nullable: true}}
+		fields = append(fields, pos)
+	case withPos:
 		fields = append(fields, lancefile.NewField(positionColumn, largeBinary, false), lancefile.NewListField(posOffsetColumn, u32, false, true))
 	}
 	f, err := createFile(ctx, st, dir, InvertFile(0), v, fields, keys)
 	if err != nil {
 		return nil, err
 	}
-	w := &invertWriter{f: f, withPos: withPos}
+	w := &invertWriter{f: f, withPos: withPos, format1: format1}
 	w.reset()
 	return w, nil
 }
@@ -935,6 +1021,11 @@ func (w *invertWriter) reset() {
 	w.post, w.imp, w.posOff = emptyList(largeBinary), emptyList(largeBinary), emptyList(u32)
 	w.maxScore, w.length = nil, nil
 	w.positions = &lancefile.Array{Type: largeBinary, Values: []byte{}, Offsets: []int64{0}}
+	if w.format1 {
+		w.positions = emptyList(lancefile.ListType())
+		w.positions.Items.Items = emptyList(largeBinary).Items
+		w.positions.Items.Offsets, w.positions.Items.Values = []int64{0}, nil
+	}
 }
 
 func appendBinaryList(l *lancefile.Array, vals [][]byte) {
@@ -948,12 +1039,26 @@ func appendBinaryList(l *lancefile.Array, vals [][]byte) {
 	l.Len++
 }
 
-func (w *invertWriter) add(e encoded, length uint32, positions []byte, runs []uint32) error {
+func (w *invertWriter) add(e encoded, length uint32, positions []byte, runs []uint32, pos1 *lancefile.Array) error {
 	appendBinaryList(w.post, e.blocks)
 	appendBinaryList(w.imp, e.impacts)
 	w.maxScore = binary.LittleEndian.AppendUint32(w.maxScore, math.Float32bits(e.maxScore))
 	w.length = binary.LittleEndian.AppendUint32(w.length, length)
-	if w.withPos {
+	if w.withPos && w.format1 {
+		docs, bins := w.positions.Items, w.positions.Items.Items
+		for d := 0; d < pos1.Len; d++ {
+			lo, hi := pos1.Offsets[d], pos1.Offsets[d+1]
+			appendBinaryList(docs, nil)
+			for i := lo; i < hi; i++ {
+				bins.Values = append(bins.Values, pos1.Items.Values[pos1.Items.Offsets[i]:pos1.Items.Offsets[i+1]]...)
+				bins.Offsets = append(bins.Offsets, int64(len(bins.Values)))
+				bins.Len++
+			}
+			docs.Offsets[len(docs.Offsets)-1] = int64(bins.Len)
+		}
+		w.positions.Offsets = append(w.positions.Offsets, int64(docs.Len))
+		w.positions.Len++
+	} else if w.withPos {
 		w.positions.Values = append(w.positions.Values, positions...)
 		w.positions.Offsets = append(w.positions.Offsets, int64(len(w.positions.Values)))
 		w.positions.Len++
@@ -967,6 +1072,9 @@ func (w *invertWriter) add(e encoded, length uint32, positions []byte, runs []ui
 	}
 	w.n++
 	w.pendingBytes = len(w.post.Items.Values) + len(w.imp.Items.Values) + len(w.positions.Values)
+	if w.format1 {
+		w.pendingBytes += len(w.positions.Items.Items.Values)
+	}
 	if w.pendingBytes >= invertWindowBytes {
 		return w.flush()
 	}
@@ -978,7 +1086,10 @@ func (w *invertWriter) flush() error {
 		return nil
 	}
 	cols := []*lancefile.Array{w.post, {Type: f32, Len: w.n, Values: w.maxScore}, {Type: u32, Len: w.n, Values: w.length}, w.imp}
-	if w.withPos {
+	switch {
+	case w.withPos && w.format1:
+		cols = append(cols, w.positions)
+	case w.withPos:
 		cols = append(cols, w.positions, w.posOff)
 	}
 	err := w.f.w.Write(cols)

@@ -20,7 +20,7 @@ func TestPostingRoundTrip(t *testing.T) {
 			p.Freqs = append(p.Freqs, 1+uint32(rng.IntN(1<<uint(rng.IntN(12)))))
 			doc += 1 + uint32(rng.IntN(5))
 		}
-		e, _ := encodePosting(&p, numTokens, docNorms(numTokens, 150), idfScale(n, len(numTokens)), nil)
+		e, _ := encodePosting(&p, numTokens, docNorms(numTokens, 150), idfScale(n, len(numTokens)), false, nil)
 		blocks := (n + BlockSize - 1) / BlockSize
 		if len(e.blocks) != blocks || len(e.impacts) != blocks+(blocks+31)/32 {
 			t.Fatalf("n=%d: %d blocks, %d impact entries", n, len(e.blocks), len(e.impacts))

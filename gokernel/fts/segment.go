@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -20,6 +21,9 @@ import (
 // File, column and key names of a segment. Part of the format.
 const (
 	MetadataFile = "metadata.lance"
+	// legacyInvertFile is the single invert file of pylance 0.27 and
+	// earlier, whose segments have no metadata.lance.
+	legacyInvertFile = "invert.lance"
 
 	deletedColumn   = "deleted_fragments"
 	rowIDColumn     = "_rowid"
@@ -34,6 +38,7 @@ const (
 	lengthColumn    = "_length"
 	impactsColumn   = "_impacts"
 	positionColumn  = "_compressed_position"
+	position1Column = "_position" // FTS format 1
 	posOffsetColumn = "_position_block_offset"
 
 	keyPartitions   = "partitions"
@@ -46,6 +51,7 @@ const (
 	keyPosLayout    = "positions_layout"
 	keyPosCodec     = "positions_codec"
 	tailVarintDelta = "varint_delta_v1"
+	tailFixed32     = "fixed32_v1"
 	posLayoutShared = "shared_stream_v2"
 	posCodecPacked  = "packed_delta_v1"
 )
@@ -68,10 +74,37 @@ type Meta struct {
 	Deleted *roaring.Bitmap
 	// Version is the Lance file version of the segment's files.
 	Version lancefile.Version
+	// positions: the segment stores term positions.
+	positions bool
 }
 
 // WithPositions reports whether the segment stores term positions.
-func (m *Meta) WithPositions() bool { return m.Keys[keyPosLayout] != "" }
+func (m *Meta) WithPositions() bool { return m.positions }
+
+// FTS format 1 is what pylance 2.0.1 and earlier wrote (with no format
+// keys at all: format_version "") and what pylance 14.0.2 still writes
+// for an index created in it (its deltas and merges say format_version
+// "1", posting_tail_codec fixed32_v1). Its posting blocks are format 2's
+// but for the last, partial one:
+//
+//	f32 block score | u32 documents (absolute) | u32 frequencies
+//
+// and it keeps positions per document, in a _position column of
+// list<list<large_binary>>: per token, per document, a u32 count of
+// positions, then each group of 128 as u32 first | u8 width | deltas
+// packed 4x (the first delta 0), then the rest as raw u32s. Its invert
+// files have no _impacts in 2.0.1; its docs files no total_tokens; its
+// metadata.lance no deleted_fragments column. A segment of format 1 is
+// read into the format 2 representation (readInvertRange); a merge of
+// format 1 inputs writes format 1, as pylance 14.0.2's merge does.
+
+// Format1 reports whether the segment is of FTS format 1.
+func (m *Meta) Format1() bool { f := m.Keys[keyFormat]; return f == "" || f == "1" }
+
+// layout is what reading an invert file needs to know of its segment.
+type layout struct{ positions, format1 bool }
+
+func (m *Meta) layout() layout { return layout{m.positions, m.Format1()} }
 
 // Segment is an opened INVERTED segment.
 type Segment struct {
@@ -89,6 +122,14 @@ type Segment struct {
 func Open(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Segment, error) {
 	s := &Segment{Index: im, st: st, dir: table.IndexDir(im)}
 	r, closeFn, err := s.open(ctx, MetadataFile)
+	if errors.Is(err, errkind.NotFound) {
+		if obj, lerr := st.Open(ctx, s.dir+legacyInvertFile); lerr == nil {
+			obj.Close()
+			return nil, fmt.Errorf("%w: INVERTED segment %s has the layout of pylance 0.27 and earlier (%s, tokens.lance, docs.lance), "+
+				"which this version does not read; pylance's optimize_indices rewrites it in FTS format 1 when it first adds to the index",
+				errkind.Unsupported, table.IndexUUID(im), legacyInvertFile)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -111,11 +152,24 @@ func Open(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Segment
 	if err := checkLayout(m.Keys); err != nil {
 		return nil, fmt.Errorf("INVERTED segment %s: %w", table.IndexUUID(im), err)
 	}
+	m.positions = m.Keys[keyPosLayout] != ""
+	if m.Format1() {
+		var p struct {
+			WithPosition bool `json:"with_position"`
+		}
+		if err := json.Unmarshal([]byte(m.Params), &p); err != nil {
+			return nil, fmt.Errorf("%w: INVERTED segment %s: params %q: %v", errkind.Corrupt, table.IndexUUID(im), m.Params, err)
+		}
+		m.positions = p.WithPosition
+	}
+	m.Deleted = roaring.New()
+	if m.Keys[keyFormat] == "" && r.NumRows() == 0 {
+		return s, nil // 2.0.1: no deleted_fragments column
+	}
 	del, err := r.ReadAll(ctx, deletedColumn)
 	if err != nil {
 		return nil, fmt.Errorf("INVERTED segment %s: %w", table.IndexUUID(im), err)
 	}
-	m.Deleted = roaring.New()
 	if del.Len > 0 && del.IsValid(0) {
 		if _, err := m.Deleted.FromUnsafeBytes(del.Values[del.Offsets[0]:del.Offsets[1]]); err != nil {
 			return nil, fmt.Errorf("%w: INVERTED segment %s: deleted fragments: %v", errkind.Corrupt, table.IndexUUID(im), err)
@@ -131,10 +185,16 @@ func Open(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Segment
 // with block_size=256) pack 8 lanes and patch frequencies, and are not
 // read yet.
 func checkLayout(keys map[string]string) error {
-	if f := keys[keyFormat]; f != "2" && f != "3" {
-		return fmt.Errorf("%w: format_version %q (this version reads FTS formats 2 and 3)", errkind.Unsupported, f)
-	}
 	want := map[string]string{keyBlockSize: strconv.Itoa(BlockSize), keyTailCodec: tailVarintDelta}
+	switch keys[keyFormat] {
+	case "2", "3":
+	case "1":
+		want[keyTailCodec] = tailFixed32
+	case "":
+		want = map[string]string{keyBlockSize: "", keyTailCodec: ""}
+	default:
+		return fmt.Errorf("%w: format_version %q (this version reads FTS formats 1, 2 and 3)", errkind.Unsupported, keys[keyFormat])
+	}
 	for k, v := range want {
 		if keys[k] != v {
 			return fmt.Errorf("%w: %s %q (this version reads %s %q)", errkind.Unsupported, k, keys[k], k, v)
@@ -194,7 +254,10 @@ func (s *Segment) ReadDocs(ctx context.Context, p uint64) (*Docs, error) {
 		d.NumTokens[i] = binary.LittleEndian.Uint32(nt.Values[4*i:])
 		sum += uint64(d.NumTokens[i])
 	}
-	tt, _ := r.MetadataString(keyTotalTokens)
+	tt, ok := r.MetadataString(keyTotalTokens)
+	if !ok && s.Meta.Keys[keyFormat] == "" {
+		tt = strconv.FormatUint(sum, 10) // 2.0.1 wrote no total
+	}
 	if d.TotalTokens, err = strconv.ParseUint(tt, 10, 64); err != nil || d.TotalTokens != sum {
 		return nil, fmt.Errorf("%w: %s: total_tokens %q, documents hold %d", errkind.Corrupt, DocsFile(p), tt, sum)
 	}
@@ -296,8 +359,8 @@ func (v *Invert) blocksInto(t int, dst [][]byte) [][]byte {
 }
 
 // readInvertRow reads token t's row of an invert file.
-func readInvertRow(ctx context.Context, r *lancefile.Reader, t uint64, withPos bool) (*Invert, error) {
-	v, err := readInvertRange(ctx, r, t, t+1, withPos, false)
+func readInvertRow(ctx context.Context, r *lancefile.Reader, t uint64, lay layout) (*Invert, error) {
+	v, err := readInvertRange(ctx, r, t, t+1, lay, false)
 	if err != nil {
 		return nil, fmt.Errorf("invert file: %w", err)
 	}
@@ -339,7 +402,7 @@ func (s *Segment) ReadInvert(ctx context.Context, p uint64) (*Invert, error) {
 		return nil, err
 	}
 	defer closeFn()
-	v, err := readInvertRange(ctx, r, 0, r.NumRows(), s.Meta.WithPositions(), true)
+	v, err := readInvertRange(ctx, r, 0, r.NumRows(), s.Meta.layout(), true)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", InvertFile(p), err)
 	}
@@ -347,8 +410,9 @@ func (s *Segment) ReadInvert(ctx context.Context, p uint64) (*Invert, error) {
 }
 
 // readInvertRange reads rows [lo, hi) of an invert file (their max
-// scores only when scores is set: a merge computes them afresh).
-func readInvertRange(ctx context.Context, r *lancefile.Reader, lo, hi uint64, withPos, scores bool) (*Invert, error) {
+// scores only when scores is set: a merge computes them afresh), in the
+// format 2 representation whatever the segment's format.
+func readInvertRange(ctx context.Context, r *lancefile.Reader, lo, hi uint64, lay layout, scores bool) (*Invert, error) {
 	v := &Invert{}
 	var err error
 	if v.Postings, err = r.Read(ctx, postingColumn, lo, hi); err != nil {
@@ -371,7 +435,20 @@ func readInvertRange(ctx context.Context, r *lancefile.Reader, lo, hi uint64, wi
 			v.MaxScore[i] = math.Float32frombits(b)
 		}
 	}
-	if withPos {
+	if lay.format1 {
+		if err := v.tailsFromFixed32(); err != nil {
+			return nil, fmt.Errorf("rows [%d,%d): %w", lo, hi, err)
+		}
+	}
+	if lay.positions && lay.format1 {
+		col, err := r.Read(ctx, position1Column, lo, hi)
+		if err != nil {
+			return nil, err
+		}
+		if v.Positions, v.PosBlocks, err = positionsFromFormat1(col, v.Length); err != nil {
+			return nil, fmt.Errorf("rows [%d,%d): %w", lo, hi, err)
+		}
+	} else if lay.positions {
 		if v.Positions, err = r.Read(ctx, positionColumn, lo, hi); err != nil {
 			return nil, err
 		}

@@ -232,7 +232,7 @@ func (sp *spill) scatter(ctx context.Context, loads []load, parts []*part, u *to
 				return err
 			}
 			hi := min(lo+step, rows)
-			v, err := readInvertRange(ctx, r, lo, hi, withPos, false)
+			v, err := readInvertRange(ctx, r, lo, hi, l.seg.Meta.layout(), false)
 			if err != nil {
 				return fmt.Errorf("%s: %w", InvertFile(l.p), err)
 			}

@@ -40,6 +40,13 @@ func newColWriter(w *Writer, f *Field) (*colWriter, error) {
 		// Lists of binary: a List page over a Binary page in 2.0, full-zip
 		// pages in 2.1 and 2.2 (binaryListPage21).
 		binaryItems := len(f.Children) == 1 && f.Children[0].Type.Kind == KindBinary
+		if w.opts.Version == V2_0 && len(f.Children) == 1 && isList(f.Children[0].Type) {
+			// Lists of lists: 2.0 only (FTS format 1 positions).
+			if err := leafOfLists(f.Children[0]); err != nil {
+				return nil, fmt.Errorf("%w: lancefile: writing list field %q: %w", errkind.Unsupported, f.Name, err)
+			}
+			break
+		}
 		if !binaryItems && (len(f.Children) != 1 || f.Children[0].Type.ValueBits() == 0 || f.Children[0].Type.ValueBits()%8 != 0) {
 			return nil, fmt.Errorf("%w: lancefile: writing list field %q of %v", errkind.Unsupported, f.Name, f.Children)
 		}
@@ -487,9 +494,16 @@ func (c *colWriter) flush20(a *Array) error {
 		enc, bufs := values20(a)
 		return c.page(0, typeURLArrayEncoding, enc, bufs, a.Len, 0)
 	}
+	return c.list20(0, a)
+}
+
+// list20 writes a page of list rows a to physical column col (the
+// offsets) and their items to the columns after it: one more offsets
+// column per level of nesting, then the leaf values.
+func (c *colWriter) list20(col int, a *Array) error {
 	// Offsets column: u64 end offsets relative to this page's first item;
 	// a null row adds null_offset_adjustment = num_items + 1.
-	items := a.Items.Len
+	items := int(a.Offsets[a.Len] - a.Offsets[0])
 	adj := uint64(items) + 1
 	offs := make([]byte, 8*a.Len)
 	for i := 0; i < a.Len; i++ {
@@ -501,17 +515,24 @@ func (c *colWriter) flush20(a *Array) error {
 	}
 	list := &enc20.ArrayEncoding{ArrayEncoding: &enc20.ArrayEncoding_List{List: &enc20.List{
 		Offsets: noNull20(flat20(64, 0)), NullOffsetAdjustment: adj, NumItems: uint64(items)}}}
-	if err := c.page(0, typeURLArrayEncoding, list, [][]byte{offs}, a.Len, 0); err != nil {
+	if err := c.page(col, typeURLArrayEncoding, list, [][]byte{offs}, a.Len, 0); err != nil {
 		return err
 	}
 	if items == 0 {
 		return nil
 	}
-	enc, bufs := values20(a.Items)
-	if a.Items.Type.Kind == KindBinary {
-		enc, bufs = binary20(a.Items)
+	it := a.Items
+	if a.Offsets[0] != 0 || int(a.Offsets[a.Len]) != it.Len {
+		it = it.Slice(int(a.Offsets[0]), int(a.Offsets[a.Len]))
 	}
-	return c.page(1, typeURLArrayEncoding, enc, bufs, items, 0)
+	if isList(it.Type) {
+		return c.list20(col+1, it)
+	}
+	enc, bufs := values20(it)
+	if it.Type.Kind == KindBinary {
+		enc, bufs = binary20(it)
+	}
+	return c.page(col+1, typeURLArrayEncoding, enc, bufs, items, 0)
 }
 
 // ---- 2.1 / 2.2 -----------------------------------------------------------

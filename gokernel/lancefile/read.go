@@ -67,11 +67,23 @@ func (r *Reader) ReadInto(ctx context.Context, name string, start, end uint64, d
 			return nil, fmt.Errorf("%w: lancefile: %s: list %q has %d children", errkind.Corrupt, r.name, name, len(f.Children))
 		}
 		it := f.Children[0].Type
+		if r.foot.version == V2_0 && isList(it) {
+			// Lists of lists (FTS format 1 positions): one offsets
+			// column per level, then the leaf's.
+			if err := leafOfLists(f.Children[0]); err != nil {
+				return nil, fmt.Errorf("%w: lancefile: %s: %w", errkind.Unsupported, r.name, err)
+			}
+			out, err := r.readList20(ctx, cols, f, int(start), int(end))
+			if err != nil {
+				return nil, fmt.Errorf("lancefile: %s: column %q rows [%d,%d): %w", r.name, name, start, end, err)
+			}
+			return out, nil
+		}
 		if it.Kind != KindBinary && (it.ValueBits() == 0 || it.ValueBits()%8 != 0) {
 			return nil, fmt.Errorf("%w: lancefile: %s: lists of %s", errkind.Unsupported, r.name, it)
 		}
 		if r.foot.version == V2_0 {
-			return r.readList20(ctx, cols, t, it, int(start), int(end))
+			return r.readList20(ctx, cols, f, int(start), int(end))
 		}
 	case t.Kind == KindBinary:
 	default:
@@ -99,6 +111,21 @@ func (r *Reader) ReadInto(ctx context.Context, name string, start, end uint64, d
 		return nil, fmt.Errorf("lancefile: %s: column %q rows [%d,%d): %w", r.name, name, start, end, err)
 	}
 	return out, nil
+}
+
+// leafOfLists checks that f is a list (of lists...) of binary or of
+// byte-aligned fixed-width values: what a 2.0 list reader decodes.
+func leafOfLists(f *Field) error {
+	for isList(f.Type) {
+		if len(f.Children) != 1 {
+			return fmt.Errorf("list %q has %d children", f.Name, len(f.Children))
+		}
+		f = f.Children[0]
+	}
+	if it := f.Type; it.Kind != KindBinary && (it.ValueBits() == 0 || it.ValueBits()%8 != 0) {
+		return fmt.Errorf("lists of %s", it)
+	}
+	return nil
 }
 
 // readColumn reads rows [start, end) of one physical column, page by page.

@@ -277,10 +277,13 @@ func (d decoder20) bits(enc *enc20.ArrayEncoding, a, b int) ([]byte, error) {
 // readList20 reads list rows [start, end): 2.0 stores a list as an offsets
 // column (u64 end offsets per row, relative to the page's first item, plus
 // null_offset_adjustment for null rows) and a separate items column whose
-// rows are numbered across all offsets pages.
-func (r *Reader) readList20(ctx context.Context, cols []int, t, item DataType, start, end int) (*Array, error) {
-	if len(cols) != 2 {
-		return nil, fmt.Errorf("%w: 2.0 list of %s over %d columns", errkind.Unsupported, item, len(cols))
+// rows are numbered across all offsets pages. Items that are lists
+// themselves are read the same way from the columns after the offsets.
+func (r *Reader) readList20(ctx context.Context, cols []int, f *Field, start, end int) (*Array, error) {
+	t, child := f.Type, f.Children[0]
+	item := child.Type
+	if want := columnCount(f, V2_0); len(cols) != want {
+		return nil, fmt.Errorf("%w: 2.0 list of %s over %d columns, not %d", errkind.Corrupt, item, len(cols), want)
 	}
 	out := &Array{Type: t, Offsets: []int64{0}}
 	var itemParts []*Array
@@ -332,7 +335,14 @@ func (r *Reader) readList20(ctx context.Context, cols []int, t, item DataType, s
 				out.Offsets = append(out.Offsets, out.Offsets[len(out.Offsets)-1]+e-prev)
 				prev = e
 			}
-			items, err := r.readColumn(ctx, cols[1], item, DataType{}, int(itemBase+first), int(itemBase+prev))
+			var items *Array
+			if first == prev {
+				items = emptyOf(child)
+			} else if isList(item) {
+				items, err = r.readList20(ctx, cols[1:], child, int(itemBase+first), int(itemBase+prev))
+			} else {
+				items, err = r.readColumn(ctx, cols[1], item, DataType{}, int(itemBase+first), int(itemBase+prev))
+			}
 			if err != nil {
 				return nil, fmt.Errorf("list items: %w", err)
 			}
@@ -344,15 +354,30 @@ func (r *Reader) readList20(ctx context.Context, cols []int, t, item DataType, s
 			break
 		}
 	}
-	items, err := Concat(item, itemParts)
-	if err != nil {
-		return nil, err
+	out.Items = emptyOf(child)
+	if len(itemParts) > 0 {
+		items, err := Concat(item, itemParts)
+		if err != nil {
+			return nil, err
+		}
+		out.Items = items
 	}
-	out.Items = items
 	if out.Len != end-start {
 		return nil, fmt.Errorf("%w: list pages hold %d of rows [%d,%d)", errkind.Corrupt, out.Len, start, end)
 	}
 	return out, nil
+}
+
+// emptyOf is an array of no rows of field f's type, lists' items too.
+func emptyOf(f *Field) *Array {
+	a := &Array{Type: f.Type, Values: []byte{}}
+	if isList(f.Type) || f.Type.Kind == KindBinary {
+		a.Offsets = []int64{0}
+	}
+	if isList(f.Type) && len(f.Children) == 1 {
+		a.Values, a.Items = nil, emptyOf(f.Children[0])
+	}
+	return a
 }
 
 func boolBit(v bool) []byte {

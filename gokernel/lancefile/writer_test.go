@@ -71,7 +71,7 @@ func equalRows(t *testing.T, label string, want, got *Array) {
 			if w.Len != g.Len || !bytes.Equal(w.Values, g.Values) && w.Type.Kind != KindBinary {
 				t.Fatalf("%s: list row %d differs", label, i)
 			}
-			if w.Type.Kind == KindBinary {
+			if w.Type.Kind == KindBinary || isList(w.Type) {
 				equalRows(t, fmt.Sprintf("%s: list row %d", label, i), w, g)
 			}
 			continue
@@ -545,6 +545,76 @@ func TestListOfBinary(t *testing.T) {
 		if err = w.Finish(); err == nil {
 			t.Fatal("2.2: an empty list of binary written")
 		}
+	}
+}
+
+// TestListOfListsOfBinary20: a 2.0 list of lists of binary (FTS format 1
+// positions: per token, per document, its packed chunks) is three
+// physical columns; it is written over several pages and read back whole
+// and by range, empty lists at both levels included. 2.1+ refuse it.
+func TestListOfListsOfBinary20(t *testing.T) {
+	ctx := context.Background()
+	bin := DataType{Kind: KindBinary, Logical: "large_binary"}
+	inner := &Array{Type: ListType(), Offsets: []int64{0}, Items: &Array{Type: bin, Offsets: []int64{0}}}
+	const n = 500
+	outer := &Array{Type: ListType(), Len: n, Offsets: []int64{0}, Items: inner}
+	r := rand.New(rand.NewPCG(5, 6))
+	for i := 0; i < n; i++ {
+		for d := r.IntN(5); d > 0; d-- {
+			for k := r.IntN(4); k > 0; k-- {
+				b := make([]byte, r.IntN(40))
+				for x := range b {
+					b[x] = byte(r.Uint32())
+				}
+				it := inner.Items
+				it.Values = append(it.Values, b...)
+				it.Offsets = append(it.Offsets, int64(len(it.Values)))
+				it.Len++
+			}
+			inner.Offsets = append(inner.Offsets, int64(inner.Items.Len))
+			inner.Len++
+		}
+		outer.Offsets = append(outer.Offsets, int64(inner.Len))
+	}
+	field := func() *Field {
+		f := NewListField("_position", ListType(), false, false)
+		f.Children[0].Children = []*Field{{Name: "item", Type: bin}}
+		return f
+	}
+	var buf bytes.Buffer
+	w, err := NewWriter(&buf, []*Field{field()}, WriterOptions{Version: V2_0, MaxPageBytes: 4 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for lo := 0; lo < n; lo += 120 {
+		if err := w.Write([]*Array{outer.Slice(lo, min(lo+120, n))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	rd, err := openBytes(t, buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pages := len(rd.columns[0].GetPages()); pages < 3 {
+		t.Fatalf("%d offsets pages: the test means to cross pages", pages)
+	}
+	got, err := rd.ReadAll(ctx, "_position")
+	if err != nil {
+		t.Fatal(err)
+	}
+	equalRows(t, "all", outer, got)
+	for _, rg := range [][2]int{{0, 1}, {117, 365}, {n - 2, n}} {
+		got, err := rd.Read(ctx, "_position", uint64(rg[0]), uint64(rg[1]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		equalRows(t, fmt.Sprint(rg), outer.Slice(rg[0], rg[1]), got)
+	}
+	if _, err := NewWriter(&bytes.Buffer{}, []*Field{field()}, WriterOptions{Version: V2_2}); !errors.Is(err, errkind.Unsupported) {
+		t.Fatalf("2.2 list of lists: %v", err)
 	}
 }
 

@@ -31,7 +31,7 @@ func buildFTS(ctx context.Context, st storage.Store, snap *table.Snapshot, opts 
 	if col.Type.Kind != lancefile.KindBinary || col.Type.Logical != "string" && col.Type.Logical != "large_string" {
 		return nil, fmt.Errorf("%w: build: an INVERTED index is built here over a string column; column %q is %s", errkind.InvalidInput, opts.Column, col.Type)
 	}
-	params, err := ftsParams(ctx, st, snap, opts, existing)
+	params, format1, err := ftsParams(ctx, st, snap, opts, existing)
 	if err != nil {
 		return nil, err
 	}
@@ -65,49 +65,57 @@ func buildFTS(ctx context.Context, st storage.Store, snap *table.Snapshot, opts 
 	if err != nil {
 		return nil, err
 	}
-	res, err := b.Write(ctx, st, fts.WriteOptions{Dir: dir, Params: params.JSON(), Version: version})
+	res, err := b.Write(ctx, st, fts.WriteOptions{Dir: dir, Params: params.JSON(), Version: version, Format1: format1})
 	if err != nil {
 		return nil, err
 	}
 	prog.RowsWritten.Add(int64(res.DocsWritten))
 	prog.SetStage("done")
-	return scalarEntry(id, snap, opts, col, existing, res.Files, ftsDetails(params))
+	e, err := scalarEntry(id, snap, opts, col, existing, res.Files, ftsDetails(params, 2))
+	if err == nil && format1 {
+		// As pylance 14.0.2 records its own deltas of a format 1 index.
+		iv := int32(1)
+		e.IndexVersion, e.IndexDetails.Value = &iv, ftsDetails(params, 1)
+	}
+	return e, err
 }
 
 // ftsParams are the analyzer parameters of the segment: the index's own
 // when it has segments (opts.Params must then be absent or say the
-// same), else opts.Params over pylance's defaults.
-func ftsParams(ctx context.Context, st storage.Store, snap *table.Snapshot, opts ScalarBuildOptions, existing *pb.IndexMetadata) (fts.Params, error) {
+// same), else opts.Params over pylance's defaults; and whether the
+// index's segments are of FTS format 1, which the new one then is too
+// (pylance 14.0.2 keeps an index's format in its deltas).
+func ftsParams(ctx context.Context, st storage.Store, snap *table.Snapshot, opts ScalarBuildOptions, existing *pb.IndexMetadata) (fts.Params, bool, error) {
 	given, err := fts.ParseParams(string(opts.Params))
 	if err != nil {
-		return given, err
+		return given, false, err
 	}
 	if existing == nil {
-		return given, nil
+		return given, false, nil
 	}
 	ist, err := snap.IndexStore(ctx, st, existing)
 	if err != nil {
-		return given, err
+		return given, false, err
 	}
 	seg, err := fts.Open(ctx, ist, existing)
 	if err != nil {
-		return given, fmt.Errorf("build: reading index %q's segment %s: %w", opts.IndexName, table.IndexUUID(existing), err)
+		return given, false, fmt.Errorf("build: reading index %q's segment %s: %w", opts.IndexName, table.IndexUUID(existing), err)
 	}
 	have, err := fts.ParseParams(seg.Meta.Params)
 	if err != nil {
-		return given, err
+		return given, false, err
 	}
 	if len(opts.Params) > 0 && string(opts.Params) != "null" && given.JSON() != have.JSON() {
-		return given, fmt.Errorf("%w: build: index %q's segments are analyzed with %s, not %s", errkind.InvalidInput, opts.IndexName, have.JSON(), given.JSON())
+		return given, false, fmt.Errorf("%w: build: index %q's segments are analyzed with %s, not %s", errkind.InvalidInput, opts.IndexName, have.JSON(), given.JSON())
 	}
-	return have, nil
+	return have, seg.Meta.Format1(), nil
 }
 
 // ftsDetails is the InvertedIndexDetails message pylance 14.0.2 records
-// in the manifest for an index of parameters p (protobuf field numbers
-// from Lance's index proto; 12 and 15, the block size and the FTS
-// format, as pylance 14.0.2 writes them).
-func ftsDetails(p fts.Params) []byte {
+// in the manifest for an index of parameters p and FTS format format
+// (protobuf field numbers from Lance's index proto; 12 and 15, the block
+// size and the FTS format, as pylance 14.0.2 writes them).
+func ftsDetails(p fts.Params, format uint64) []byte {
 	var b []byte
 	str := func(num protowire.Number, s string) {
 		b = protowire.AppendTag(b, num, protowire.BytesType)
@@ -140,6 +148,6 @@ func ftsDetails(p fts.Params) []byte {
 	varint(10, uint64(p.MaxNgramLength))
 	flag(11, p.PrefixOnly)
 	varint(12, uint64(p.BlockSize))
-	varint(15, 2)
+	varint(15, format)
 	return b
 }

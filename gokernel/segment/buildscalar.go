@@ -338,7 +338,11 @@ func existingScalarIndex(snap *table.Snapshot, opts ScalarBuildOptions, col *vec
 		if t := OtherType(im); t != opts.IndexType {
 			return nil, fmt.Errorf("%w: build: index %q is a %s index, not %s", errkind.InvalidInput, opts.IndexName, kindName(t), opts.IndexType)
 		}
-		if want := scalarIndexVersion(snap, opts.IndexType); im.GetIndexVersion() != want {
+		// An INVERTED index of version 1 is FTS format 1, which buildFTS
+		// writes too; of version 0, pylance 0.27's layout, which fts.Open
+		// names.
+		olderFTS := opts.IndexType == "INVERTED" && im.GetIndexVersion() < ftsIndexVersion
+		if want := scalarIndexVersion(snap, opts.IndexType); im.GetIndexVersion() != want && !olderFTS {
 			// a BTREE of version 0 on a dataset with stable row ids holds
 			// stable ids, which the data files do not carry
 			return nil, fmt.Errorf("%w: build: index %q's segments are of index version %d (this build writes version %d)", errkind.Unsupported, opts.IndexName, im.GetIndexVersion(), want)

@@ -140,7 +140,11 @@ func mergeBTree(ctx context.Context, st storage.Store, snap *table.Snapshot, met
 	opts.Progress.RowsRead.Add(int64(res.RowsRead))
 	opts.Progress.RowsWritten.Add(int64(res.RowsWritten))
 	opts.Progress.SetStage("done")
-	return mergedEntry(id, metas, res.Files)
+	im, err := mergedEntry(id, metas, res.Files)
+	if err != nil {
+		return nil, err
+	}
+	return newestLayout(im, metas), nil
 }
 
 // removeOutput removes the named files of a failed merge's or build's
@@ -306,13 +310,15 @@ func mergeBitmap(ctx context.Context, st storage.Store, snap *table.Snapshot, me
 	return newestLayout(im, metas), nil
 }
 
-// newestLayout gives a merged BITMAP, LABEL_LIST, ZONEMAP or BLOOMFILTER
-// entry the index version and details of its newest input layout: the
-// output is written in it (a LABEL_LIST of pylance 2.0.1, version 0 and
-// no map of null lists, merged with 14.0.2's version-1 deltas is version
-// 1 with a map; a ZONEMAP of 2.0.1, empty details and no map of null rows,
-// takes the later inputs' details), as pylance 14.0.2's own merge writes
-// it. Inputs of one layout are unchanged by this.
+// newestLayout gives a merged BITMAP, LABEL_LIST, ZONEMAP, BLOOMFILTER or
+// INVERTED entry the index version and details of its newest input
+// layout: the output is written in it (a LABEL_LIST of pylance 2.0.1,
+// version 0 and no map of null lists, merged with 14.0.2's version-1
+// deltas is version 1 with a map; a ZONEMAP of 2.0.1, empty details and
+// no map of null rows, takes the later inputs' details; an INVERTED index
+// of 2.0.1, whose details name no block size or FTS format, takes those
+// of 14.0.2's format 1 deltas), as pylance 14.0.2's own merge writes it.
+// Inputs of one layout are unchanged by this.
 func newestLayout(im *pb.IndexMetadata, metas []*pb.IndexMetadata) *pb.IndexMetadata {
 	newest := metas[0]
 	for _, m := range metas[1:] {
@@ -378,7 +384,11 @@ func mergeFTS(ctx context.Context, st storage.Store, snap *table.Snapshot, metas
 	opts.Progress.RowsRead.Add(int64(res.DocsRead))
 	opts.Progress.RowsWritten.Add(int64(res.DocsWritten))
 	opts.Progress.SetStage("done")
-	return mergedEntry(id, metas, res.Files)
+	im, err := mergedEntry(id, metas, res.Files)
+	if err != nil {
+		return nil, err
+	}
+	return newestLayout(im, metas), nil
 }
 
 // mergeByKey runs a merge whose segments list rows by key (BITMAP,

@@ -4,9 +4,9 @@ order, LABEL_LIST
 without a map of null lists, ZONEMAP without a map of null rows, NGRAM
 posting lists in 2.0 buffers marked compression "none", FTS format 1) gets
 14.0.2's optimize deltas after an upgrade; our optimize merges each index
-and answers every filter as 14.0.2's own optimize_indices and a scan do,
-and an index layout we do not read is UnsupportedError naming it, with the
-dataset left as it was."""
+and answers every filter (and full-text query) as 14.0.2's own
+optimize_indices and a scan do, and an index layout we do not read is
+UnsupportedError naming it, with the dataset left as it was."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ import lance_segmerge as ls
 
 sys.path.insert(0, str(Path(__file__).parent))
 from compat import venvs  # noqa: E402
+from compat.scalar_writer import text  # noqa: E402
 
 HERE = Path(__file__).parent / "compat"
 #: the releases test_compat_releases' slice installs (ZONEMAP from 2.0.1 on)
@@ -36,6 +37,12 @@ FILTERS = {
     "tags_label_list": ["array_has_any(tags, [4])", "array_has_all(tags, [1, 2])"],
     "z_zonemap": ["z IS NULL", "z = 7", "z > 490"],
     "c_ngram": ["contains(c, '36')", "contains(c, 'c1')"],
+}
+#: full-text indices and their queries (t_inverted keeps positions where
+#: the release does; pylance 14.0.2 drops them converting 0.23/0.27's)
+FTS = {
+    "c_inverted": ["c3", "c1 c36"],
+    "t_inverted": ["alpha", "lance merge w3", "segment", '"alpha beta"', '"index merge segment"'],
 }
 
 
@@ -50,7 +57,9 @@ def upgraded(request, tmp_path_factory) -> dict:
     out = subprocess.run([str(py), str(HERE / "scalar_writer.py"), str(root)], check=True, capture_output=True, text=True,
                          env=env, timeout=900)
     w = json.loads(next(line for line in out.stdout.splitlines() if line.startswith("{")))
-    assert w["version"] == rel and set(FILTERS) - {"z_zonemap"} <= set(w["indices"]), w
+    assert w["version"] == rel and set(FILTERS) - {"z_zonemap"} | set(FTS) <= set(w["indices"]), w
+    w["pristine"] = str(root / "pristine")
+    shutil.copytree(w["uri"], w["pristine"])
     rng = np.random.default_rng(9)
     for a in range(2):
         start = 100_000 + 2000 * a
@@ -60,6 +69,7 @@ def upgraded(request, tmp_path_factory) -> dict:
             "z": pa.array(rng.integers(-500, 500, 2000), mask=rng.random(2000) < 0.05),
             "c": pa.array([f"c{x % 37}" for x in i]),
             "tags": pa.array([[int(x % 5), int(x % 3)] for x in i], type=pa.list_(pa.int64())),
+            "t": pa.array(text(i, rng)),
         }), w["uri"], mode="append")
         for name in list(w["indices"]):
             try:
@@ -106,10 +116,90 @@ def test_the_release_s_own_segments_verify_clean(upgraded):
         assert {s.verdict for s in segs} <= {"clean", "unverified"}, (name, segs)
 
 
-def test_a_full_text_index_of_the_release_is_unsupported(upgraded, tmp_path):
-    uri = str(tmp_path / "fts")
-    shutil.copytree(upgraded["uri"], uri)
+def _fts(uri: str, name: str) -> dict:
+    """Every query's rows and scores, or the error pylance raises (a
+    phrase query on an index without positions)."""
+    ds = lance.dataset(uri)
+    out = {}
+    for q in FTS[name]:
+        try:
+            t = ds.to_table(full_text_query=q, columns=["id"])
+            out[q] = sorted(zip(t["id"].to_pylist(), np.round(t["_score"].to_numpy(), 4).tolist()))
+        except ValueError as e:
+            out[q] = f"ValueError: {str(e)[:60]}"
+    return out
+
+
+def _invert(uri: str, name: str) -> tuple[dict, pa.Table]:
+    """The merged segment's metadata.lance keys and invert file."""
+    from lance.file import LanceFileReader
+
+    (ix,) = [i for i in lance.dataset(uri).list_indices() if i["name"] == name]
+    d = Path(uri) / "_indices" / ix["uuid"]
+    keys = LanceFileReader(str(d / "metadata.lance")).metadata().schema.metadata
+    return {k.decode(): v.decode() for k, v in keys.items() if k != b"params"}, LanceFileReader(str(d / "part_0_invert.lance")).read_all().to_table()
+
+
+@pytest.mark.parametrize("name", sorted(FTS))
+def test_a_full_text_index_of_the_release_merges_as_pylance_merges_it(upgraded, tmp_path, name):
+    """FTS format 1: 2.0.1 wrote it with no format keys, and pylance
+    14.0.2 keeps it in its deltas (format_version "1", fixed32 tails,
+    positions per document); 14.0.2 converts 0.23/0.27's older layout to
+    it at its first delta. Our merge writes format 1 as 14.0.2's merge
+    does: the same posting blocks, scores, impacts and positions, the same
+    answers; a segment we build for a new fragment is format 1 too."""
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    shutil.copytree(upgraded["uri"], ours)
+    shutil.copytree(upgraded["uri"], theirs)
+    n = len(ls.open(ours).list_index_segments(name))
+    assert n >= 2
+    lance.dataset(theirs).optimize.optimize_indices(index_names=[name], num_indices_to_merge=n)
+    ls.optimize(ours, name, progress=False)
+    assert len(ls.open(ours).list_index_segments(name)) == 1
+    want = _fts(theirs, name)
+    assert _fts(ours, name) == want and all(want.values())
+    (k_ours, inv_ours), (k_theirs, inv_theirs) = _invert(ours, name), _invert(theirs, name)
+    assert k_ours == k_theirs and k_ours["format_version"] == "1" and k_ours["posting_tail_codec"] == "fixed32_v1", (k_ours, k_theirs)
+    assert inv_ours.schema == inv_theirs.schema
+    assert inv_ours.equals(inv_theirs)  # blocks, scores, lengths, impacts (and positions), row for row
+    positions = "_position" in inv_ours.column_names
+    assert positions == (name == "t_inverted" and upgraded["version"] == "2.0.1"), inv_ours.column_names
+    assert [s.verdict for s in ls.verify_index(ours, name).segments] == ["clean"]
+
+    # A new fragment: pylance's optimize delta, and one we build.
+    rng = np.random.default_rng(3)
+    i = np.arange(200_000, 200_300)
+    more = pa.table({"id": pa.array(i), "k": pa.array(rng.integers(-500, 500, 300)), "z": pa.array(rng.integers(-500, 500, 300)),
+                     "c": pa.array([f"c{x % 37}" for x in i]), "tags": pa.array([[1, 2]] * 300, type=pa.list_(pa.int64())),
+                     "t": pa.array(text(i, rng))})
+    for uri in (ours, theirs):
+        lance.write_dataset(more, uri, mode="append")
+    lance.dataset(theirs).optimize.optimize_indices(index_names=[name], num_indices_to_merge=0)
+    col = name.split("_")[0]
+    new = max(f.fragment_id for f in lance.dataset(ours).get_fragments())
+    seg = ls.build_index_segment(ours, col, "INVERTED", [new], name=name)
+    ls.commit_existing_index_segments(ours, name, col, [seg])
+    assert seg.index_version == 1 and seg.format_version == 1
+    assert _fts(ours, name) == _fts(theirs, name)
+    lance.dataset(ours).optimize.optimize_indices(index_names=[name], num_indices_to_merge=2)  # pylance merges ours
+    assert _fts(ours, name) == _fts(theirs, name)
+
+
+def test_a_full_text_index_of_the_layout_before_format_1_is_unsupported(upgraded, tmp_path):
+    """0.23/0.27 wrote one invert.lance per segment and no metadata.lance:
+    verify calls it unverified (not damaged) and a build that must read it
+    is UnsupportedError naming the layout, with the dataset untouched."""
+    uri = str(tmp_path / "t")
+    shutil.copytree(upgraded["pristine"], uri)
+    if upgraded["version"] == "2.0.1":
+        assert [s.verdict for s in ls.verify_index(uri, "c_inverted").segments] == ["clean"]  # format 1 already
+        return
+    (v,) = ls.verify_index(uri, "c_inverted").segments
+    assert v.verdict == "unverified" and v.damage == (), v
+    lance.write_dataset(pa.table({"id": [1], "k": [1], "z": [1], "c": ["c1"], "tags": pa.array([[1]], type=pa.list_(pa.int64())),
+                                  "t": ["alpha"]}), uri, mode="append")
+    new = max(f.fragment_id for f in lance.dataset(uri).get_fragments())
     before = sorted(p.relative_to(uri).as_posix() for p in Path(uri).rglob("*"))
-    with pytest.raises(ls.UnsupportedError, match='format_version "1?"'):
-        ls.optimize(uri, "c_inverted", progress=False)
+    with pytest.raises(ls.UnsupportedError, match="pylance 0.27 and earlier"):
+        ls.build_index_segment(uri, "c", "INVERTED", [new], name="c_inverted")
     assert sorted(p.relative_to(uri).as_posix() for p in Path(uri).rglob("*")) == before

@@ -1,6 +1,6 @@
 """Runs inside an older release's environment: writes a table with one
 scalar index of each type that release builds (BTREE, BITMAP, LABEL_LIST,
-ZONEMAP, NGRAM, INVERTED), appends to it and optimizes with that release's
+ZONEMAP, NGRAM, INVERTED, and INVERTED with positions), appends to it and optimizes with that release's
 own defaults, and deletes rows.
 
 Usage: python scalar_writer.py OUT_DIR  (prints one JSON line: the uri and
@@ -17,7 +17,18 @@ import numpy as np
 import pyarrow as pa
 
 ROWS = 2000
-INDICES = [("k", "BTREE"), ("c", "BITMAP"), ("tags", "LABEL_LIST"), ("z", "ZONEMAP"), ("c", "NGRAM"), ("c", "INVERTED")]
+INDICES = [("k", "BTREE"), ("c", "BITMAP"), ("tags", "LABEL_LIST"), ("z", "ZONEMAP"), ("c", "NGRAM"), ("c", "INVERTED"), ("t", "INVERTED")]
+WORDS = ["alpha", "beta", "gamma", "delta", "lance", "index", "merge", "segment"]
+
+
+def text(i: np.ndarray, rng: np.random.Generator) -> list[str]:
+    """Phrases of 3-13 words; every 97th row is 1,101 words, where a word
+    has more than 128 positions (format 1 packs positions 128 at a time)."""
+    out = []
+    for x in i:
+        n = 1100 if x % 97 == 0 else 2 + int(x) % 11
+        out.append(" ".join(rng.choice(WORDS, n).tolist() + [f"w{x % 13}"]))
+    return out
 
 
 def table(start: int) -> pa.Table:
@@ -29,6 +40,7 @@ def table(start: int) -> pa.Table:
         "z": pa.array(rng.integers(-500, 500, ROWS), mask=rng.random(ROWS) < 0.05),
         "c": pa.array([f"c{x % 37}" for x in i]),
         "tags": pa.array([[int(x % 5), int(x % 3)] for x in i], type=pa.list_(pa.int64())),
+        "t": pa.array(text(i, rng)),
     })
 
 
@@ -38,8 +50,9 @@ def main() -> None:
     made = []
     for col, kind in INDICES:
         name = f"{col}_{kind.lower()}"
+        kw = {"with_position": True} if col == "t" else {}
         try:
-            ds.create_scalar_index(col, kind, name=name)
+            ds.create_scalar_index(col, kind, name=name, **kw)
             made.append(name)
         except Exception:  # noqa: BLE001 - a type this release does not build
             pass
