@@ -1,9 +1,13 @@
 package bitmap
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/RoaringBitmap/roaring/v2"
@@ -132,5 +136,42 @@ func TestMergeAndCheckRefuseDisorder(t *testing.T) {
 	chk, err = Check(ctx, st, dup, func(f uint32) bool { return f == 0 }, true)
 	if err != nil || len(chk.Problems) != 3 {
 		t.Fatalf("check: %v %+v (want two foreign fragments and a row under two keys)", err, chk)
+	}
+}
+
+// A segment whose keys are out of order (3,000 keys, three windows) is
+// taken in key order from its columns read whole, or, above reorderBytes,
+// a row at a time: both merges write the same file.
+func TestKeysOutOfOrderTakenWholeOrByRow(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	st := storage.NewLocal(root, root)
+	keys := make([]string, 3000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%05d", i)
+	}
+	rand.New(rand.NewPCG(7, 8)).Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+	hashed := writeSegment(t, st, keys, 0, func(i int) []uint32 { return []uint32{uint32(i), uint32(i + 4000)} })
+	delta := writeSegment(t, st, []string{"", "k00010", "zz"}, 1, func(i int) []uint32 { return []uint32{uint32(i)} })
+	var files [2][]byte
+	for i, budget := range []int64{reorderBytes, 0} {
+		saved := reorderBytes
+		reorderBytes = budget
+		id := uuid.New()
+		res, err := Merge(ctx, st, []*pb.IndexMetadata{hashed, delta}, MergeOptions{IndexUUID: id})
+		reorderBytes = saved
+		if err != nil || res.KeysWritten != 3002 {
+			t.Fatalf("budget %d: %+v, %v", budget, res, err)
+		}
+		if files[i], err = os.ReadFile(filepath.Join(root, table.IndicesDir, id.String(), FileName)); err != nil {
+			t.Fatal(err)
+		}
+		chk, err := Check(ctx, st, &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: id[:]}, Files: res.Files}, func(f uint32) bool { return f < 2 }, true)
+		if err != nil || len(chk.Problems) != 0 || chk.Keys != 3002 {
+			t.Fatalf("budget %d: check %v %+v", budget, err, chk)
+		}
+	}
+	if !bytes.Equal(files[0], files[1]) {
+		t.Fatal("the merge read whole and the merge read by row wrote different files")
 	}
 }
