@@ -21,7 +21,8 @@ import (
 const ftsIndexVersion = 2
 
 // buildFTS writes one uncommitted INVERTED segment over the fragments
-// from the text column: each live, non-null row analyzed as pylance
+// from the text column (documents named by stable row ids on a dataset
+// that has them): each live, non-null row analyzed as pylance
 // 14.0.2's analyzer of the index's parameters analyzes it (fts.Analyzer;
 // parameters whose tokens are not reproduced are errkind.Unsupported),
 // the documents collected in memory (bounded by the fragments' rows), then
@@ -40,6 +41,9 @@ func buildFTS(ctx context.Context, st storage.Store, snap *table.Snapshot, opts 
 		return nil, err
 	}
 	b := fts.NewBuilder(params.WithPosition)
+	// Documents are stable row ids where the dataset has them, as in
+	// pylance 14.0.2's create_scalar_index there.
+	rd.NameRowsByStableIDs()
 	prog.SetStage("read")
 	err = rd.ScanValues(ctx, opts.FragmentIDs, opts.WindowRows, func(w *vecdata.ValueWindow) error {
 		v := w.Values
@@ -50,7 +54,7 @@ func buildFTS(ctx context.Context, st storage.Store, snap *table.Snapshot, opts 
 			if err := an.Analyze(v.Values[v.Offsets[i]:v.Offsets[i+1]], b.Token); err != nil {
 				return fmt.Errorf("build: column %q, row %d of fragment %d: %w", opts.Column, w.Start+uint64(i), w.Fragment, err)
 			}
-			if err := b.EndDoc(w.Addr(i)); err != nil {
+			if err := b.EndDoc(w.RowID(i)); err != nil {
 				return err
 			}
 		}

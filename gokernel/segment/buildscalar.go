@@ -92,9 +92,6 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 		return nil, fmt.Errorf("%w: build: an index name is required", errkind.InvalidInput)
 	case len(opts.FragmentIDs) == 0:
 		return nil, fmt.Errorf("%w: build: no fragments to index", errkind.InvalidInput)
-	case opts.IndexType == "INVERTED" && snap.HasStableRowIDs():
-		// which ids pylance's full-text segments hold there is unproven
-		return nil, fmt.Errorf("%w: build: %s segments of a dataset with stable row ids", errkind.Unsupported, opts.IndexType)
 	}
 	rd, err := vecdata.NewValueReader(st, snap, opts.Column)
 	if err != nil {

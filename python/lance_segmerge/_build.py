@@ -153,7 +153,7 @@ def build_index_segment(
         of that name on another column or of another type, ``params`` for
         another type than INVERTED or unlike the index's.
     UnsupportedError
-        Vectors of another element type, stable row ids (INVERTED), NGRAM text with a character whose folding is not
+        Vectors of another element type, NGRAM text with a character whose folding is not
         reproduced, shallow clones, a scalar column of a type with no order
         (lists, structs, dictionaries); INVERTED analyzers other than those above
         (another tokenizer or language, stemming or folding without

@@ -196,3 +196,34 @@ def test_configurations_we_do_not_reproduce_are_refused(tmp_path):
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert lance.dataset(uri).to_table(full_text_query='"roman ⅻ"')["id"].to_pylist() == [2]
+
+
+def test_stable_row_ids_documents_are_stable_ids(tmp_path):
+    """On a dataset with stable row ids where an update moved rows (their
+    ids no longer their addresses), pylance 14.0.2's create_scalar_index
+    names documents by stable row id. Segments we build per fragment name
+    the same documents; committed, and after our merge, every query
+    answers with pylance's rows and BM25 scores, phrases included."""
+    theirs, ours = str(tmp_path / "theirs"), str(tmp_path / "ours")
+    first = _table(MULTI, 500, 21)
+    moved = _table(MULTI, 300, 22)
+    moved = moved.set_column(0, "id", pa.array(range(350, 650), pa.int64()))
+    lance.write_dataset(first, theirs, enable_stable_row_ids=True)
+    lance.write_dataset(_table(MULTI, 400, 23).set_column(0, "id", pa.array(range(500, 900), pa.int64())), theirs, mode="append")
+    lance.dataset(theirs).merge_insert("id").when_matched_update_all().execute(moved)  # ids 350-649 move
+    lance.dataset(theirs).delete("id % 37 = 0")
+    shutil.copytree(theirs, ours)
+    rows = lance.dataset(ours).to_table(columns=["id"], with_row_id=True, with_row_address=True)
+    assert rows["_rowid"] != rows["_rowaddr"]
+    lance.dataset(theirs).create_scalar_index("text", "INVERTED", name="text_idx", with_position=True)
+    frags = [f.fragment_id for f in lance.dataset(ours).get_fragments()]
+    segs = [ls.build_index_segment(ours, "text", "INVERTED", [f], name="text_idx", params={"with_position": True}) for f in frags]
+    ls.commit_existing_index_segments(ours, "text_idx", "text", segs)
+    assert _docs(ours) == _docs(theirs)
+    assert {r for r, _ in _docs(ours)} - set(rows["_rowaddr"].to_pylist())  # some documents are ids, not addresses
+    qs = _queries(MULTI)
+    want = _answers(theirs, qs)
+    _close(_answers(ours, qs), want)
+    ls.optimize(ours, "text_idx", progress=False)
+    assert len(ls.open(ours).list_index_segments("text_idx")) == 1
+    _close(_answers(ours, qs), want)

@@ -295,9 +295,6 @@ def test_stable_row_ids_builds_hold_what_pylance_builds(tmp_path, typ):
     assert _answers(uri, filters) == truth
     # (pylance's plan takes a LABEL_LIST index for array filters, not IS NULL)
     assert all("ScalarIndexQuery" in lance.dataset(uri).scanner(filter=f).explain_plan() for f in filters[:2])
-    if typ == "NGRAM":
-        with pytest.raises(ls.UnsupportedError, match="stable row ids"):
-            ls.build_index_segment(uri, "s", "INVERTED", frags, name="s_fts")
 
 
 # -- ZONEMAP ------------------------------------------------------------------
