@@ -130,6 +130,26 @@ def _fts(uri: str, name: str) -> dict:
     return out
 
 
+def _release_fts(release: str, uri: str, name: str) -> dict:
+    """_fts as the release's own pylance answers it."""
+    code = ("import json, sys, lance\n"
+            "ds = lance.dataset(sys.argv[1]); out = {}\n"
+            "for q in json.loads(sys.argv[2]):\n"
+            "    try:\n"
+            "        t = ds.to_table(full_text_query=q, columns=['id'])\n"
+            "        out[q] = sorted([i, round(s, 4)] for i, s in zip(t['id'].to_pylist(), t['_score'].to_pylist()))\n"
+            "    except ValueError as e:\n"
+            "        out[q] = type(e).__name__\n"
+            "print(json.dumps(out))\n")
+    env = {**os.environ, "LANCE_LOG": "error"}
+    env.pop("PYTHONPATH", None)
+    out = subprocess.run([str(venvs.python_for(release)), "-c", code, uri, json.dumps(FTS[name])], check=True, capture_output=True,
+                         text=True, env=env, timeout=300)
+    got = json.loads(out.stdout.splitlines()[-1])
+    assert all(got.values()), got
+    return got
+
+
 def _invert(uri: str, name: str) -> tuple[dict, pa.Table]:
     """The merged segment's metadata.lance keys and invert file."""
     from lance.file import LanceFileReader
@@ -165,6 +185,9 @@ def test_a_full_text_index_of_the_release_merges_as_pylance_merges_it(upgraded, 
     positions = "_position" in inv_ours.column_names
     assert positions == (name == "t_inverted" and upgraded["version"] == "2.0.1"), inv_ours.column_names
     assert [s.verdict for s in ls.verify_index(ours, name).segments] == ["clean"]
+    if upgraded["version"] == "2.0.1":
+        # The release that created the index reads our merge as it reads 14.0.2's.
+        assert _release_fts(upgraded["version"], ours, name) == _release_fts(upgraded["version"], theirs, name)
 
     # A new fragment: pylance's optimize delta, and one we build.
     rng = np.random.default_rng(3)
