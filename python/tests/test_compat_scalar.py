@@ -102,6 +102,8 @@ def test_an_index_of_the_release_merges_with_its_later_deltas(upgraded, tmp_path
         got = _ids(ours, f)
         assert got == _ids(theirs, f) == _ids(ours, f, use_index=False), f
         assert got, f
+    # The release reads our merge as it reads 14.0.2's (rows, or the same error).
+    assert _release_filters(upgraded["version"], ours, name) == _release_filters(upgraded["version"], theirs, name)
     (seg,) = ls.open(ours).list_index_segments(name)
     (own,) = ls.open(theirs).list_index_segments(name)
     assert seg.index_version == own.index_version  # the newer layout's, as pylance's merge records
@@ -130,6 +132,27 @@ def _fts(uri: str, name: str) -> dict:
     return out
 
 
+def _release(release: str, code: str, *args: str) -> dict:
+    """The JSON code prints, run by the release's own pylance."""
+    env = {**os.environ, "LANCE_LOG": "error"}
+    env.pop("PYTHONPATH", None)
+    out = subprocess.run([str(venvs.python_for(release)), "-c", code, *args], check=True, capture_output=True, text=True, env=env, timeout=300)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def _release_filters(release: str, uri: str, name: str) -> dict:
+    """Each filter's ids as the release answers it, or its error's type."""
+    code = ("import json, sys, lance\n"
+            "out = {}\n"
+            "for f in json.loads(sys.argv[2]):\n"
+            "    try:\n"
+            "        out[f] = sorted(lance.dataset(sys.argv[1]).to_table(filter=f, columns=['id'])['id'].to_pylist())\n"
+            "    except Exception as e:\n"
+            "        out[f] = type(e).__name__\n"
+            "print(json.dumps(out))\n")
+    return _release(release, code, uri, json.dumps(FILTERS[name]))
+
+
 def _release_fts(release: str, uri: str, name: str) -> dict:
     """_fts as the release's own pylance answers it."""
     code = ("import json, sys, lance\n"
@@ -141,11 +164,7 @@ def _release_fts(release: str, uri: str, name: str) -> dict:
             "    except ValueError as e:\n"
             "        out[q] = type(e).__name__\n"
             "print(json.dumps(out))\n")
-    env = {**os.environ, "LANCE_LOG": "error"}
-    env.pop("PYTHONPATH", None)
-    out = subprocess.run([str(venvs.python_for(release)), "-c", code, uri, json.dumps(FTS[name])], check=True, capture_output=True,
-                         text=True, env=env, timeout=300)
-    got = json.loads(out.stdout.splitlines()[-1])
+    got = _release(release, code, uri, json.dumps(FTS[name]))
     assert all(got.values()), got
     return got
 
