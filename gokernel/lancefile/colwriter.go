@@ -51,6 +51,8 @@ func newColWriter(w *Writer, f *Field) (*colWriter, error) {
 			return nil, fmt.Errorf("%w: lancefile: writing list field %q of %v", errkind.Unsupported, f.Name, f.Children)
 		}
 	case f.Type.Kind == KindBinary || f.Type.Kind == KindBool:
+	case f.Type.Kind == KindUnknown && f.Type.Logical != "" && len(f.Children) == 0:
+		// a type carried as it is (a dictionary...): all-null rows only
 	case f.Type.ValueBits() == 0 || f.Type.ValueBits()%8 != 0:
 		return nil, fmt.Errorf("%w: lancefile: writing %s field %q", errkind.Unsupported, f.Type, f.Name)
 	}
@@ -486,6 +488,9 @@ func binary20(a *Array) (*enc20.ArrayEncoding, [][]byte) {
 }
 
 func (c *colWriter) flush20(a *Array) error {
+	if a.Type.Kind == KindUnknown {
+		return c.allNullPage(a, 0)
+	}
 	if a.Type.Kind == KindBinary {
 		enc, bufs := binary20(a)
 		return c.page(0, typeURLArrayEncoding, enc, bufs, a.Len, 0)
@@ -535,6 +540,22 @@ func (c *colWriter) list20(col int, a *Array) error {
 	return c.page(col+1, typeURLArrayEncoding, enc, bufs, items, 0)
 }
 
+// allNullPage writes rows of a type this package does not encode, which
+// must all be null, as pylance writes them: an all-null layout with
+// nothing stored (2.1+), an all-nulls encoding (2.0).
+func (c *colWriter) allNullPage(a *Array, firstRow uint64) error {
+	if a.Validity == nil || a.NullCount() != a.Len {
+		return fmt.Errorf("%w: lancefile: writing values of type %s (only nulls are written)", errkind.Unsupported, a.Type)
+	}
+	if c.w.opts.Version == V2_0 {
+		enc := &enc20.ArrayEncoding{ArrayEncoding: &enc20.ArrayEncoding_Nullable{Nullable: &enc20.Nullable{
+			Nullability: &enc20.Nullable_AllNulls{AllNulls: &enc20.Nullable_AllNull{}}}}}
+		return c.page(0, typeURLArrayEncoding, enc, nil, a.Len, 0)
+	}
+	l := &enc21.ConstantLayout{Layers: []enc21.RepDefLayer{enc21.RepDefLayer_REPDEF_NULLABLE_ITEM}}
+	return c.page(0, typeURLPageLayout, pageLayout(l), nil, a.Len, firstRow)
+}
+
 // ---- 2.1 / 2.2 -----------------------------------------------------------
 
 // Mini-block chunk sizing, as Lance's writer does it: the largest power of
@@ -581,6 +602,9 @@ func pageLayout(l any) *enc21.PageLayout {
 
 func (c *colWriter) flush21(a *Array, firstRow uint64) error {
 	t := a.Type
+	if t.Kind == KindUnknown {
+		return c.allNullPage(a, firstRow)
+	}
 	if isList(t) && a.Items.Type.Kind == KindBinary {
 		return c.binaryListPage21(a, firstRow)
 	}

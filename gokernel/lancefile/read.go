@@ -3,6 +3,7 @@ package lancefile
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb/enc21"
 )
 
 // fieldColumns are the physical columns of one top-level field, in
@@ -60,6 +62,11 @@ func (r *Reader) ReadInto(ctx context.Context, name string, start, end uint64, d
 	}
 	t := f.Type
 	switch {
+	case t.Kind == KindUnknown && len(cols) == 1 && r.allNull(ctx, cols[0]):
+		// A type this package does not decode (a dictionary...), whose
+		// rows are all null: pylance writes ZONEMAP bounds so.
+		n := int(end - start)
+		return &Array{Type: t, Len: n, Validity: make([]byte, (n+7)/8)}, nil
 	case t.Kind == KindStruct || t.Kind == KindUnknown:
 		return nil, fmt.Errorf("%w: lancefile: %s: reading %s columns", errkind.Unsupported, r.name, t)
 	case isList(t):
@@ -111,6 +118,29 @@ func (r *Reader) ReadInto(ctx context.Context, name string, start, end uint64, d
 		return nil, fmt.Errorf("lancefile: %s: column %q rows [%d,%d): %w", r.name, name, start, end, err)
 	}
 	return out, nil
+}
+
+// allNull reports whether every page of physical column col holds only
+// nulls: an all-null layout with nothing stored (2.1+); in 2.0 an
+// all-nulls encoding, or a dictionary whose every index is 0 (null), as
+// pylance writes a dictionary column of nulls.
+func (r *Reader) allNull(ctx context.Context, col int) bool {
+	if r.foot.version == V2_0 {
+		a, err := r.readColumn(ctx, col, DataType{Kind: KindBinary, Logical: "binary"}, DataType{}, 0, int(r.numRows))
+		return err == nil && a.NullCount() == a.Len
+	}
+	for _, p := range r.columns[col].GetPages() {
+		l := &enc21.PageLayout{}
+		if decodeAny(p, "lance.encodings21.PageLayout", l) != nil {
+			return false
+		}
+		c := l.GetAllNullLayout()
+		if c == nil || c.InlineValue != nil || c.GetDefCompression() != nil || len(p.GetBufferSizes()) != 0 ||
+			!slices.Equal(c.GetLayers(), []enc21.RepDefLayer{enc21.RepDefLayer_REPDEF_NULLABLE_ITEM}) {
+			return false
+		}
+	}
+	return true
 }
 
 // leafOfLists checks that f is a list (of lists...) of binary or of

@@ -280,6 +280,9 @@ func checkArray(a *Array, f *Field) error {
 		}
 		return nil
 	}
+	if t.Kind == KindUnknown && t.Logical != "" && (a.Len == 0 || a.Validity != nil && a.NullCount() == a.Len) {
+		return nil // written as all-null pages (allNullPage)
+	}
 	if t.ValueBits() == 0 || t.ValueBits()%8 != 0 {
 		return fmt.Errorf("%w: lancefile: writing %s columns", errkind.Unsupported, t)
 	}

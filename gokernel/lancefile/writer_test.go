@@ -668,3 +668,40 @@ func TestInt64PagesPackUnlessNegative(t *testing.T) {
 		t.Fatal("int64 values do not read back")
 	}
 }
+
+// A column of a type this package does not encode (a dictionary, as
+// ZONEMAP bounds of a dictionary column) is written and read back when
+// all its rows are null, in 2.0 and 2.2; a value in it is refused.
+func TestAllNullColumnsOfOpaqueTypes(t *testing.T) {
+	ctx := context.Background()
+	dict := ParseLogicalType("dict:string:int32:false")
+	if dict.Kind != KindUnknown {
+		t.Fatalf("%s parsed as %v", dict, dict.Kind)
+	}
+	for _, v := range []Version{V2_0, V2_2} {
+		var buf bytes.Buffer
+		w, err := NewWriter(&buf, []*Field{NewField("min", dict, true), NewField("n", Primitive(KindUint32), false)}, WriterOptions{Version: v})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nulls := &Array{Type: dict, Len: 3, Validity: []byte{0}}
+		if err := w.Write([]*Array{nulls, {Type: Primitive(KindUint32), Len: 3, Values: make([]byte, 12)}}); err != nil {
+			t.Fatalf("%s: %v", v, err)
+		}
+		if err := w.Finish(); err != nil {
+			t.Fatal(err)
+		}
+		rd, err := openBytes(t, buf.Bytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := rd.ReadAll(ctx, "min")
+		if err != nil || got.Len != 3 || got.NullCount() != 3 || got.Type != dict {
+			t.Fatalf("%s: %+v, %v", v, got, err)
+		}
+		w, _ = NewWriter(&bytes.Buffer{}, []*Field{NewField("min", dict, true)}, WriterOptions{Version: v})
+		if err := w.Write([]*Array{{Type: dict, Len: 1, Validity: []byte{1}}}); !errors.Is(err, errkind.Unsupported) {
+			t.Fatalf("%s: a value of %s written: %v", v, dict, err)
+		}
+	}
+}

@@ -124,12 +124,18 @@ func ReadKind(ctx context.Context, st storage.Store, im *pb.IndexMetadata, k *Ki
 		}
 		if i < k.bounds {
 			fixed := f.Type.ValueBits() > 0 && f.Type.Kind != lancefile.KindList && f.Type.ValueBits()%8 == 0
-			if !fixed && f.Type.Kind != lancefile.KindBinary {
+			// Other types (a dictionary) are read when their bounds are all
+			// null, as pylance writes them for a dictionary column: a zone
+			// it cannot prune.
+			if !fixed && f.Type.Kind != lancefile.KindBinary && f.Type.Kind != lancefile.KindUnknown {
 				return nil, fmt.Errorf("%w: zonemap segment %s: zone bounds of type %s (merges handle fixed-width, string and binary keys)", errkind.Unsupported, u, f.Type)
 			}
 			s.KeyType = f.Type
 		}
 		a, err := r.Read(ctx, c, 0, n)
+		if err != nil && i < k.bounds && f.Type.Kind == lancefile.KindUnknown {
+			return nil, fmt.Errorf("%w: zonemap segment %s: zone bounds of type %s that are not all null (merges handle fixed-width, string and binary keys)", errkind.Unsupported, u, f.Type)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("zonemap segment %s: %w", u, err)
 		}
