@@ -480,6 +480,30 @@ func TestExpectedRowsKeepsTheBytes(t *testing.T) {
 	}
 }
 
+// writeInSlices writes a as field f's column, step rows per Write, and
+// opens the file.
+func writeInSlices(t *testing.T, f *Field, a *Array, v Version, maxPage, step int) *Reader {
+	t.Helper()
+	var buf bytes.Buffer
+	w, err := NewWriter(&buf, []*Field{f}, WriterOptions{Version: v, MaxPageBytes: maxPage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for lo := 0; lo < a.Len; lo += step {
+		if err := w.Write([]*Array{a.Slice(lo, min(lo+step, a.Len))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	rd, err := openBytes(t, buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rd
+}
+
 // TestListOfBinary: lists of binary (the posting blocks of a full-text
 // index) are written in 2.0 as a List page over a Binary page and in 2.1
 // and 2.2 as full-zip pages, and read back whole and by range, with empty
@@ -509,23 +533,7 @@ func TestListOfBinary(t *testing.T) {
 			a.Offsets = append(a.Offsets, int64(items.Len))
 		}
 		a.Items = items
-		var buf bytes.Buffer
-		w, err := NewWriter(&buf, []*Field{NewListField("_posting", item, false, false)}, WriterOptions{Version: v, MaxPageBytes: 16 << 10})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for lo := 0; lo < n; lo += 250 {
-			if err := w.Write([]*Array{a.Slice(lo, min(lo+250, n))}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := w.Finish(); err != nil {
-			t.Fatal(err)
-		}
-		rd, err := openBytes(t, buf.Bytes())
-		if err != nil {
-			t.Fatal(err)
-		}
+		rd := writeInSlices(t, NewListField("_posting", item, false, false), a, v, 16<<10, 250)
 		got, err := rd.ReadAll(ctx, "_posting")
 		if err != nil {
 			t.Fatalf("%s: %v", v, err)
@@ -581,23 +589,7 @@ func TestListOfListsOfBinary20(t *testing.T) {
 		f.Children[0].Children = []*Field{{Name: "item", Type: bin}}
 		return f
 	}
-	var buf bytes.Buffer
-	w, err := NewWriter(&buf, []*Field{field()}, WriterOptions{Version: V2_0, MaxPageBytes: 4 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for lo := 0; lo < n; lo += 120 {
-		if err := w.Write([]*Array{outer.Slice(lo, min(lo+120, n))}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Finish(); err != nil {
-		t.Fatal(err)
-	}
-	rd, err := openBytes(t, buf.Bytes())
-	if err != nil {
-		t.Fatal(err)
-	}
+	rd := writeInSlices(t, field(), outer, V2_0, 4<<10, 120)
 	if pages := len(rd.columns[0].GetPages()); pages < 3 {
 		t.Fatalf("%d offsets pages: the test means to cross pages", pages)
 	}
