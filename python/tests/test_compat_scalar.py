@@ -111,9 +111,9 @@ def test_an_index_of_the_release_merges_with_its_later_deltas(upgraded, tmp_path
 
 
 def test_the_release_s_own_segments_verify_clean(upgraded):
-    """Keys in hash order and the missing maps are the release's layout,
-    not damage."""
-    for name in set(FILTERS) & set(upgraded["indices"]):
+    """Keys in hash order, the missing maps and FTS format 1 are the
+    release's layout, not damage."""
+    for name in (set(FILTERS) | set(FTS)) & set(upgraded["indices"]):
         segs = ls.verify_index(upgraded["uri"], name).segments
         assert {s.verdict for s in segs} <= {"clean", "unverified"}, (name, segs)
 
