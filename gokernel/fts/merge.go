@@ -740,12 +740,6 @@ func sameLayout(segs []*Segment) (string, error) {
 		return "", err
 	}
 	params, most := segs[0].Meta.Params, len(first)
-	format := func(s *Segment) string {
-		if s.Meta.Format1() {
-			return "1"
-		}
-		return s.Meta.Keys[keyFormat]
-	}
 	for _, s := range segs[1:] {
 		p, err := parse(s)
 		if err != nil {
@@ -758,9 +752,9 @@ func sameLayout(segs []*Segment) (string, error) {
 		if len(p) > most {
 			params, most = s.Meta.Params, len(p)
 		}
-		if format(s) != format(segs[0]) {
+		if s.Meta.format() != segs[0].Meta.format() {
 			return "", fmt.Errorf("%w: INVERTED segments %s and %s are of FTS formats %s and %s: one format per merge", errkind.InvalidInput,
-				table.IndexUUID(segs[0].Index), table.IndexUUID(s.Index), format(segs[0]), format(s))
+				table.IndexUUID(segs[0].Index), table.IndexUUID(s.Index), segs[0].Meta.format(), s.Meta.format())
 		}
 		if s.Meta.WithPositions() != segs[0].Meta.WithPositions() {
 			return "", fmt.Errorf("%w: INVERTED segments %s and %s differ in positions", errkind.InvalidInput, table.IndexUUID(segs[0].Index), table.IndexUUID(s.Index))

@@ -101,6 +101,14 @@ func (m *Meta) WithPositions() bool { return m.positions }
 // Format1 reports whether the segment is of FTS format 1.
 func (m *Meta) Format1() bool { f := m.Keys[keyFormat]; return f == "" || f == "1" }
 
+// format names the segment's FTS format ("1" for both spellings of 1).
+func (m *Meta) format() string {
+	if m.Format1() {
+		return "1"
+	}
+	return m.Keys[keyFormat]
+}
+
 // layout is what reading an invert file needs to know of its segment.
 type layout struct{ positions, format1 bool }
 

@@ -293,11 +293,13 @@ func (r *Reader) readFixedInto(ctx context.Context, col int, t DataType, start, 
 	return &Array{Type: t, Len: end - start, Values: buf}, true, nil
 }
 
+// emptyArray is emptyOf a column of type t (of items item, for a list).
 func emptyArray(t, item DataType) *Array {
+	f := &Field{Type: t}
 	if isList(t) {
-		return &Array{Type: t, Offsets: []int64{0}, Items: &Array{Type: item, Values: []byte{}}}
+		f.Children = []*Field{{Type: item}}
 	}
-	return &Array{Type: t, Values: []byte{}}
+	return emptyOf(f)
 }
 
 // pageIO reads the buffers of one page, with bounds checks.
