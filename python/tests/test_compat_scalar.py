@@ -155,14 +155,16 @@ def _release_fts(release: str, uri: str, name: str) -> dict:
     return got
 
 
-def _invert(uri: str, name: str) -> tuple[dict, pa.Table]:
-    """The merged segment's metadata.lance keys and invert file."""
+def _invert(uri: str, name: str) -> tuple[dict, pa.Table, pa.Table]:
+    """The merged segment's metadata.lance keys, invert file and docs file."""
     from lance.file import LanceFileReader
 
     (ix,) = [i for i in lance.dataset(uri).list_indices() if i["name"] == name]
     d = Path(uri) / "_indices" / ix["uuid"]
     keys = LanceFileReader(str(d / "metadata.lance")).metadata().schema.metadata
-    return {k.decode(): v.decode() for k, v in keys.items() if k != b"params"}, LanceFileReader(str(d / "part_0_invert.lance")).read_all().to_table()
+    return ({k.decode(): v.decode() for k, v in keys.items() if k != b"params"},
+            LanceFileReader(str(d / "part_0_invert.lance")).read_all().to_table(),
+            LanceFileReader(str(d / "part_0_docs.lance")).read_all().to_table())
 
 
 @pytest.mark.parametrize("name", sorted(FTS))
@@ -185,12 +187,19 @@ def test_a_full_text_index_of_the_release_merges_as_pylance_merges_it(upgraded, 
     positions = name == "t_inverted" and upgraded["version"] == "2.0.1"
     want = _fts(theirs, name, positions)
     assert _fts(ours, name, positions) == want
-    (k_ours, inv_ours), (k_theirs, inv_theirs) = _invert(ours, name), _invert(theirs, name)
+    (k_ours, inv_ours, docs_ours), (k_theirs, inv_theirs, docs_theirs) = _invert(ours, name), _invert(theirs, name)
+    assert docs_ours.equals(docs_theirs) and docs_ours.schema.metadata == docs_theirs.schema.metadata  # row ids, token counts, total_tokens
     assert k_ours == k_theirs and k_ours["format_version"] == "1" and k_ours["posting_tail_codec"] == "fixed32_v1", (k_ours, k_theirs)
     assert inv_ours.schema == inv_theirs.schema
     assert inv_ours.equals(inv_theirs)  # blocks, scores, lengths, impacts (and positions), row for row
     assert ("_position" in inv_ours.column_names) == positions, inv_ours.column_names
     assert [s.verdict for s in ls.verify_index(ours, name).segments] == ["clean"]
+    (merged,), (own,) = ls.open(ours).list_index_segments(name), ls.open(theirs).list_index_segments(name)
+    # pylance's merge records FTS format 2 (field 15) over format 1 files;
+    # ours keeps the format its deltas record, 1: all else is the same.
+    assert merged.index_version == own.index_version == 1
+    assert merged.index_details[:-2] == own.index_details[:-2]
+    assert (merged.index_details[-2:], own.index_details[-2:]) == (b"\x78\x01", b"\x78\x02")
     if upgraded["version"] == "2.0.1":
         # The release that created the index reads our merge as it reads 14.0.2's.
         assert _release_fts(upgraded["version"], ours, name) == _release_fts(upgraded["version"], theirs, name)
@@ -208,6 +217,9 @@ def test_a_full_text_index_of_the_release_merges_as_pylance_merges_it(upgraded, 
     new = max(f.fragment_id for f in lance.dataset(ours).get_fragments())
     seg = ls.build_index_segment(ours, col, "INVERTED", [new], name=name)
     ls.commit_existing_index_segments(ours, name, col, [seg])
+    (delta,) = [x for x in ls.open(theirs).list_index_segments(name) if tuple(x.fragment_ids) == (new,)]
+    # recorded as pylance records its own delta: version 1, FTS format 1
+    assert (seg.index_version, seg.index_details) == (delta.index_version, delta.index_details)
     assert seg.index_version == 1 and seg.format_version == 1
     assert _fts(ours, name, positions) == _fts(theirs, name, positions)
     lance.dataset(ours).optimize.optimize_indices(index_names=[name], num_indices_to_merge=2)  # pylance merges ours
