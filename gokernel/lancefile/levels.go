@@ -7,33 +7,53 @@ import (
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb/enc21"
 )
 
-// repdef interprets the structural layers of a 2.1+ page: at most one list
-// layer over one item layer. Layers are listed innermost first; definition
+// repdef interprets the structural layers of a 2.1+ page: one item layer,
+// then either the validity layers of the structs the column sits in or at
+// most one list layer. Layers are listed innermost first; definition
 // levels are numbered from the inside out (0 = valid at every level).
 type repdef struct {
 	itemNullable bool
-	hasList      bool
-	nullList     uint16 // def level of a null list (0 = none)
-	emptyList    uint16 // def level of an empty list (0 = none)
+	// nullLevels is the highest definition level that makes the item
+	// null: its own (1) and those of the structs around it, a null struct
+	// being a null value of each of its fields.
+	nullLevels uint16
+	hasList    bool
+	nullList   uint16 // def level of a null list (0 = none)
+	emptyList  uint16 // def level of an empty list (0 = none)
 }
 
 func parseLayers(layers []enc21.RepDefLayer) (repdef, error) {
 	var rd repdef
-	if len(layers) == 0 || len(layers) > 2 {
-		return rd, fmt.Errorf("%w: %d structural layers (only one list over one item is read)", errkind.Unsupported, len(layers))
+	if len(layers) == 0 {
+		return rd, fmt.Errorf("%w: a page without structural layers", errkind.Corrupt)
 	}
 	next := uint16(1)
 	switch layers[0] {
 	case enc21.RepDefLayer_REPDEF_ALL_VALID_ITEM:
 	case enc21.RepDefLayer_REPDEF_NULLABLE_ITEM:
-		rd.itemNullable = true
 		next++
 	default:
 		return rd, fmt.Errorf("%w: innermost layer %v is not an item layer", errkind.Corrupt, layers[0])
 	}
-	if len(layers) == 2 {
+	for i, l := range layers[1:] {
+		switch l {
+		case enc21.RepDefLayer_REPDEF_ALL_VALID_ITEM:
+			if rd.hasList {
+				return rd, fmt.Errorf("%w: structural layers %v (a list inside a struct)", errkind.Unsupported, layers)
+			}
+			continue
+		case enc21.RepDefLayer_REPDEF_NULLABLE_ITEM:
+			if rd.hasList {
+				return rd, fmt.Errorf("%w: structural layers %v (a list inside a struct)", errkind.Unsupported, layers)
+			}
+			next++
+			continue
+		}
+		if rd.hasList || i > 0 {
+			return rd, fmt.Errorf("%w: structural layers %v (only one list over one item, or structs around an item, are read)", errkind.Unsupported, layers)
+		}
 		rd.hasList = true
-		switch layers[1] {
+		switch l {
 		case enc21.RepDefLayer_REPDEF_ALL_VALID_LIST:
 		case enc21.RepDefLayer_REPDEF_NULLABLE_LIST:
 			rd.nullList = next
@@ -42,9 +62,15 @@ func parseLayers(layers []enc21.RepDefLayer) (repdef, error) {
 		case enc21.RepDefLayer_REPDEF_NULL_AND_EMPTY_LIST:
 			rd.nullList, rd.emptyList = next, next+1
 		default:
-			return rd, fmt.Errorf("%w: outer layer %v is not a list layer", errkind.Corrupt, layers[1])
+			return rd, fmt.Errorf("%w: outer layer %v is not a list layer", errkind.Corrupt, l)
 		}
 	}
+	if !rd.hasList {
+		rd.nullLevels = next - 1
+	} else if layers[0] == enc21.RepDefLayer_REPDEF_NULLABLE_ITEM {
+		rd.nullLevels = 1
+	}
+	rd.itemNullable = rd.nullLevels > 0
 	return rd, nil
 }
 
@@ -55,7 +81,7 @@ func (rd repdef) visible(d uint16) bool {
 
 // itemValid reports whether a visible level with definition d holds a
 // non-null item.
-func (rd repdef) itemValid(d uint16) bool { return !(rd.itemNullable && d == 1) }
+func (rd repdef) itemValid(d uint16) bool { return d == 0 || d > rd.nullLevels }
 
 // levelsOut accumulates rows from (rep, def) levels and the value slots
 // they consume.

@@ -15,31 +15,68 @@ import (
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb/enc21"
 )
 
-// fieldColumns are the physical columns of one top-level field, in
-// pre-order: one for a primitive or FixedSizeList; for a list, in 2.0 the
-// offsets column then the item's column, in 2.1+ only the leaf.
+// fieldColumns are the physical columns of one field, in pre-order: one
+// for a primitive or FixedSizeList; for a list, in 2.0 the offsets column
+// then the item's column, in 2.1+ only the leaf. name is a top-level
+// field's name or the dotted path of a field inside structs ("s.x"); a
+// top-level field whose own name holds the dots wins.
 func (r *Reader) fieldColumns(name string) (*Field, []int, error) {
+	span := func(f *Field, first int) (*Field, []int, error) {
+		cols := make([]int, columnCount(f, r.foot.version))
+		for i := range cols {
+			cols[i] = first + i
+		}
+		return f, cols, nil
+	}
 	col := 0
 	for _, f := range r.fields {
-		n := columnCount(f, r.foot.version)
 		if f.Name == name {
-			cols := make([]int, n)
-			for i := range cols {
-				cols[i] = col + i
-			}
-			return f, cols, nil
+			return span(f, col)
 		}
-		col += n
+		col += columnCount(f, r.foot.version)
+	}
+	col = 0
+	for _, f := range r.fields {
+		rest, ok := strings.CutPrefix(name, f.Name+".")
+		if !ok || f.Type.Kind != KindStruct {
+			col += columnCount(f, r.foot.version)
+			continue
+		}
+		if leaf, first, ok := r.structMember(f, col, rest); ok {
+			return span(leaf, first)
+		}
+		col += columnCount(f, r.foot.version)
 	}
 	return nil, nil, fmt.Errorf("%w: lancefile: %s has no column %q", errkind.NotFound, r.name, name)
 }
 
-// ReadAll reads every row of a top-level field.
+// structMember finds the member at dotted path rest of struct s, whose
+// columns start at col: the member and its first column.
+func (r *Reader) structMember(s *Field, col int, rest string) (*Field, int, bool) {
+	if r.foot.version == V2_0 {
+		col++ // the struct's own column
+	}
+	for _, c := range s.Children {
+		if c.Name == rest {
+			return c, col, true
+		}
+		if sub, ok := strings.CutPrefix(rest, c.Name+"."); ok && c.Type.Kind == KindStruct {
+			if f, first, ok := r.structMember(c, col, sub); ok {
+				return f, first, true
+			}
+		}
+		col += columnCount(c, r.foot.version)
+	}
+	return nil, 0, false
+}
+
+// ReadAll reads every row of a field: a top-level name, or a path into
+// structs (see fieldColumns).
 func (r *Reader) ReadAll(ctx context.Context, name string) (*Array, error) {
 	return r.Read(ctx, name, 0, r.numRows)
 }
 
-// Read reads rows [start, end) of a top-level field. Only the pages that
+// Read reads rows [start, end) of a field (see ReadAll). Only the pages that
 // hold those rows are read; inside a page, fixed-width layouts read only the
 // chunks (mini-block) or rows (full-zip, 2.0 flat) of the range, so one IVF
 // partition costs about its own bytes. Lists read their whole pages.

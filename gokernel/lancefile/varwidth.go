@@ -554,7 +554,7 @@ func (r *Reader) readVarFullZip(ctx context.Context, pg *pageIO, l *enc21.FullZi
 			def = readWordN(data[pos:], 0, ctrl)
 		}
 		pos += ctrl
-		if def > 1 || (def == 1 && !rd.itemNullable) {
+		if def > uint64(rd.nullLevels) {
 			return nil, fmt.Errorf("%w: full-zip item with definition level %d in a page without lists", errkind.Corrupt, def)
 		}
 		if !rd.itemValid(uint16(def)) {

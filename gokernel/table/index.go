@@ -163,6 +163,31 @@ func (s *Snapshot) FieldByName(name string) (*pb.Field, bool) {
 	return nil, false
 }
 
+// FieldByPath returns the manifest field that path names: a top-level
+// field's name, or the dotted path of a field inside others ("a.b"). A
+// top-level field whose own name holds the dots wins.
+func (s *Snapshot) FieldByPath(path string) (*pb.Field, bool) {
+	if f, ok := s.FieldByName(path); ok {
+		return f, true
+	}
+	for _, f := range s.Manifest.GetFields() {
+		if f.GetParentId() != -1 && s.FieldPath(f.GetId()) == path {
+			return f, true
+		}
+	}
+	return nil, false
+}
+
+// FieldByID returns the manifest field with the given id.
+func (s *Snapshot) FieldByID(id int32) (*pb.Field, bool) {
+	for _, f := range s.Manifest.GetFields() {
+		if f.GetId() == id {
+			return f, true
+		}
+	}
+	return nil, false
+}
+
 // IsNestedField reports whether path ("a.b") names a field inside another
 // (a struct's member), not a top-level one.
 func (s *Snapshot) IsNestedField(path string) bool {

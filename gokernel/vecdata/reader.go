@@ -44,12 +44,12 @@ type Column struct {
 	scalar bool
 }
 
-// missingColumn is the error for a column name no top-level field has:
-// errkind.Unsupported for a nested field (a struct's member, which the
-// data readers do not read), errkind.NotFound otherwise.
+// missingColumn is the error for a vector column name no top-level field
+// has: errkind.Unsupported for a nested field (vectors are read from
+// top-level columns only), errkind.NotFound otherwise.
 func missingColumn(snap *table.Snapshot, name string) error {
 	if snap.IsNestedField(name) {
-		return fmt.Errorf("%w: vecdata: column %q is a field inside a struct, whose values this version does not read (its index segments merge; builds and checks of its keys need the values)", errkind.Unsupported, name)
+		return fmt.Errorf("%w: vecdata: column %q is a field inside a struct; vectors are read from top-level columns only (its index segments merge; builds and checks of its rows need the vectors)", errkind.Unsupported, name)
 	}
 	return fmt.Errorf("%w: vecdata: the dataset has no column %q", errkind.NotFound, name)
 }
@@ -220,12 +220,7 @@ func (r *Reader) open(ctx context.Context, id uint64) (*fragmentFile, error) {
 	if ff.rd, err = lancefile.Open(ctx, obj, name, r.opts); err != nil {
 		return nil, err
 	}
-	var field *lancefile.Field
-	for _, f := range ff.rd.Fields() {
-		if f.ID == r.col.FieldID {
-			field = f
-		}
-	}
+	field, path := fileField(ff.rd.Fields(), r.col.FieldID, "")
 	if field == nil {
 		return nil, fmt.Errorf("%w: vecdata: %s has no field %d (%q)", errkind.Corrupt, name, r.col.FieldID, r.col.Name)
 	}
@@ -236,7 +231,7 @@ func (r *Reader) open(ctx context.Context, id uint64) (*fragmentFile, error) {
 	} else if field.Type.Kind != lancefile.KindFixedSizeList || field.Type.Elem != r.col.Elem || field.Type.Dim != r.col.Dim {
 		return nil, fmt.Errorf("%w: vecdata: %s stores column %q as %s, the manifest says fixed_size_list of %d", errkind.Corrupt, name, r.col.Name, field.Type, r.col.Dim)
 	}
-	ff.name = field.Name
+	ff.name = path
 	ff.rows = ff.rd.NumRows()
 	if p := frag.GetPhysicalRows(); p != 0 && p != ff.rows {
 		return nil, fmt.Errorf("%w: vecdata: %s holds %d rows, fragment %d has %d", errkind.Corrupt, name, ff.rows, id, p)
@@ -261,6 +256,22 @@ func (r *Reader) open(ctx context.Context, id uint64) (*fragmentFile, error) {
 	}
 	ok = true
 	return ff, nil
+}
+
+// fileField finds the field with the given id in a data file's schema,
+// inside structs too, and its dotted path there.
+func fileField(fields []*lancefile.Field, id int32, prefix string) (*lancefile.Field, string) {
+	for _, f := range fields {
+		if f.ID == id {
+			return f, prefix + f.Name
+		}
+		if f.Type.Kind == lancefile.KindStruct {
+			if c, p := fileField(f.Children, id, prefix+f.Name+"."); c != nil {
+				return c, p
+			}
+		}
+	}
+	return nil, ""
 }
 
 // DefaultWindowRows is Scan's default window: 32768 rows of 128-d float32
