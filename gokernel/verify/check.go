@@ -114,7 +114,7 @@ func indexSegments(snap *table.Snapshot, indexName string) ([]*pb.IndexMetadata,
 		out = append(out, im)
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("%w: version %d has no vector index %q", errkind.NotFound, snap.Ref.Version, indexName)
+		return nil, fmt.Errorf("%w: version %d has no index %q (indices: %v)", errkind.NotFound, snap.Ref.Version, indexName, segment.IndexNames(snap))
 	}
 	return out, nil
 }

@@ -141,7 +141,7 @@ def _replaces(v: Any) -> tuple[str, ...]:
 
 # -- flags ---------------------------------------------------------------------------
 
-for _n in ("with_stats", "with_provenance", "requantize_sq", "resume", "verify", "deep", "dry_run", "catch_up"):
+for _n in ("with_stats", "with_provenance", "requantize_sq", "resume", "verify", "deep", "dry_run", "catch_up", "index_new"):
     CHECKERS[_n] = _flag(_n)
 
 

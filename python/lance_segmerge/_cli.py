@@ -228,7 +228,7 @@ def cmd_maintain(args: argparse.Namespace) -> int:
         print(
             f"{r.index_name}: {what}; segments {r.segments_before} -> {r.segments_after}; "
             f"{r.tasks} tasks ({r.tasks_reused} reused), {r.rows_written} rows, {human_bytes(r.bytes_written)} written "
-            f"in {r.seconds:.1f}s [{r.executor}]",
+            f"in {r.seconds:.1f}s [{r.executor}]" + (f"; {r.indexed_rows} new rows indexed" if r.indexed_rows else ""),
             flush=True,
         )
 
@@ -239,6 +239,7 @@ def cmd_maintain(args: argparse.Namespace) -> int:
             _open(args), policy=args.policy, segments_per_tier=args.segments_per_tier, max_segment_rows=args.max_segment_rows,
             floor_rows=args.floor_rows, deletes_pct_allowed=args.deletes_pct_allowed, max_segments=args.max_segments,
             executor=args.executor, max_workers=args.workers, fan_in=args.fan_in, resume=not args.no_resume,
+            index_new=args.index_new,
         ):
             show(rep)
         return 0
@@ -259,6 +260,7 @@ def cmd_maintain(args: argparse.Namespace) -> int:
         on_pass=show,
         retrain=args.retrain,
         retrain_max_rows=args.retrain_max_rows,
+        index_new=args.index_new,
     )
     return 0
 
@@ -470,6 +472,8 @@ def build_parser() -> argparse.ArgumentParser:
     mt.add_argument("--retrain", default="never", choices=["never", "auto", "always"],
                     help="auto: measure drift each pass and reindex when health says retrain")
     mt.add_argument("--retrain-max-rows", type=int, help="never reindex tables with more rows than this")
+    mt.add_argument("--index-new", action="store_true",
+                    help="first index the rows no segment covers with one delta segment (as pylance's optimize_indices)")
     mt.set_defaults(fn=cmd_maintain)
 
     hl = sub.add_parser("health", parents=[store], help="measure an index's drift against today's data (exit code 11 when it says retrain)")

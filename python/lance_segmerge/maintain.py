@@ -13,6 +13,7 @@ import logging
 import signal
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
@@ -89,6 +90,26 @@ def _maybe_reindex(ds: Dataset, index_name: str, rule: _Retrain) -> dict[str, An
     return {**out, "reindexed": True, "reindex_seconds": stats.seconds, "reindex_version": stats.version}
 
 
+def _maybe_index_new(ds: Dataset, index_name: str, run_kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """Index the rows no segment covers with one delta segment (maintain's
+    ``index_new``); the MaintainReport fields of what happened. A build we
+    cannot do, or a commit that loses to a writer, is a warning: the pass
+    merges all the same."""
+    from .reindexing import _index_new  # numpy and pyarrow: only builds need them
+
+    try:
+        _, rows = _index_new(ds.checkout(), index_name, "maintain-" + uuid.uuid4().hex[:24],
+                             run_kwargs.get("properties"), run_kwargs.get("window_rows"), run_kwargs.get("memory_bytes"))
+    except UnsupportedError as exc:
+        logger.warning("%s: new rows not indexed: %s", index_name, exc)
+        return {}
+    except ConflictError as exc:
+        logger.warning("%s: indexing the new rows lost to a concurrent commit (%s); the pass merges without it",
+                       index_name, exc)
+        return {}
+    return {"indexed_rows": rows}
+
+
 def _one_pass(
     ds: Dataset,
     index_name: str,
@@ -97,9 +118,11 @@ def _one_pass(
     resume: bool,
     max_conflicts: int,
     rule: _Retrain = _Retrain(),
+    index_new: bool = False,
 ) -> MaintainReport:
     t0 = time.perf_counter()
     conflicts = 0
+    indexed = _maybe_index_new(ds, index_name, run_kwargs) if index_new else {}
     retrained = _maybe_reindex(ds, index_name, rule)
     while True:
         latest = ds.checkout()
@@ -151,6 +174,7 @@ def _one_pass(
             reasons=tuple(t.reason for t in plan.tasks),
             summary=plan.summary,
             **retrained,
+            **indexed,
         )
         if report.committed:
             logger.info(
@@ -210,6 +234,7 @@ def maintain(
     verify: bool = True,
     retrain: str = "never",
     retrain_max_rows: Optional[int] = None,
+    index_new: bool = False,
     properties: Optional[dict[str, str]] = None,
     storage_options: Optional[Mapping[str, str]] = None,
 ) -> MaintainReport:
@@ -275,6 +300,15 @@ def maintain(
     retrain_max_rows : int, optional
         The cost budget of a retrain: tables with more rows are not
         reindexed (a warning says that health asked for it).
+    index_new : bool, default False
+        Each pass first indexes the rows of fragments no segment covers,
+        as pylance's ``optimize_indices(num_indices_to_merge=0)`` does:
+        one delta segment built as the index's own (the index's model for
+        IVF_*, pylance's build for IVF_HNSW_*, the index's parameters for
+        scalar and full-text indices), committed before the merges. This
+        also covers what pylance 14.0.2's own optimize fails on (a BTREE,
+        BITMAP or ZONEMAP of a field inside a struct). Where we cannot
+        build the index's type a warning says so and the pass merges.
     properties : dict of str to str, optional
         Key-values for every commit's transaction (see :func:`optimize`).
     storage_options : dict of str to str, optional
@@ -314,7 +348,7 @@ def maintain(
         "properties": properties,
     })
     if watch is None:
-        report = _one_pass(ds, index_name, plan_options, run_kwargs, resume, max_conflicts, rule)
+        report = _one_pass(ds, index_name, plan_options, run_kwargs, resume, max_conflicts, rule, index_new)
         if on_pass is not None:
             on_pass(report)
         return report
@@ -322,7 +356,7 @@ def maintain(
     with _Stop():
         try:
             while True:
-                last = _one_pass(ds, index_name, plan_options, run_kwargs, resume, max_conflicts, rule)
+                last = _one_pass(ds, index_name, plan_options, run_kwargs, resume, max_conflicts, rule, index_new)
                 if on_pass is not None:
                     on_pass(last)
                 seen = last.version
@@ -356,6 +390,7 @@ def maintain_all(
     progress: OptimizeProgressArg = None,
     memory_bytes: Optional[int] = None,
     verify: bool = True,
+    index_new: bool = False,
     properties: Optional[dict[str, str]] = None,
     storage_options: Optional[Mapping[str, str]] = None,
 ) -> list[MaintainReport]:
@@ -380,7 +415,7 @@ def maintain_all(
     policy, segments_per_tier, max_segment_rows, floor_rows, deletes_pct_allowed, max_segments
         The merge policy (see :func:`maintain`); ``policy="all"`` brings
         each index to one segment.
-    segments_per_task, executor, max_workers, fan_in, resume, max_conflicts, progress, verify, properties, storage_options
+    segments_per_task, executor, max_workers, fan_in, resume, max_conflicts, progress, verify, index_new, properties, storage_options
         As for :func:`maintain`.
     memory_bytes : int, optional
         What a full-text (INVERTED) merge holds of its posting lists at once
@@ -401,7 +436,7 @@ def maintain_all(
                 floor_rows=floor_rows, deletes_pct_allowed=deletes_pct_allowed, max_segments=max_segments,
                 segments_per_task=segments_per_task, executor=executor, max_workers=max_workers, fan_in=fan_in,
                 resume=resume, max_conflicts=max_conflicts, progress=progress, memory_bytes=memory_bytes, verify=verify,
-                properties=properties,
+                index_new=index_new, properties=properties,
             )
         except UnsupportedError as exc:
             if index_names is not None:

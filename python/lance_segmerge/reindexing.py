@@ -372,11 +372,12 @@ def _catch_up(
     run_id: str,
     properties: Optional[dict[str, str]],
     job: dict[str, Any],
+    verb: str = "reindex",
 ) -> tuple[Dataset, int]:
-    """Index the fragments appended while the rebuild ran (at the latest
-    version) with one segment built as the rebuild's were (``job``: a build
-    job without its dataset and fragments); commits it as a delta. Returns
-    the dataset after it and the rows it indexed."""
+    """Index the fragments no segment covers (at the latest version: for a
+    rebuild, those appended while it ran) with one segment built as
+    ``job`` says (a build job without its dataset and fragments); commits
+    it as a delta. Returns the dataset after it and the rows it indexed."""
     latest = out.checkout()
     covered: set[int] = set()
     for s in _list(latest, index_name, False):
@@ -395,12 +396,13 @@ def _catch_up(
         lds = lance.dataset(latest.uri, version=latest.version, storage_options=latest.storage_options or None)
         lds.optimize.optimize_indices(num_indices_to_merge=0, index_names=[index_name])
         done = latest.checkout()
-        logger.info("reindex of %s: pylance's optimize_indices caught up %d rows of %d fragments appended meanwhile "
-                    "(version %d)", index_name, rows, len(todo), done.version)
+        logger.info("%s of %s: pylance's optimize_indices indexed %d rows of %d fragments no segment covered "
+                    "(version %d)", verb, index_name, rows, len(todo), done.version)
         return done, rows
     model = job["model"]
     seg = IndexSegment.from_dict(_jobs.build_task({**job, "dataset": latest, "fragment_ids": [f for f, _ in todo]}))
-    props = transaction_properties("reindex", run_id, properties, catch_up="true", model=model.content_hash[:16])
+    props = transaction_properties(verb, run_id, properties, catch_up="true",
+                                   model=model.content_hash[:16] if model is not None else None)
     try:
         done = _commit(latest, index_name, job["column"], [seg], None, properties=props)
     except BaseException:
@@ -409,9 +411,40 @@ def _catch_up(
         except SegmergeError as exc:  # e.g. the commit landed before an interrupt
             logger.warning("could not remove the catch-up segment %s: %s", seg.uuid, exc)
         raise
-    logger.info("reindex of %s: caught up %d rows of %d fragments appended meanwhile (version %d)",
-                index_name, rows, len(todo), done.version)
+    logger.info("%s of %s: indexed %d rows of %d fragments no segment covered (version %d)",
+                verb, index_name, rows, len(todo), done.version)
     return done, rows
+
+
+def _index_new(
+    latest: Dataset,
+    index_name: str,
+    run_id: str,
+    properties: Optional[dict[str, str]],
+    window_rows: Optional[int],
+    memory_bytes: Optional[int],
+) -> tuple[Dataset, int]:
+    """maintain's ``index_new``: what pylance's
+    ``optimize_indices(num_indices_to_merge=0)`` does for one index. The
+    rows of the fragments no segment covers get one delta segment, built
+    as the index's own are built: with the index's model (IVF_*), by
+    pylance (IVF_HNSW_*, as :func:`_catch_up` says why), or with the
+    index's parameters (scalar and full-text indices: a build given the
+    name of an index takes its parameters). Returns the dataset after its
+    commit and the rows indexed."""
+    segs = _list(latest, index_name, True)
+    kinds = {str(s.index_type) for s in segs}
+    if len(kinds) != 1:
+        raise UnsupportedError(f"{index_name!r} has segments of types {sorted(kinds)}: no one build for its new rows")
+    index_type = next(iter(kinds))
+    column = _plan(latest, index_name, _plan_options(index_name, 32, None, None, True)).column
+    job: dict[str, Any] = {"column": column, "index_type": index_type, "model": None, "name": index_name,
+                           "window_rows": window_rows, "memory_bytes": memory_bytes, "hnsw": None}
+    if index_type in _HNSW_TRAINED_AS:
+        job["hnsw"] = {}
+    elif index_type.startswith("IVF_"):
+        job["model"] = read_index_model(latest, index_name)
+    return _catch_up(latest, index_name, run_id, properties, job, verb="maintain")
 
 
 #: The index kinds whose model an extension grows (IVF without a graph).

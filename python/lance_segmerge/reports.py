@@ -738,6 +738,9 @@ class MaintainReport(_Report):
         :func:`maintain`), and ``residual_ratio``, the new rows' mean squared
         distance to their centroid over the indexed rows' (0.0 when not
         measured).
+    indexed_rows : int
+        With ``index_new=True``: rows of fragments no segment covered that
+        the pass indexed (one delta segment, committed before the merges).
     """
 
     _what = "a MaintainReport"
@@ -769,6 +772,7 @@ class MaintainReport(_Report):
     reindex_seconds: float = spec(_SECONDS, default=0.0, decode=_or(0.0))
     partitions_added: int = spec(_INT, default=0, decode=_or(0))
     residual_ratio: float = spec(float_field, default=0.0, decode=_or(0.0))
+    indexed_rows: int = spec(_INT, default=0, decode=_or(0))
 
     def __post_init__(self) -> None:
         _fields.check_fields(self, "MaintainReport")
@@ -784,6 +788,7 @@ class MaintainReport(_Report):
             ("tasks", f"{self.tasks} ({self.tasks_reused} reused from a journal)"),
             ("executor", self.executor),
             ("conflicts", str(self.conflicts)),
+            ("new rows indexed", f"{self.indexed_rows:,}"),
             ("health", (self.health_verdict + (": " + "; ".join(self.health_reasons) if self.health_reasons else ""))
              if self.health_verdict else "not measured"),
             ("reindexed", f"version {self.reindex_version} in {self.reindex_seconds:.2f}s" if self.reindexed else "no"),

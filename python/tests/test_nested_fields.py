@@ -170,3 +170,40 @@ def test_keys_that_are_not_the_data_are_damage_inside_structs(nested, tmp_path):
     checks = {c.name: c for c in seg.checks}
     assert checks["structure"].verdict == "ok" and seg.verdict == "damaged"
     assert checks["keys"].damage == "keys_mismatch" and "is under key" in checks["keys"].message
+
+
+def test_maintain_index_new_indexes_the_appended_rows(nested, tmp_path):
+    """maintain_all(index_new=True) does what pylance's optimize_indices
+    cannot here: each index gets a delta over the appended fragments and
+    is merged to one segment over all of them, answering as a scan."""
+    version = nested[1]
+    uri = str(tmp_path / "t")
+    lance.write_dataset(_table(0, ROWS, version), uri, data_storage_version=version)
+    indices = {"x_bt": ("s.x", "BTREE"), "c_bm": ("s.c", "BITMAP"), "z_zm": ("s.z", "ZONEMAP"), "c_fts": ("s.c", "INVERTED")}
+    ds = lance.dataset(uri)
+    for name, (col, typ) in indices.items():
+        ds.create_scalar_index(col, typ, name=name)
+    for k in (1, 2):
+        lance.write_dataset(_table(k * ROWS, ROWS, version), uri, mode="append")
+    filters = [f for col, _ in indices.values() if col in FILTERS for f in FILTERS[col]]
+    truth = _answers(uri, filters, use_index=False)
+    words = _matches(uri, "c3")
+    assert len(words) > ROWS // 10
+    reports = ls.maintain_all(uri, index_new=True, policy="all")
+    assert {r.index_name: (r.indexed_rows, r.segments_after) for r in reports} == {n: (2 * ROWS, 1) for n in indices}
+    for name in indices:
+        (seg,) = ls.open(uri).list_index_segments(name)
+        assert sorted(seg.fragment_ids) == [0, 1, 2]
+        assert [s.verdict for s in ls.verify_index(uri, name).segments] == ["clean"]
+    assert _answers(uri, filters) == truth
+    assert _matches(uri, "c3") == words
+    again = ls.maintain(uri, "x_bt", index_new=True)
+    assert again.indexed_rows == 0 and not again.committed
+
+
+
+def _matches(uri: str, word: str) -> list[int]:
+    from lance.query import MatchQuery
+
+    t = lance.dataset(uri).to_table(full_text_query=MatchQuery(word, column="s.c"), columns=["id", "_score"])
+    return sorted(t["id"].to_pylist())
