@@ -158,6 +158,32 @@ def test_index_new_builds_the_delta_pylance_would(copy, deltas, tmp_path):
     assert ours >= pylance - 0.02, (ours, pylance)
 
 
+def test_index_new_loses_to_a_writers_delta_without_losing_it(copy, monkeypatch, caplog):
+    """A writer's optimize_indices commits its delta over the new fragment
+    while our delta is being built: our commit is a conflict (it replaces
+    nothing), the writer's delta stays, and the pass merges."""
+    from lance_segmerge import _jobs
+
+    lance.write_dataset(lancegen.table(lancegen.vectors(200, seed=78), lance.dataset(copy).count_rows()), copy, mode="append")
+    build = _jobs.build_task
+
+    def racing(job):
+        seg = build(job)
+        lance.dataset(copy).optimize.optimize_indices(num_indices_to_merge=0)
+        return seg
+
+    monkeypatch.setattr(_jobs, "build_task", racing)
+    with caplog.at_level("WARNING", logger="lance_segmerge.maintain"):
+        rep = ls.maintain(copy, "vec_idx", policy="all", index_new=True)
+    assert rep.indexed_rows == 0 and rep.committed
+    assert any("lost to a concurrent commit" in r.getMessage() for r in caplog.records), caplog.text
+    (seg,) = ls.open(copy).list_index_segments("vec_idx")
+    assert seg.num_rows == lance.dataset(copy).count_rows()
+    assert sorted(seg.fragment_ids) == sorted(f.fragment_id for f in lance.dataset(copy).get_fragments())
+    assert {s.verdict for s in ls.verify_index(copy, "vec_idx").segments} == {"clean"}
+    assert ls.cleanup(copy, 0, dry_run=True) == []  # our lost delta's files were removed
+
+
 def test_index_new_passes_over_what_it_cannot_build(tmp_path, caplog):
     """A ZONEMAP of a dictionary column merges but is not built here: the
     pass warns that the new rows stay unindexed and merges all the same."""
