@@ -350,6 +350,15 @@ def test_cli_one_pass(copy, capsys):
     assert _cli.main(["maintain", copy, "--index", "vec_idx", "--segments-per-tier", "0"]) == 3
 
 
+def test_cli_index_new(copy, capsys):
+    from lance_segmerge import _cli
+
+    lance.write_dataset(lancegen.table(lancegen.vectors(150, seed=79), lance.dataset(copy).count_rows()), copy, mode="append")
+    assert _cli.main(["maintain", copy, "--index", "vec_idx", "--policy", "all", "--index-new"]) == 0
+    out = capsys.readouterr().out
+    assert "150 new rows indexed" in out and "segments 14 -> 1" in out, out
+
+
 def test_report_is_plain(copy):
     import dataclasses
     import pickle
