@@ -8,9 +8,10 @@ import (
 )
 
 // repdef interprets the structural layers of a 2.1+ page: one item layer,
-// then either the validity layers of the structs the column sits in or at
-// most one list layer. Layers are listed innermost first; definition
-// levels are numbered from the inside out (0 = valid at every level).
+// at most one list layer, and the validity layers of the structs the
+// column sits in (around the item, or around the list). Layers are listed
+// innermost first; definition levels are numbered from the inside out (0 =
+// valid at every level).
 type repdef struct {
 	itemNullable bool
 	// nullLevels is the highest definition level that makes the item
@@ -20,6 +21,9 @@ type repdef struct {
 	hasList    bool
 	nullList   uint16 // def level of a null list (0 = none)
 	emptyList  uint16 // def level of an empty list (0 = none)
+	// structNull is the first def level of a null struct around a list
+	// (0 = none): it and every level above it are a null row.
+	structNull uint16
 }
 
 func parseLayers(layers []enc21.RepDefLayer) (repdef, error) {
@@ -38,29 +42,29 @@ func parseLayers(layers []enc21.RepDefLayer) (repdef, error) {
 	for i, l := range layers[1:] {
 		switch l {
 		case enc21.RepDefLayer_REPDEF_ALL_VALID_ITEM:
-			if rd.hasList {
-				return rd, fmt.Errorf("%w: structural layers %v (a list inside a struct)", errkind.Unsupported, layers)
-			}
 			continue
 		case enc21.RepDefLayer_REPDEF_NULLABLE_ITEM:
-			if rd.hasList {
-				return rd, fmt.Errorf("%w: structural layers %v (a list inside a struct)", errkind.Unsupported, layers)
+			if rd.hasList && rd.structNull == 0 {
+				rd.structNull = next
 			}
 			next++
 			continue
 		}
 		if rd.hasList || i > 0 {
-			return rd, fmt.Errorf("%w: structural layers %v (only one list over one item, or structs around an item, are read)", errkind.Unsupported, layers)
+			return rd, fmt.Errorf("%w: structural layers %v (one list over one item, with structs around either, is read; not lists of lists or of structs)", errkind.Unsupported, layers)
 		}
 		rd.hasList = true
 		switch l {
 		case enc21.RepDefLayer_REPDEF_ALL_VALID_LIST:
 		case enc21.RepDefLayer_REPDEF_NULLABLE_LIST:
 			rd.nullList = next
+			next++
 		case enc21.RepDefLayer_REPDEF_EMPTYABLE_LIST:
 			rd.emptyList = next
+			next++
 		case enc21.RepDefLayer_REPDEF_NULL_AND_EMPTY_LIST:
 			rd.nullList, rd.emptyList = next, next+1
+			next += 2
 		default:
 			return rd, fmt.Errorf("%w: outer layer %v is not a list layer", errkind.Corrupt, l)
 		}
@@ -76,7 +80,13 @@ func parseLayers(layers []enc21.RepDefLayer) (repdef, error) {
 
 // visible reports whether a level with definition d has a value slot.
 func (rd repdef) visible(d uint16) bool {
-	return !(rd.nullList != 0 && d == rd.nullList) && !(rd.emptyList != 0 && d == rd.emptyList)
+	return !(rd.nullList != 0 && d == rd.nullList) && !(rd.emptyList != 0 && d == rd.emptyList) && !rd.nullStruct(d)
+}
+
+// nullStruct reports whether a level with definition d is a row whose
+// struct (around a list) is null.
+func (rd repdef) nullStruct(d uint16) bool {
+	return rd.structNull != 0 && d >= rd.structNull
 }
 
 // itemValid reports whether a visible level with definition d holds a
@@ -137,7 +147,7 @@ func (o *levelsOut) add(rep, def []uint16, n int) error {
 				o.offsets = append(o.offsets, int64(o.items))
 			}
 			o.rows++
-			valid := !(o.rd.nullList != 0 && d == o.rd.nullList)
+			valid := !(o.rd.nullList != 0 && d == o.rd.nullList) && !o.rd.nullStruct(d)
 			o.validity = o.markBit(o.validity, o.rows, o.rows-1, valid)
 		} else if o.rows == 0 {
 			return fmt.Errorf("%w: page starts inside a list (repetition level 0)", errkind.Corrupt)

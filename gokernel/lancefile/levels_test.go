@@ -40,7 +40,10 @@ func TestParseLayers(t *testing.T) {
 			want: repdef{itemNullable: true, nullLevels: 1}, valid: []uint16{0}, null: []uint16{1}},
 		{name: "two structs deep, the inner all valid", layers: []enc21.RepDefLayer{nullable, item, nullable},
 			want: repdef{itemNullable: true, nullLevels: 2}, valid: []uint16{0}, null: []uint16{1, 2}},
-		{name: "list inside a struct", layers: []enc21.RepDefLayer{item, list, nullable}, err: errkind.Unsupported},
+		{name: "list inside a nullable struct", layers: []enc21.RepDefLayer{item, list, nullable},
+			want: repdef{hasList: true, structNull: 1}, valid: []uint16{0}},
+		{name: "nullable list of nullable items inside a nullable struct", layers: []enc21.RepDefLayer{nullable, nullList, item, nullable},
+			want: repdef{itemNullable: true, nullLevels: 1, hasList: true, nullList: 2, structNull: 3}, valid: []uint16{0}, null: []uint16{1}},
 		{name: "two lists", layers: []enc21.RepDefLayer{item, list, list}, err: errkind.Unsupported},
 		{name: "list of structs", layers: []enc21.RepDefLayer{item, nullable, list}, err: errkind.Unsupported},
 		{name: "no layers", layers: nil, err: errkind.Corrupt},
@@ -66,6 +69,9 @@ func TestParseLayers(t *testing.T) {
 				if rd.itemValid(d) {
 					t.Errorf("level %d: item valid, want null", d)
 				}
+			}
+			if rd.structNull != 0 && (rd.visible(rd.structNull) || rd.visible(rd.structNull+1) || !rd.visible(0)) {
+				t.Errorf("a null struct around a list has an item slot")
 			}
 		})
 	}

@@ -126,8 +126,8 @@ func checkKeys[R ~struct {
 		byAddr[a] = append(byAddr[a], i)
 	}
 	slices.Sort(addrs)
-	vals, err := rd.ReadValues(ctx, addrs)
-	if err != nil {
+	vals, skipped, err := keyValues(ctx, rd, sr, addrs)
+	if skipped || err != nil {
 		return err
 	}
 	lists := rd.Column().Item.Kind != lancefile.KindUnknown
@@ -308,6 +308,18 @@ func keysReader(st storage.Store, snap *table.Snapshot, sr *SegmentReport, colum
 	return rd, err
 }
 
+// keyValues reads the rows at addrs for a keys check. A layout the data
+// reader does not decode (lists of structs...) skips the check (skipped),
+// as an index of a column it cannot open does.
+func keyValues(ctx context.Context, rd *vecdata.Reader, sr *SegmentReport, addrs []uint64) (vals []vecdata.Value, skipped bool, err error) {
+	vals, err = rd.ReadValues(ctx, addrs)
+	if errors.Is(err, errkind.Unsupported) {
+		sr.add(Check{Name: "keys", Verdict: Skipped, Message: err.Error()})
+		return nil, true, nil
+	}
+	return vals, false, err
+}
+
 // zoneSample is how many zones, evenly spread, the keys check of a
 // ZONEMAP segment reads back from the data.
 const zoneSample = 16
@@ -472,8 +484,8 @@ func checkTokens(ctx context.Context, st storage.Store, snap *table.Snapshot, sr
 		byAddr[p.RowID] = append(byAddr[p.RowID], p.Token)
 	}
 	slices.Sort(addrs)
-	vals, err := rd.ReadValues(ctx, addrs)
-	if err != nil {
+	vals, skip, err := keyValues(ctx, rd, sr, addrs)
+	if skip || err != nil {
 		return err
 	}
 	var bad []string
@@ -590,8 +602,8 @@ func checkDocs(ctx context.Context, st storage.Store, snap *table.Snapshot, sr *
 		addrs[i] = d.RowID
 		docs[d.RowID] = d
 	}
-	vals, err := rd.ReadValues(ctx, addrs) // res.Sample is in row order
-	if err != nil {
+	vals, skip, err := keyValues(ctx, rd, sr, addrs) // res.Sample is in row order
+	if skip || err != nil {
 		return err
 	}
 	var bad []string

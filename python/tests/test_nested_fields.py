@@ -27,20 +27,23 @@ FILTERS = {
     "s.z": ["s.z = 3", "s.z IS NULL"],
     "s.c": ["s.c = 'c3'", "s.c IN ('c1', 'nope')", "s.c IS NULL"],
     "s.t.y": ["s.t.y = 7.0", "s.t.y > 45", "s.t.y IS NULL"],
+    "s.tags": ["array_has_any(s.tags, ['t1'])", "array_has_all(s.tags, ['t0', 't2'])", "s.tags IS NULL"],
 }
 
 
 def _table(start: int, n: int, version: str) -> pa.Table:
-    """id and s: struct<x int64, z int64, c string, t: struct<y double>>,
-    with null members throughout and (2.1+) null structs."""
+    """id and s: struct<x int64, z int64, c string, t: struct<y double>,
+    tags: list<string>>, with null members throughout and (2.1+) null
+    structs."""
     i = np.arange(start, start + n)
     x = pa.array([None if v % 11 == 0 else int(v % 1000) for v in i], pa.int64())
     z = pa.array([None if v % 23 == 0 else int((v + 500) % 1000) for v in i], pa.int64())
     c = pa.array([None if v % 13 == 0 else f"c{v % 7}" for v in i])
     y = pa.array([None if v % 5 == 0 else float(v % 50) for v in i])
     mask = None if version == "2.0" else pa.array([v % 17 == 0 for v in i])
+    tags = pa.array([None if v % 19 == 0 else [f"t{v % 5}", f"t{v % 3}"][: v % 3] for v in i], pa.list_(pa.string()))
     t = pa.StructArray.from_arrays([y], names=["y"])
-    s = pa.StructArray.from_arrays([x, z, c, t], names=["x", "z", "c", "t"], mask=mask)
+    s = pa.StructArray.from_arrays([x, z, c, t, tags], names=["x", "z", "c", "t", "tags"], mask=mask)
     return pa.table({"id": pa.array(i), "s": s})
 
 
@@ -76,7 +79,7 @@ def _same_files(uri: str, typ: str, ours, theirs) -> None:
     (path,) = [f.path for f in theirs.files]
     a, b = _read(a_dir + path), _read(b_dir + path)
     assert a.schema == b.schema
-    if typ == "BITMAP":
+    if typ in ("BITMAP", "LABEL_LIST"):
         assert a["keys"].equals(b["keys"])
         assert [_row_map(x) for x in a["bitmaps"].to_pylist()] == [_row_map(x) for x in b["bitmaps"].to_pylist()]
     else:  # zones, bloom filters, n-gram postings: byte for byte
@@ -86,7 +89,7 @@ def _same_files(uri: str, typ: str, ours, theirs) -> None:
 
 
 @pytest.mark.parametrize("typ,col", [("BTREE", "s.x"), ("BTREE", "s.t.y"), ("BITMAP", "s.c"), ("ZONEMAP", "s.x"),
-                                     ("BLOOMFILTER", "s.c"), ("NGRAM", "s.c")])
+                                     ("BLOOMFILTER", "s.c"), ("NGRAM", "s.c"), ("LABEL_LIST", "s.tags")])
 def test_builds_inside_structs_write_what_pylance_writes(nested, tmp_path, typ, col):
     uri = _copy(nested[0], tmp_path)
     name = col.replace(".", "_") + "_" + typ.lower()
@@ -179,7 +182,10 @@ def test_maintain_index_new_indexes_the_appended_rows(nested, tmp_path):
     version = nested[1]
     uri = str(tmp_path / "t")
     lance.write_dataset(_table(0, ROWS, version), uri, data_storage_version=version)
-    indices = {"x_bt": ("s.x", "BTREE"), "c_bm": ("s.c", "BITMAP"), "z_zm": ("s.z", "ZONEMAP"), "c_fts": ("s.c", "INVERTED")}
+    # pylance 14.0.2 builds a LABEL_LIST of a list inside a struct, but its
+    # plans do not use it: its answers come from the data either way.
+    indices = {"x_bt": ("s.x", "BTREE"), "c_bm": ("s.c", "BITMAP"), "z_zm": ("s.z", "ZONEMAP"), "c_fts": ("s.c", "INVERTED"),
+               "tags_ll": ("s.tags", "LABEL_LIST")}
     ds = lance.dataset(uri)
     for name, (col, typ) in indices.items():
         ds.create_scalar_index(col, typ, name=name)
