@@ -188,17 +188,6 @@ func (s *Snapshot) FieldByID(id int32) (*pb.Field, bool) {
 	return nil, false
 }
 
-// IsNestedField reports whether path ("a.b") names a field inside another
-// (a struct's member), not a top-level one.
-func (s *Snapshot) IsNestedField(path string) bool {
-	for _, f := range s.Manifest.GetFields() {
-		if f.GetParentId() != -1 && s.FieldPath(f.GetId()) == path {
-			return true
-		}
-	}
-	return false
-}
-
 // ChildFields returns the manifest fields whose parent is the field with
 // the given id (a list's item, a struct's members), in manifest order.
 func (s *Snapshot) ChildFields(id int32) []*pb.Field {

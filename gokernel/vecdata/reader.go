@@ -44,23 +44,35 @@ type Column struct {
 	scalar bool
 }
 
-// missingColumn is the error for a vector column name no top-level field
-// has: errkind.Unsupported for a nested field (vectors are read from
-// top-level columns only), errkind.NotFound otherwise.
-func missingColumn(snap *table.Snapshot, name string) error {
-	if snap.IsNestedField(name) {
-		return fmt.Errorf("%w: vecdata: column %q is a field inside a struct; vectors are read from top-level columns only (its index segments merge; builds and checks of its rows need the vectors)", errkind.Unsupported, name)
+// fieldAt finds the manifest field that name (a top-level name, or the
+// dotted path of a field inside structs) names. errkind.NotFound when
+// there is none; errkind.Unsupported for a field inside a list or a map,
+// which the data readers do not read.
+func fieldAt(snap *table.Snapshot, name string) (*pb.Field, error) {
+	f, ok := snap.FieldByPath(name)
+	if !ok {
+		return nil, fmt.Errorf("%w: vecdata: the dataset has no column %q", errkind.NotFound, name)
 	}
-	return fmt.Errorf("%w: vecdata: the dataset has no column %q", errkind.NotFound, name)
+	for p := f.GetParentId(); p != -1; {
+		pf, ok := snap.FieldByID(p)
+		if !ok {
+			return nil, fmt.Errorf("%w: vecdata: field %q names parent %d, which the schema lacks", errkind.Corrupt, name, p)
+		}
+		if lancefile.ParseLogicalType(pf.GetLogicalType()).Kind != lancefile.KindStruct {
+			return nil, fmt.Errorf("%w: vecdata: column %q sits inside %q, a %s; only fields inside structs are read", errkind.Unsupported, name, snap.FieldPath(p), pf.GetLogicalType())
+		}
+		p = pf.GetParentId()
+	}
+	return f, nil
 }
 
-// ResolveColumn finds a top-level FixedSizeList<float32|float16> column.
-// errkind.NotFound when there is no such column, InvalidInput when it is not
-// a float vector column.
+// ResolveColumn finds a FixedSizeList<float32|float16> column: top-level,
+// or inside structs ("s.v"). errkind.NotFound when there is no such
+// column, InvalidInput when it is not a float vector column.
 func ResolveColumn(snap *table.Snapshot, name string) (*Column, error) {
-	f, ok := snap.FieldByName(name)
-	if !ok {
-		return nil, missingColumn(snap, name)
+	f, err := fieldAt(snap, name)
+	if err != nil {
+		return nil, err
 	}
 	t := lancefile.ParseLogicalType(f.GetLogicalType())
 	if t.Kind != lancefile.KindFixedSizeList {

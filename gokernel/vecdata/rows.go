@@ -116,19 +116,9 @@ func (r *Reader) eachRun(ctx context.Context, addrs []uint64, absent func(rows [
 // name may be the dotted path of a field inside structs ("s.x"): a row
 // whose struct is null reads as null, as pylance indexes it.
 func NewValueReader(st storage.Store, snap *table.Snapshot, name string) (*Reader, error) {
-	f, ok := snap.FieldByPath(name)
-	if !ok {
-		return nil, fmt.Errorf("%w: vecdata: the dataset has no column %q", errkind.NotFound, name)
-	}
-	for p := f.GetParentId(); p != -1; {
-		pf, ok := snap.FieldByID(p)
-		if !ok {
-			return nil, fmt.Errorf("%w: vecdata: field %q names parent %d, which the schema lacks", errkind.Corrupt, name, p)
-		}
-		if lancefile.ParseLogicalType(pf.GetLogicalType()).Kind != lancefile.KindStruct {
-			return nil, fmt.Errorf("%w: vecdata: column %q sits inside %q, a %s; only fields inside structs are read", errkind.Unsupported, name, snap.FieldPath(p), pf.GetLogicalType())
-		}
-		p = pf.GetParentId()
+	f, err := fieldAt(snap, name)
+	if err != nil {
+		return nil, err
 	}
 	col := &Column{Name: name, FieldID: f.GetId(), Nullable: f.GetNullable(), Type: lancefile.ParseLogicalType(f.GetLogicalType()), scalar: true}
 	if k := col.Type.Kind; k == lancefile.KindList || k == lancefile.KindLargeList {

@@ -213,3 +213,62 @@ def _matches(uri: str, word: str) -> list[int]:
 
     t = lance.dataset(uri).to_table(full_text_query=MatchQuery(word, column="s.c"), columns=["id", "_score"])
     return sorted(t["id"].to_pylist())
+
+
+def _vectors(start: int, n: int, version: str) -> tuple[pa.Table, np.ndarray]:
+    rng = np.random.default_rng(start)
+    x = rng.standard_normal((n, 16)).astype(np.float32)
+    v = pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), 16)
+    i = np.arange(start, start + n)
+    mask = None if version == "2.0" else pa.array(i % 17 == 0)
+    s = pa.StructArray.from_arrays([v, pa.array(i)], names=["v", "k"], mask=mask)
+    return pa.table({"id": i, "s": s}), x
+
+
+def test_a_vector_index_inside_a_struct_builds_verifies_and_merges(nested, tmp_path):
+    """pylance 14.0.2 indexes a vector inside a struct ("s.v") and its own
+    optimize_indices adds deltas there. maintain(index_new=True) builds the
+    delta pylance builds (the same rows, partitions and vectors; a null
+    struct is a null vector, left out), our optimize merges, verify is
+    clean, and pylance's nearest neighbours over all partitions are the
+    brute-force ones."""
+    from test_build import read_aux
+
+    version = nested[1]
+    uri = str(tmp_path / "v")
+    t, x0 = _vectors(0, 2000, version)
+    lance.write_dataset(t, uri, data_storage_version=version)
+    lance.dataset(uri).create_index("s.v", "IVF_FLAT", name="v_idx", num_partitions=4)
+    xs = [x0]
+    for k in (1, 2):
+        t, x = _vectors(k * 2000, 1000, version)
+        lance.write_dataset(t, uri, mode="append")
+        xs.append(x)
+    theirs = str(tmp_path / "theirs")
+    shutil.copytree(uri, theirs)
+    lance.dataset(theirs).optimize.optimize_indices(num_indices_to_merge=0)
+    rep = ls.maintain(uri, "v_idx", index_new=True)
+    assert rep.indexed_rows == 2000 and rep.segments_after == 2
+    (ours,) = [s for s in ls.open(uri).list_index_segments("v_idx") if sorted(s.fragment_ids) == [1, 2]]
+    (delta,) = [s for s in ls.open(theirs).list_index_segments("v_idx") if sorted(s.fragment_ids) == [1, 2]]
+    oinfo, orid, opart = read_aux(uri, ours.uuid)
+    tinfo, trid, tpart = read_aux(theirs, delta.uuid)
+    nulls = 0 if version == "2.0" else sum(1 for i in range(2000, 4000) if i % 17 == 0)
+    assert len(orid) == len(trid) == 2000 - nulls
+    oi, ti = np.argsort(orid), np.argsort(trid)
+    np.testing.assert_array_equal(orid[oi], trid[ti])
+    np.testing.assert_array_equal(opart[oi], tpart[ti])
+    ov = np.frombuffer(__import__("base64").b64decode(oinfo["columns"]["flat"]["values"]), np.float32).reshape(-1, 16)
+    tv = np.frombuffer(__import__("base64").b64decode(tinfo["columns"]["flat"]["values"]), np.float32).reshape(-1, 16)
+    np.testing.assert_array_equal(ov[oi], tv[ti])
+    ls.optimize(uri, "v_idx", progress=False)
+    (seg,) = ls.open(uri).list_index_segments("v_idx")
+    assert sorted(seg.fragment_ids) == [0, 1, 2]
+    assert [s.verdict for s in ls.verify_index(uri, "v_idx").segments] == ["clean"]
+    every = np.concatenate(xs)
+    ids = np.concatenate([np.arange(0, 2000), np.arange(2000, 3000), np.arange(4000, 5000)])
+    live = np.ones(len(ids), bool) if version == "2.0" else ids % 17 != 0
+    for q in np.random.default_rng(5).standard_normal((5, 16)).astype(np.float32):
+        got = lance.dataset(uri).to_table(nearest={"column": "s.v", "q": q, "k": 10, "nprobes": 4}, columns=["id"])
+        want = ids[live][np.argsort(((every[live] - q) ** 2).sum(1), kind="stable")[:10]]
+        assert sorted(got["id"].to_pylist()) == sorted(want.tolist())
