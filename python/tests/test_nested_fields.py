@@ -191,6 +191,10 @@ def test_maintain_index_new_indexes_the_appended_rows(nested, tmp_path):
         ds.create_scalar_index(col, typ, name=name)
     for k in (1, 2):
         lance.write_dataset(_table(k * ROWS, ROWS, version), uri, mode="append")
+    version_before = lance.dataset(uri).version
+    with pytest.raises(OSError, match="No column with name"):  # for every index: nothing committed
+        lance.dataset(uri).optimize.optimize_indices(num_indices_to_merge=0)
+    assert lance.dataset(uri).version == version_before
     filters = [f for col, _ in indices.values() if col in FILTERS for f in FILTERS[col]]
     truth = _answers(uri, filters, use_index=False)
     words = _matches(uri, "c3")
