@@ -26,7 +26,7 @@ import lance_segmerge as ls
 
 sys.path.insert(0, str(Path(__file__).parent))
 from compat import venvs  # noqa: E402
-from compat.scalar_writer import text  # noqa: E402
+from compat.scalar_writer import nested, text  # noqa: E402
 
 HERE = Path(__file__).parent / "compat"
 #: the releases test_compat_releases' slice installs (ZONEMAP from 2.0.1 on)
@@ -108,6 +108,37 @@ def test_an_index_of_the_release_merges_with_its_later_deltas(upgraded, tmp_path
     (own,) = ls.open(theirs).list_index_segments(name)
     assert seg.index_version == own.index_version  # the newer layout's, as pylance's merge records
     assert [s.verdict for s in ls.verify_index(ours, name).segments] == ["clean"]
+
+
+NESTED_FILTERS = {"sx_btree": ["s.x = 7", "s.x > 95", "s.x IS NULL"], "sc_bitmap": ["s.c = 'c3'", "s.c IN ('c1', 'c5')"]}
+
+
+def test_the_release_s_indices_of_a_struct_s_members_take_new_rows(upgraded, tmp_path):
+    """The release indexed members of a struct ("s.x", "s.c") and left an
+    append unindexed; 14.0.2 appends another. pylance 14.0.2's own
+    optimize_indices fails on such an index; maintain_all(index_new=True)
+    reads the release's data files, indexes the new rows and merges each
+    index to one segment that answers as a scan, verifies clean, and that
+    the release itself answers with."""
+    if not upgraded["nested_indices"]:
+        pytest.skip(f"{upgraded['version']} indexes no member of a struct")
+    uri = str(tmp_path / "n")
+    shutil.copytree(upgraded["nested_uri"], uri)
+    lance.write_dataset(nested(10_000), uri, mode="append")
+    with pytest.raises(OSError, match="No column with name"):
+        lance.dataset(uri).optimize.optimize_indices(num_indices_to_merge=0)
+    filters = [f for n in upgraded["nested_indices"] for f in NESTED_FILTERS[n]]
+    truth = {f: _ids(uri, f, use_index=False) for f in filters}
+    assert all(truth.values()), truth
+    reports = ls.maintain_all(uri, index_new=True, policy="all")
+    assert {r.index_name: (r.indexed_rows, r.segments_after) for r in reports} == \
+        {n: (4000, 1) for n in upgraded["nested_indices"]}
+    for name in upgraded["nested_indices"]:
+        (seg,) = ls.open(uri).list_index_segments(name)
+        assert sorted(seg.fragment_ids) == [0, 1, 2]
+        assert [s.verdict for s in ls.verify_index(uri, name).segments] == ["clean"]
+    assert {f: _ids(uri, f) for f in filters} == truth
+    assert _release(upgraded["version"], uri, "filters", filters) == truth
 
 
 def test_the_release_s_own_segments_verify_clean(upgraded):

@@ -1,9 +1,10 @@
 """Runs inside an older release's environment: writes a table with one
 scalar index of each type that release builds (BTREE, BITMAP, LABEL_LIST,
 ZONEMAP, NGRAM, INVERTED, and INVERTED with positions), appends to it and optimizes with that release's
-own defaults, and deletes rows.
+own defaults, and deletes rows. A second table holds a struct column with
+a BTREE and a BITMAP on its members, and one append no index covers.
 
-Usage: python scalar_writer.py OUT_DIR  (prints one JSON line: the uri and
+Usage: python scalar_writer.py OUT_DIR  (prints one JSON line: the uris and
 the indices written)
 """
 
@@ -44,6 +45,18 @@ def table(start: int) -> pa.Table:
     })
 
 
+#: indices of the second table, on members of its struct column
+NESTED = [("s.x", "BTREE"), ("s.c", "BITMAP")]
+
+
+def nested(start: int) -> pa.Table:
+    """id and s: struct<x int64 (nulls), c string>."""
+    i = np.arange(start, start + ROWS)
+    x = pa.array([None if v % 11 == 0 else int(v % 100) for v in i], pa.int64())
+    c = pa.array([f"c{v % 7}" for v in i])
+    return pa.table({"id": pa.array(i), "s": pa.StructArray.from_arrays([x, c], names=["x", "c"])})
+
+
 def main() -> None:
     uri = sys.argv[1] + "/t"
     ds = lance.write_dataset(table(0), uri)
@@ -60,7 +73,19 @@ def main() -> None:
         ds = lance.write_dataset(table(ROWS * (a + 1)), uri, mode="append")
         ds.optimize.optimize_indices()
     lance.dataset(uri).delete("id % 31 = 0")
-    print(json.dumps({"uri": uri, "indices": made, "version": lance.__version__}))
+    nested_uri = sys.argv[1] + "/n"
+    nds = lance.write_dataset(nested(0), nested_uri)
+    nested_made = []
+    for col, kind in NESTED:
+        name = f"{col.replace('.', '')}_{kind.lower()}"
+        try:
+            nds.create_scalar_index(col, kind, name=name)
+            nested_made.append(name)
+        except Exception:  # noqa: BLE001 - the release does not index a struct's member
+            pass
+    lance.write_dataset(nested(ROWS), nested_uri, mode="append")
+    print(json.dumps({"uri": uri, "indices": made, "version": lance.__version__,
+                      "nested_uri": nested_uri, "nested_indices": nested_made}))
 
 
 if __name__ == "__main__":
