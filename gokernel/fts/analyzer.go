@@ -203,7 +203,17 @@ func isASCIISpace(c byte) bool {
 // text that is not UTF-8, errkind.Unsupported for a character whose
 // treatment is not reproduced here.
 func (a *Analyzer) Analyze(text []byte, visit func(token []byte, pos uint32) error) error {
-	pos := uint32(0)
+	_, err := a.AnalyzeAt(text, 0, visit)
+	return err
+}
+
+// AnalyzeAt is Analyze with positions counted from pos; it returns the
+// position after text's last token. A document that is a list of texts
+// is its texts analyzed in turn, each from where the one before ended:
+// pylance 14.0.2 numbers the tokens of a list<string> row on, the tokens
+// that filters drop (stop words, long tokens) counted, nulls and empty
+// texts adding none (measured with its phrase queries).
+func (a *Analyzer) AnalyzeAt(text []byte, pos uint32, visit func(token []byte, pos uint32) error) (uint32, error) {
 	for i := 0; i < len(text); {
 		// the next token: [i, j)
 		start, ascii := -1, true
@@ -221,10 +231,10 @@ func (a *Analyzer) Analyze(text []byte, visit func(token []byte, pos uint32) err
 			} else {
 				r, n := utf8.DecodeRune(text[j:])
 				if r == utf8.RuneError && n == 1 {
-					return fmt.Errorf("%w: INVERTED build: text is not UTF-8 (byte %d)", errkind.InvalidInput, j)
+					return pos, fmt.Errorf("%w: INVERTED build: text is not UTF-8 (byte %d)", errkind.InvalidInput, j)
 				}
 				if !assigned(r) {
-					return fmt.Errorf("%w: INVERTED build: character %U is not in this version's Unicode tables (%s)", errkind.Unsupported, r, unicode.Version)
+					return pos, fmt.Errorf("%w: INVERTED build: character %U is not in this version's Unicode tables (%s)", errkind.Unsupported, r, unicode.Version)
 				}
 				size = n
 				in = !a.simple || isAlnum(r)
@@ -253,7 +263,7 @@ func (a *Analyzer) Analyze(text []byte, visit func(token []byte, pos uint32) err
 		if !ok {
 			var err error
 			if f, err = a.filter(tok, ascii); err != nil {
-				return err
+				return pos, err
 			}
 			if len(a.cache) < cacheSize {
 				a.cache[string(tok)] = f
@@ -264,10 +274,10 @@ func (a *Analyzer) Analyze(text []byte, visit func(token []byte, pos uint32) err
 		}
 		a.buf = append(a.buf[:0], f.out...)
 		if err := visit(a.buf, p); err != nil {
-			return err
+			return pos, err
 		}
 	}
-	return nil
+	return pos, nil
 }
 
 // filter applies lower-casing, stemming, stop words and folding to one

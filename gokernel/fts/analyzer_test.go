@@ -89,6 +89,29 @@ func TestAnalyzer(t *testing.T) {
 	}
 }
 
+// TestAnalyzeAtRunsOn: the texts of a list<string> row continue one
+// another's positions, the tokens filters drop counted (a trailing stop
+// word moves the next text's first token), empty texts adding none.
+func TestAnalyzeAtRunsOn(t *testing.T) {
+	an, err := NewAnalyzer(DefaultParams())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []tok
+	pos := uint32(0)
+	for _, text := range []string{"xa the", "", "yb", "the zc"} {
+		if pos, err = an.AnalyzeAt([]byte(text), pos, func(b []byte, p uint32) error {
+			got = append(got, tok{string(b), p})
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := []tok{{"xa", 0}, {"yb", 2}, {"zc", 4}}; !reflect.DeepEqual(got, want) || pos != 5 {
+		t.Errorf("got %v ending at %d, want %v ending at 5", got, pos, want)
+	}
+}
+
 func TestAnalyzerRefuses(t *testing.T) {
 	french := DefaultParams()
 	french.Language = "French"

@@ -29,8 +29,9 @@ const ftsIndexVersion = 2
 // written as a segment of one partition.
 func buildFTS(ctx context.Context, st storage.Store, snap *table.Snapshot, opts ScalarBuildOptions, rd *vecdata.Reader, col *vecdata.Column, existing *pb.IndexMetadata, version lancefile.Version) (*pb.IndexMetadata, error) {
 	prog := opts.Progress
-	if col.Type.Kind != lancefile.KindBinary || col.Type.Logical != "string" && col.Type.Logical != "large_string" {
-		return nil, fmt.Errorf("%w: build: an INVERTED index is built here over a string column; column %q is %s", errkind.InvalidInput, opts.Column, col.Type)
+	lists := col.Type.Kind == lancefile.KindList || col.Type.Kind == lancefile.KindLargeList
+	if !isText(col.Type) && !(lists && isText(col.Item)) {
+		return nil, fmt.Errorf("%w: build: an INVERTED index is built over a string column or a list of strings; column %q is %s", errkind.InvalidInput, opts.Column, col.Type)
 	}
 	params, format1, err := ftsParams(ctx, st, snap, opts, existing)
 	if err != nil {
@@ -51,7 +52,7 @@ func buildFTS(ctx context.Context, st storage.Store, snap *table.Snapshot, opts 
 			if !w.Live(i) || !v.IsValid(i) {
 				continue
 			}
-			if err := an.Analyze(v.Values[v.Offsets[i]:v.Offsets[i+1]], b.Token); err != nil {
+			if err := analyzeRow(an, v, i, b.Token); err != nil {
 				return fmt.Errorf("build: column %q, row %d of fragment %d: %w", opts.Column, w.Start+uint64(i), w.Fragment, err)
 			}
 			if err := b.EndDoc(w.RowID(i)); err != nil {
@@ -82,6 +83,30 @@ func buildFTS(ctx context.Context, st storage.Store, snap *table.Snapshot, opts 
 		e.IndexVersion, e.IndexDetails.Value = &iv, ftsDetails(params, 1)
 	}
 	return e, err
+}
+
+// isText reports whether t is a string type (utf8 or large_utf8).
+func isText(t lancefile.DataType) bool {
+	return t.Kind == lancefile.KindBinary && (t.Logical == "string" || t.Logical == "large_string")
+}
+
+// analyzeRow analyzes the valid row i of a string column, or of a list of
+// strings (its texts in turn, positions running on: fts.AnalyzeAt).
+func analyzeRow(an *fts.Analyzer, v *lancefile.Array, i int, visit func([]byte, uint32) error) error {
+	if v.Items == nil {
+		return an.Analyze(v.Values[v.Offsets[i]:v.Offsets[i+1]], visit)
+	}
+	it, pos := v.Items, uint32(0)
+	for j := int(v.Offsets[i]); j < int(v.Offsets[i+1]); j++ {
+		if !it.IsValid(j) {
+			continue
+		}
+		var err error
+		if pos, err = an.AnalyzeAt(it.Values[it.Offsets[j]:it.Offsets[j+1]], pos, visit); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ftsParams are the analyzer parameters of the segment: the index's own

@@ -109,7 +109,7 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 		keyType = col.Item
 	}
 	if opts.IndexType == "NGRAM" {
-		if col.Type.Kind != lancefile.KindBinary || col.Type.Logical != "string" && col.Type.Logical != "large_string" {
+		if !isText(col.Type) {
 			return nil, fmt.Errorf("%w: build: an NGRAM index is built over a string column; column %q is %s", errkind.InvalidInput, opts.Column, col.Type)
 		}
 		keyType = lancefile.Primitive(lancefile.KindUint32)

@@ -615,8 +615,22 @@ func checkDocs(ctx context.Context, st storage.Store, snap *table.Snapshot, sr *
 		}
 		got := map[string]uint32{}
 		n := uint32(0)
-		if !v.Null {
-			err = an.Analyze(v.Bytes, func(tok []byte, _ uint32) error { got[string(tok)]++; n++; return nil })
+		count := func(tok []byte, _ uint32) error { got[string(tok)]++; n++; return nil }
+		text := v.Bytes
+		switch {
+		case v.Null:
+		case v.Items == nil:
+			err = an.Analyze(v.Bytes, count)
+		default: // a list of texts: analyzed in turn, as the build does
+			var parts [][]byte
+			pos := uint32(0)
+			for _, it := range v.Items {
+				if !it.Null && err == nil {
+					pos, err = an.AnalyzeAt(it.Bytes, pos, count)
+					parts = append(parts, it.Bytes)
+				}
+			}
+			text = bytes.Join(parts, []byte(" | "))
 		}
 		if err != nil {
 			skipped++
@@ -624,7 +638,7 @@ func checkDocs(ctx context.Context, st storage.Store, snap *table.Snapshot, sr *
 		}
 		checked++
 		if why := docMismatch(d, got, n); why != "" && len(bad) < maxKeyProblems {
-			bad = append(bad, fmt.Sprintf("row %d (fragment %d, offset %d): %s; its text is %s", v.Addr, v.Addr>>32, uint32(v.Addr), why, showKey(v.Null, v.Bytes)))
+			bad = append(bad, fmt.Sprintf("row %d (fragment %d, offset %d): %s; its text is %s", v.Addr, v.Addr>>32, uint32(v.Addr), why, showKey(v.Null, text)))
 		}
 	}
 	nums := map[string]float64{"sampled": float64(len(res.Sample)), "checked": float64(checked), "mismatched": float64(len(bad)), "refused_texts": float64(skipped)}

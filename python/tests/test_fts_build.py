@@ -227,3 +227,59 @@ def test_stable_row_ids_documents_are_stable_ids(tmp_path):
     ls.optimize(ours, "text_idx", progress=False)
     assert len(ls.open(ours).list_index_segments("text_idx")) == 1
     _close(_answers(ours, qs), want)
+
+
+def test_a_list_of_strings_is_its_texts_in_turn(tmp_path):
+    """An INVERTED index of a list<string> column (pylance 14.0.2 builds
+    and optimizes one): a row is one document, its texts analyzed in
+    turn with positions running on (stop words counted; null and empty
+    texts adding nothing), so phrases span two texts. Our build has
+    pylance's documents, token counts, posting lists and positions, every
+    query answers with pylance's rows and scores, verify analyzes the
+    lists again, and maintain(index_new=True) indexes an append."""
+    rng = random.Random(7)
+
+    def texts(n: int, start: int) -> pa.Table:
+        rows: list = []
+        for i in range(start, start + n):
+            if i % 31 == 0:
+                rows.append(None)
+            else:
+                parts: list = []
+                for _ in range(rng.randint(0, 4)):
+                    k = rng.randint(0, 9)
+                    parts.append(None if k == 0 else "" if k == 1 else
+                                 " ".join(rng.choice(MULTI[:40] + ["the", "of"]) for _ in range(rng.randint(1, 6))))
+                rows.append(parts)
+        return pa.table({"id": pa.array(range(start, start + n), pa.int64()), "texts": pa.array(rows, pa.list_(pa.string()))})
+
+    theirs, ours = _pair(tmp_path, texts(1200, 0), 400)
+    lance.dataset(theirs).create_scalar_index("texts", "INVERTED", with_position=True)
+    ls.create_index(ours, "texts", "INVERTED", params={"with_position": True}, progress=False)
+    assert _docs(ours, "texts_idx") == _docs(theirs, "texts_idx")
+
+    def invert(uri: str) -> pa.Table:
+        (seg,) = ls.open(uri).list_index_segments("texts_idx")
+        return LanceFileReader(f"{uri}/_indices/{seg.uuid}/part_0_invert.lance").read_all().to_table()
+
+    assert invert(ours).equals(invert(theirs))  # posting blocks, scores and positions
+    words = sorted(set(MULTI[:40]))
+    # phrases across two texts: the last word of one and the first of the next
+    ds = lance.dataset(theirs)
+    plain = {w for w in MULTI[:40] if w.isascii() and w.isalpha() and w.lower() not in ("the", "of", "were", "over")}
+    spans = [f'"{a.split()[-1]} {b.split()[0]}"' for r in ds.to_table(columns=["texts"])["texts"].to_pylist() if r
+             for a, b in zip([x for x in r if x], [x for x in r if x][1:]) if a.split()[-1] in plain and b.split()[0] in plain][:15]
+    assert spans
+    qs = words + spans
+    want = _answers(theirs, qs)
+    assert all(want[q] for q in spans), {q: want[q] for q in spans}
+    _close(_answers(ours, qs), want)
+    for uri in (ours, theirs):
+        (keys,) = [c for s in ls.verify_index(uri, "texts_idx").segments for c in s.checks if c.name == "keys"]
+        assert keys.verdict == "ok" and keys.numbers["checked"] > 100, keys
+    more = texts(300, 5000)
+    for uri in (ours, theirs):
+        lance.write_dataset(more, uri, mode="append")
+    lance.dataset(theirs).optimize.optimize_indices(num_indices_to_merge=0)
+    assert ls.maintain(ours, "texts_idx", index_new=True).indexed_rows == 300
+    _close(_answers(ours, qs), _answers(theirs, qs))
