@@ -10,6 +10,7 @@ import (
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/ivf"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/vecmath"
 )
 
 // Partition is one IVF partition's rows of a segment, codes row-major.
@@ -79,6 +80,10 @@ type Reader struct {
 	// depth is how many times the stored codes had the layout applied.
 	depth int
 	cols  map[string]bool
+	// flatElem is the element of an IVF_FLAT segment's stored vectors:
+	// pylance keeps the column's own (float16 and float64 as well as
+	// float32); they are read as float32.
+	flatElem lancefile.Kind
 }
 
 // NewReader checks that the segment's auxiliary file has the columns the
@@ -100,7 +105,10 @@ func NewReader(ix *Index, f *ivf.Files, depth int) (*Reader, error) {
 			}
 			return nil, fmt.Errorf("%w: search: %s%s has no %s column", errkind.Corrupt, f.Dir, ivf.AuxiliaryFileName, c.Name)
 		}
-		if fd.Type.Kind != c.Type.Kind || fd.Type.Elem != c.Type.Elem || fd.Type.Dim != c.Type.Dim {
+		if c.Name == encode.ColFlat && fd.Type.Kind == c.Type.Kind && fd.Type.Dim == c.Type.Dim &&
+			(fd.Type.Elem == lancefile.KindFloat16 || fd.Type.Elem == lancefile.KindFloat64) {
+			r.flatElem = fd.Type.Elem
+		} else if fd.Type.Kind != c.Type.Kind || fd.Type.Elem != c.Type.Elem || fd.Type.Dim != c.Type.Dim {
 			return nil, fmt.Errorf("%w: search: %s%s column %s is %s, the model needs %s", errkind.Corrupt, f.Dir, ivf.AuxiliaryFileName, c.Name, fd.Type, c.Type)
 		}
 		r.cols[c.Name] = true
@@ -113,6 +121,23 @@ func NewReader(ix *Index, f *ivf.Files, depth int) (*Reader, error) {
 		}
 	}
 	return r, nil
+}
+
+// widenFlat converts stored float16 or float64 vector values to float32
+// bytes, the form the searches and checks work on.
+func widenFlat(k lancefile.Kind, b []byte) []byte {
+	w := lancefile.Primitive(k).ValueBits() / 8
+	out := make([]byte, len(b)/w*4)
+	for i := range len(b) / w {
+		var f float32
+		if w == 2 {
+			f = vecmath.HalfToFloat32(binary.LittleEndian.Uint16(b[2*i:]))
+		} else {
+			f = float32(math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:])))
+		}
+		binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(f))
+	}
+	return out
 }
 
 // Column is a column a segment's auxiliary file holds.
@@ -165,6 +190,9 @@ func (r *Reader) Stored(ctx context.Context, p int) (ids []uint64, codes []byte,
 	c, err := r.f.Aux.Read(ctx, r.ix.CodeColumn(), lo, hi)
 	if err != nil {
 		return nil, nil, err
+	}
+	if r.flatElem != lancefile.KindUnknown && c.Len == a.Len && len(c.Values) == a.Len*r.ix.dim*lancefile.Primitive(r.flatElem).ValueBits()/8 {
+		c.Values = widenFlat(r.flatElem, c.Values)
 	}
 	if c.Len != a.Len || len(c.Values) != a.Len*r.ix.CodeWidth() {
 		return nil, nil, fmt.Errorf("%w: search: partition %d: %d row ids, %d code rows of %d bytes", errkind.Corrupt, p, a.Len, c.Len, len(c.Values))

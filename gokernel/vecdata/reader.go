@@ -31,7 +31,8 @@ type Column struct {
 	Name    string
 	FieldID int32
 	Dim     int
-	// Elem is the element kind: lancefile.KindFloat32 or KindFloat16.
+	// Elem is the element kind: lancefile.KindFloat32, KindFloat16 or
+	// KindFloat64 (read narrowed to float32).
 	Elem     lancefile.Kind
 	Nullable bool
 	// Type is the column's type; scalar is set for a column opened by
@@ -79,9 +80,9 @@ func ResolveColumn(snap *table.Snapshot, name string) (*Column, error) {
 		return nil, fmt.Errorf("%w: vecdata: column %q is %q, not a fixed-size list of floats", errkind.InvalidInput, name, f.GetLogicalType())
 	}
 	switch t.Elem {
-	case lancefile.KindFloat32, lancefile.KindFloat16:
+	case lancefile.KindFloat32, lancefile.KindFloat16, lancefile.KindFloat64:
 	default:
-		return nil, fmt.Errorf("%w: vecdata: column %q holds %q vectors; only float32 and float16 vectors are indexed", errkind.Unsupported, name, f.GetLogicalType())
+		return nil, fmt.Errorf("%w: vecdata: column %q holds %q vectors; only float vectors are indexed", errkind.Unsupported, name, f.GetLogicalType())
 	}
 	return &Column{Name: name, FieldID: f.GetId(), Dim: t.Dim, Elem: t.Elem, Nullable: f.GetNullable()}, nil
 }
@@ -360,21 +361,23 @@ func (r *Reader) appendRow(b *Batch, a *lancefile.Array, i int, ff *fragmentFile
 		b.Skipped++
 		return
 	}
-	width := 4
-	if r.col.Elem == lancefile.KindFloat16 {
-		width = 2
-	}
+	width := lancefile.Primitive(r.col.Elem).ValueBits() / 8
 	n := len(b.Vectors)
 	b.Vectors = slices.Grow(b.Vectors, dim)[:n+dim]
 	v := b.Vectors[n:]
 	raw := a.Values[i*dim*width : (i+1)*dim*width]
-	if width == 4 {
+	switch width {
+	case 4:
 		for j := range v {
 			v[j] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*j:]))
 		}
-	} else {
+	case 2:
 		for j := range v {
 			v[j] = vecmath.HalfToFloat32(binary.LittleEndian.Uint16(raw[2*j:]))
+		}
+	default: // float64, narrowed: checks and statistics, not builds (segment.Build refuses them)
+		for j := range v {
+			v[j] = float32(math.Float64frombits(binary.LittleEndian.Uint64(raw[8*j:])))
 		}
 	}
 	if !finite(v) {
