@@ -201,7 +201,7 @@ def test_bad_builds_are_refused_and_leave_the_dataset(copy):
         ls.build_index_segment(uri, "flag", "BLOOMFILTER", [0], **model_free)  # pylance builds none either
     with pytest.raises(ls.InvalidInputError, match="no model"):
         ls.train_index_model(uri, "i64", "BTREE", num_partitions=2)
-    with pytest.raises(ls.InvalidInputError, match="INVERTED index is built here over a string column"):
+    with pytest.raises(ls.InvalidInputError, match="INVERTED index is built over a string column or a list of strings"):
         ls.build_index_segment(uri, "i64", "FTS", [0], **model_free)
     with pytest.raises(ls.InvalidInputError, match="params: analyzer parameters are for INVERTED"):
         ls.build_index_segment(uri, "i64", "BTREE", [0], params={"stem": False}, **model_free)
