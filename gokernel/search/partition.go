@@ -123,6 +123,9 @@ func NewReader(ix *Index, f *ivf.Files, depth int) (*Reader, error) {
 	return r, nil
 }
 
+// WidenHalf converts float16 values to float32 bytes (widenFlat).
+func WidenHalf(b []byte) []byte { return widenFlat(lancefile.KindFloat16, b) }
+
 // widenFlat converts stored float16 or float64 vector values to float32
 // bytes, the form the searches and checks work on.
 func widenFlat(k lancefile.Kind, b []byte) []byte {

@@ -13,6 +13,7 @@ import (
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/ivf"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/search"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/segment"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
@@ -377,6 +378,7 @@ func verifySegment(ctx context.Context, st storage.Store, snap *table.Snapshot, 
 		if rd, err = vecdata.NewReader(st, snap, *col); err != nil {
 			return nil, fmt.Errorf("column %q: %w", *col, err)
 		}
+		o.half = rd.Column().Elem == lancefile.KindFloat16
 	}
 	prog.SetStage("codes")
 	if rd == nil {

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/encode"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/search"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/vecdata"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/vecmath"
@@ -182,7 +183,7 @@ func checkCodes(ctx context.Context, o *opened, rd *vecdata.Reader, live *liveSe
 	// injected codebook assigns by inner product).
 	dim := o.model.Dim
 	raw := slices.Clone(batch.Vectors)
-	exp, err := encodeBatch(o.model, batch.Vectors)
+	exp, err := o.encodeBatch(o.model, batch.Vectors)
 	if err != nil {
 		return err
 	}
@@ -192,7 +193,7 @@ func checkCodes(ctx context.Context, o *opened, rd *vecdata.Reader, live *liveSe
 		pq := *m2.PQ
 		pq.DotByInnerProduct = true
 		m2.PQ = &pq
-		if alt, err = encodeBatch(&m2, slices.Clone(raw)); err != nil {
+		if alt, err = o.encodeBatch(&m2, slices.Clone(raw)); err != nil {
 			return err
 		}
 	}
@@ -371,20 +372,29 @@ func (e *encoded) col(name string) int {
 	return -1
 }
 
-func encodeBatch(m *encode.Model, vecs []float32) (*encoded, error) {
-	enc, err := encode.NewEncoder(m)
+// encodeBatch encodes vecs (prepared in place) with m as a fresh build of
+// the segment's rows does (o.encoder). float16 IVF_FLAT rows come back
+// widened to float32, the form the search reader gives stored rows in.
+func (o *opened) encodeBatch(m *encode.Model, vecs []float32) (*encoded, error) {
+	enc, err := o.encoder(m)
 	if err != nil {
 		return nil, err
 	}
 	n := len(vecs) / max(m.Dim, 1)
 	out := &encoded{parts: make([]int32, n)}
-	for _, c := range enc.Columns() {
+	cols := enc.Columns()
+	for _, c := range cols {
 		out.cols = append(out.cols, make([]byte, n*c.Width()))
 		out.width = append(out.width, c.Width())
 		out.names = append(out.names, c.Name)
 	}
 	if n > 0 {
 		enc.Encode(&encode.Scratch{}, vecs, out.parts, out.cols)
+	}
+	for c, col := range cols {
+		if col.Type.Kind == lancefile.KindFixedSizeList && col.Type.Elem == lancefile.KindFloat16 {
+			out.cols[c], out.width[c] = search.WidenHalf(out.cols[c]), 4*col.Type.Dim
+		}
 	}
 	return out, nil
 }
@@ -400,7 +410,7 @@ type comparer struct {
 }
 
 func newComparer(o *opened, ix *search.Index) *comparer {
-	enc, _ := encode.NewEncoder(o.model) // the model validated when the index was made
+	enc, _ := o.encoder(o.model) // the model validated when the index was made
 	return &comparer{m: o.model, enc: enc, dot: o.model.Metric == encode.Dot}
 }
 

@@ -29,6 +29,17 @@ type opened struct {
 	fresh *encode.Model
 	// noModel says why model is nil.
 	noModel error
+	// half: the column holds float16 vectors, which pylance (and a fresh
+	// build) encodes in float16 arithmetic.
+	half bool
+}
+
+// encoder is the encoder a fresh build of the segment's rows uses.
+func (o *opened) encoder(m *encode.Model) (*encode.Encoder, error) {
+	if o.half {
+		return encode.NewHalfEncoder(m)
+	}
+	return encode.NewEncoder(m)
 }
 
 func (o *opened) close() {

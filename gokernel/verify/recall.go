@@ -197,17 +197,11 @@ func scoreWindow(o *opened, qs []*search.Query, truth, fresh []*search.TopK, pro
 	if o.fresh != nil {
 		m = o.fresh
 	}
-	enc, err := encode.NewEncoder(m)
+	e, err := o.encodeBatch(m, vecs) // vecs prepared in place
 	if err != nil {
 		return err
 	}
-	cols := enc.Columns()
-	out := make([][]byte, len(cols))
-	for c := range cols {
-		out[c] = make([]byte, n*cols[c].Width())
-	}
-	parts := make([]int32, n)
-	enc.Encode(&encode.Scratch{}, vecs, parts, out) // vecs prepared in place
+	parts, out := e.parts, e.cols
 	// Exact distances, on the prepared vectors (cosine: normalised).
 	dot := o.model.Metric == encode.Dot
 	for i := 0; i < n; i++ {
@@ -233,8 +227,8 @@ func scoreWindow(o *opened, qs []*search.Query, truth, fresh []*search.TopK, pro
 		}
 	}
 	names := map[string]int{}
-	for c, col := range cols {
-		names[col.Name] = c
+	for c, name := range e.names {
+		names[name] = c
 	}
 	f32s := func(name string, rows []int) []float32 {
 		c, ok := names[name]
@@ -259,7 +253,7 @@ func scoreWindow(o *opened, qs []*search.Query, truth, fresh []*search.TopK, pro
 			part.Add, part.Scale, part.Err = f32s(encode.ColRQAdd, rows), f32s(encode.ColRQScale, rows), f32s(encode.ColRQError, rows)
 			part.ExAdd, part.ExScale = f32s(encode.ColRQExAdd, rows), f32s(encode.ColRQExScale, rows)
 			if c, ok := names[encode.ColRQExCodes]; ok {
-				ew := cols[c].Width()
+				ew := e.width[c]
 				for _, i := range rows {
 					part.Ex = append(part.Ex, encode.UnpackBlockedRow(out[c][i*ew:(i+1)*ew], o.model.RQ.NumBits-1, dim)...)
 				}

@@ -325,15 +325,18 @@ def test_cli_verify_and_repair(pq_deltas, tmp_path, capsys):
     assert _cli.main(["verify", uri, "--index", "nope"]) == 4
 
 
-@pytest.mark.parametrize("index_type,dtype", [("IVF_FLAT", "float16"), ("IVF_FLAT", "float64"), ("IVF_PQ", "float64"),
-                                              ("IVF_SQ", "float64")])
-def test_half_and_double_vectors_verify_and_merge(tmp_path, index_type, dtype):
-    """pylance 14.0.2 indexes float16 and float64 vector columns, and an
+@pytest.mark.parametrize("index_type,dtype,metric", [
+    ("IVF_FLAT", "float16", "l2"), ("IVF_FLAT", "float16", "cosine"), ("IVF_FLAT", "float64", "l2"),
+    ("IVF_PQ", "float16", "l2"), ("IVF_RQ", "float16", "l2"), ("IVF_PQ", "float64", "l2"), ("IVF_SQ", "float64", "l2")])
+def test_half_and_double_vectors_verify_and_merge(tmp_path, index_type, dtype, metric):
+    """pylance 14.0.2 indexes float16 and float64 vector columns. An
     IVF_FLAT segment keeps the column's own element type (float16 or
-    float64 rows, where we read float32 only before: verify called such
-    segments damaged and optimize refused them). pylance's segments verify
-    clean, our merge verifies clean and answers as pylance's own merge, and
-    for IVF_FLAT as brute force over the stored vectors."""
+    float64 rows, where we read float32 only before), and over float16
+    pylance encodes in float16 arithmetic (where verify encoded in float32):
+    verify called such segments damaged and optimize refused them.
+    pylance's segments verify clean, our merge verifies clean and answers
+    as pylance's own merge, and for IVF_FLAT (l2) as brute force over the
+    stored vectors."""
     rng = np.random.default_rng(3)
     uri = str(tmp_path / "v")
     xs = []
@@ -343,7 +346,7 @@ def test_half_and_double_vectors_verify_and_merge(tmp_path, index_type, dtype):
         lance.write_dataset(_vector_table(x), uri, mode="append" if k else "create")
         if k == 0:
             kw = {"num_sub_vectors": 4} if index_type == "IVF_PQ" else {}
-            lance.dataset(uri).create_index("vec", index_type, name="vec_idx", num_partitions=4, **kw)
+            lance.dataset(uri).create_index("vec", index_type, name="vec_idx", num_partitions=4, metric=metric, **kw)
         else:
             lance.dataset(uri).optimize.optimize_indices(num_indices_to_merge=0)
     assert [s.verdict for s in ls.verify_index(uri, "vec_idx").segments] == ["clean"] * 3
@@ -357,7 +360,7 @@ def test_half_and_double_vectors_verify_and_merge(tmp_path, index_type, dtype):
         got = [sorted(lance.dataset(u).to_table(nearest={"column": "vec", "q": q.astype(dtype), "k": 10, "nprobes": 4},
                                                 columns=[], with_row_id=True)["_rowid"].to_pylist()) for u in (uri, theirs)]
         assert got[0] == got[1]
-        if index_type == "IVF_FLAT":
+        if index_type == "IVF_FLAT" and metric == "l2":
             best = np.argsort(((every - q.astype(dtype).astype(np.float64)) ** 2).sum(1))[:10]
             offsets = np.concatenate([[0], np.cumsum([len(x) for x in xs])])
             rows = sorted(int(f) << 32 | int(i - offsets[f]) for i in best for f in [int(np.searchsorted(offsets, i, "right") - 1)])
