@@ -81,8 +81,9 @@ type codeStats struct {
 	extras    int               // RQ ex codes or factors disagree
 	firstBad  string
 	// dot PQ: rows whose codes are exactly the nearest-entry (L2)
-	// encoding, or the inner-product one
+	// encoding, or the inner-product one; and those that are only one
 	exactL2, exactIP int
+	onlyL2, onlyIP   int
 	// per fragment: rows compared, and rows matching at each depth
 	fragSampled map[uint32]int
 	fragMatch   [maxDepth + 1]map[uint32]int
@@ -266,11 +267,17 @@ func checkCodes(ctx context.Context, o *opened, rd *vecdata.Reader, live *liveSe
 					st.fragMatch[d][frag]++
 				}
 				if alt != nil {
-					if slices.Equal(row, exp.row(0, s.vec)) {
+					l2, ip := slices.Equal(row, exp.row(0, s.vec)), slices.Equal(row, alt.row(0, s.vec))
+					if l2 {
 						st.exactL2++
 					}
-					if slices.Equal(row, alt.row(0, s.vec)) {
+					if ip {
 						st.exactIP++
+					}
+					if l2 != ip && l2 {
+						st.onlyL2++
+					} else if l2 != ip {
+						st.onlyIP++
 					}
 				}
 			}
@@ -281,6 +288,12 @@ func checkCodes(ctx context.Context, o *opened, rd *vecdata.Reader, live *liveSe
 				}
 			}
 		}
+	}
+	if alt != nil && min(st.onlyL2, st.onlyIP) >= max(2, st.compared/100) {
+		// Rows of both assignments: pylance's create_index encodes dot PQ
+		// by nearest entry (L2), its optimize_indices deltas by inner
+		// product, and a merge (pylance's or ours) keeps both.
+		o.mixedDot = [2]int{st.onlyL2, st.onlyIP}
 	}
 	if alt != nil && st.exactIP > st.exactL2 {
 		// The segment was encoded by inner product (pylance's

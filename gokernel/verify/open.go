@@ -32,6 +32,10 @@ type opened struct {
 	// half: the column holds float16 vectors, which pylance (and a fresh
 	// build) encodes in float16 arithmetic.
 	half bool
+	// mixedDot counts sampled rows of a dot PQ segment whose codes are
+	// only the L2 assignment's, and only the inner product's, when the
+	// segment holds both (zero otherwise).
+	mixedDot [2]int
 }
 
 // encoder is the encoder a fresh build of the segment's rows uses.

@@ -371,3 +371,39 @@ def _vector_table(x: np.ndarray):
     import pyarrow as pa
 
     return pa.table({"vec": pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), x.shape[1])})
+
+
+def test_a_dot_pq_merge_mixes_pylance_s_two_assignments_and_is_not_damage(tmp_path):
+    """pylance 14.0.2 encodes a dot-product IVF_PQ's base by nearest
+    codebook entry (L2) and its optimize_indices deltas by inner product.
+    A merge, pylance's or ours, keeps both kinds of rows: their codes
+    verify, a fresh one-way build is no baseline for their recall (the
+    check is skipped, naming both counts), and our merge answers every
+    query as pylance's own merge and as the unmerged index."""
+    rng = np.random.default_rng(1)
+    uri = str(tmp_path / "v")
+    for k, n in enumerate((2000, 300)):
+        lance.write_dataset(_vector_table(rng.standard_normal((n, 16)).astype(np.float32)), uri, mode="append" if k else "create")
+        if k == 0:
+            lance.dataset(uri).create_index("vec", "IVF_PQ", name="vec_idx", num_partitions=4, num_sub_vectors=4, metric="dot")
+        else:
+            lance.dataset(uri).optimize.optimize_indices(num_indices_to_merge=0)
+    qs = rng.standard_normal((20, 16)).astype(np.float32)
+
+    def answers(u: str) -> list:
+        return [sorted(lance.dataset(u).to_table(nearest={"column": "vec", "q": q, "k": 10, "nprobes": 4}, columns=[],
+                                                 with_row_id=True)["_rowid"].to_pylist()) for q in qs]
+
+    before = answers(uri)
+    theirs = str(tmp_path / "theirs")
+    shutil.copytree(uri, theirs)
+    lance.dataset(theirs).optimize.optimize_indices(num_indices_to_merge=2)
+    ls.optimize(uri, "vec_idx", progress=False)
+    assert answers(uri) == answers(theirs) == before
+    for u in (uri, theirs):
+        (seg,) = ls.verify_index(u, "vec_idx").segments
+        checks = {c.name: c for c in seg.checks}
+        assert seg.verdict == "clean" and checks["codes"].verdict == "ok", seg
+        rec = checks["recall"]
+        assert rec.verdict == "skipped" and "both of pylance's assignments" in rec.message, rec
+        assert rec.numbers["only_l2_rows"] > 0 and rec.numbers["only_inner_product_rows"] > 0, rec
