@@ -18,54 +18,41 @@ import (
 // fieldColumns are the physical columns of one field, in pre-order: one
 // for a primitive or FixedSizeList; for a list, in 2.0 the offsets column
 // then the item's column, in 2.1+ only the leaf. name is a top-level
-// field's name or the dotted path of a field inside structs ("s.x"); a
-// top-level field whose own name holds the dots wins.
+// field's name or the dotted path of a field inside structs ("s.x"); at
+// each level a field whose own name holds the dots wins.
 func (r *Reader) fieldColumns(name string) (*Field, []int, error) {
-	span := func(f *Field, first int) (*Field, []int, error) {
-		cols := make([]int, columnCount(f, r.foot.version))
-		for i := range cols {
-			cols[i] = first + i
-		}
-		return f, cols, nil
+	f, first, ok := r.member(r.fields, 0, name)
+	if !ok {
+		return nil, nil, fmt.Errorf("%w: lancefile: %s has no column %q", errkind.NotFound, r.name, name)
 	}
-	col := 0
-	for _, f := range r.fields {
-		if f.Name == name {
-			return span(f, col)
-		}
-		col += columnCount(f, r.foot.version)
+	cols := make([]int, columnCount(f, r.foot.version))
+	for i := range cols {
+		cols[i] = first + i
 	}
-	col = 0
-	for _, f := range r.fields {
-		rest, ok := strings.CutPrefix(name, f.Name+".")
-		if !ok || f.Type.Kind != KindStruct {
-			col += columnCount(f, r.foot.version)
-			continue
-		}
-		if leaf, first, ok := r.structMember(f, col, rest); ok {
-			return span(leaf, first)
-		}
-		col += columnCount(f, r.foot.version)
-	}
-	return nil, nil, fmt.Errorf("%w: lancefile: %s has no column %q", errkind.NotFound, r.name, name)
+	return f, cols, nil
 }
 
-// structMember finds the member at dotted path rest of struct s, whose
-// columns start at col: the member and its first column.
-func (r *Reader) structMember(s *Field, col int, rest string) (*Field, int, bool) {
-	if r.foot.version == V2_0 {
-		col++ // the struct's own column
-	}
-	for _, c := range s.Children {
-		if c.Name == rest {
-			return c, col, true
+// member finds the field at dotted path name among fields, whose columns
+// start at col: the field and its first column.
+func (r *Reader) member(fields []*Field, col int, name string) (*Field, int, bool) {
+	c := col
+	for _, f := range fields {
+		if f.Name == name {
+			return f, c, true
 		}
-		if sub, ok := strings.CutPrefix(rest, c.Name+"."); ok && c.Type.Kind == KindStruct {
-			if f, first, ok := r.structMember(c, col, sub); ok {
-				return f, first, true
+		c += columnCount(f, r.foot.version)
+	}
+	for _, f := range fields {
+		if rest, ok := strings.CutPrefix(name, f.Name+"."); ok && f.Type.Kind == KindStruct {
+			inner := col
+			if r.foot.version == V2_0 {
+				inner++ // the struct's own column
+			}
+			if m, first, ok := r.member(f.Children, inner, rest); ok {
+				return m, first, true
 			}
 		}
-		col += columnCount(c, r.foot.version)
+		col += columnCount(f, r.foot.version)
 	}
 	return nil, 0, false
 }

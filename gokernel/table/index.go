@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/google/uuid"
@@ -170,8 +171,9 @@ func (s *Snapshot) FieldByPath(path string) (*pb.Field, bool) {
 	if f, ok := s.FieldByName(path); ok {
 		return f, true
 	}
+	byID := s.fieldsByID()
 	for _, f := range s.Manifest.GetFields() {
-		if f.GetParentId() != -1 && s.FieldPath(f.GetId()) == path {
+		if f.GetParentId() != -1 && pathOf(byID, f.GetId()) == path {
 			return f, true
 		}
 	}
@@ -202,24 +204,25 @@ func (s *Snapshot) ChildFields(id int32) []*pb.Field {
 
 // FieldPath returns the dotted name of the field with the given id ("vec",
 // or "a.b" for a nested field); "" if there is none.
-func (s *Snapshot) FieldPath(id int32) string {
-	byID := map[int32]*pb.Field{}
+func (s *Snapshot) FieldPath(id int32) string { return pathOf(s.fieldsByID(), id) }
+
+func (s *Snapshot) fieldsByID() map[int32]*pb.Field {
+	byID := make(map[int32]*pb.Field, len(s.Manifest.GetFields()))
 	for _, f := range s.Manifest.GetFields() {
 		byID[f.GetId()] = f
 	}
+	return byID
+}
+
+// pathOf is FieldPath over the fields by id (a cycle of parents stops
+// after as many steps as there are fields).
+func pathOf(byID map[int32]*pb.Field, id int32) string {
 	var parts []string
 	for f, ok := byID[id]; ok && len(parts) <= len(byID); f, ok = byID[f.GetParentId()] {
 		parts = append(parts, f.GetName())
 	}
 	slices.Reverse(parts)
-	out := ""
-	for i, p := range parts {
-		if i > 0 {
-			out += "."
-		}
-		out += p
-	}
-	return out
+	return strings.Join(parts, ".")
 }
 
 // FragmentIDs returns the ids of the fragments of this version, ascending.

@@ -274,9 +274,10 @@ func checkCodes(ctx context.Context, o *opened, rd *vecdata.Reader, live *liveSe
 					if ip {
 						st.exactIP++
 					}
-					if l2 != ip && l2 {
+					switch {
+					case l2 && !ip:
 						st.onlyL2++
-					} else if l2 != ip {
+					case ip && !l2:
 						st.onlyIP++
 					}
 				}

@@ -379,10 +379,7 @@ def _catch_up(
     ``job`` says (a build job without its dataset and fragments); commits
     it as a delta. Returns the dataset after it and the rows it indexed."""
     latest = out.checkout()
-    covered: set[int] = set()
-    for s in _list(latest, index_name, False):
-        covered.update(s.fragment_ids)
-    todo = [(f, n) for f, n in fragment_rows(latest) if f not in covered and n > 0]
+    todo = _uncovered(latest, index_name)
     if not todo:
         return out, 0
     rows = sum(n for _, n in todo)
@@ -416,6 +413,15 @@ def _catch_up(
     return done, rows
 
 
+def _uncovered(ds: Dataset, index_name: str) -> list[tuple[int, int]]:
+    """The fragments (id, rows) with rows that no segment of the index
+    covers."""
+    covered: set[int] = set()
+    for s in _list(ds, index_name, False):
+        covered.update(s.fragment_ids)
+    return [(f, n) for f, n in fragment_rows(ds) if f not in covered and n > 0]
+
+
 def _index_new(
     latest: Dataset,
     index_name: str,
@@ -432,8 +438,9 @@ def _index_new(
     index's parameters (scalar and full-text indices: a build given the
     name of an index takes its parameters). Returns the dataset after its
     commit and the rows indexed."""
-    segs = _list(latest, index_name, True)
-    kinds = {str(s.index_type) for s in segs}
+    if not _uncovered(latest, index_name):
+        return latest, 0  # most passes: nothing to plan or read
+    kinds = {str(s.index_type) for s in _list(latest, index_name, True)}  # a plan without tasks names no type
     if len(kinds) != 1:
         raise UnsupportedError(f"{index_name!r} has segments of types {sorted(kinds)}: no one build for its new rows")
     index_type = next(iter(kinds))
