@@ -106,6 +106,7 @@ type source struct {
 	rows       int // a window's rows
 	full, free chan *window
 	cur        *window
+	peeked     *window // the next window, taken from full ahead of take
 	keys, ids  []uint64
 	ended      bool // the last window was taken
 	// the decoder's state
@@ -220,17 +221,20 @@ func (s *source) decode(ctx context.Context, w *window) error {
 }
 
 // take hands the merged window back to the decoder and takes the next
-// one, whose null rows go to nulls.
+// one (the peeked one, if any), whose null rows go to nulls.
 func (s *source) take(ctx context.Context, nulls func(id uint64) error) error {
 	if s.cur != nil {
-		s.free <- s.cur // never blocks: the decoder holds at most one window
+		s.free <- s.cur // never blocks: the merge and the decoder hold two windows between them
 		s.cur = nil
 	}
-	var w *window
-	select {
-	case w = <-s.full:
-	case <-ctx.Done():
-		return ctx.Err()
+	w := s.peeked
+	s.peeked = nil
+	if w == nil {
+		select {
+		case w = <-s.full:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	if w.err != nil {
 		return w.err
@@ -244,60 +248,40 @@ func (s *source) take(ctx context.Context, nulls func(id uint64) error) error {
 	return nil
 }
 
-// A block merge of more than maxBlockInputs inputs runs in groups of
-// groupFanIn, each on a goroutine of its own whose merged windows are the
-// inputs of the top merge. The windows of a thousand inputs must be small
-// to fit the budget, a block then holds about one row of each, and
-// visiting every input per block costs more than sorting every row twice
-// (the Go merge of bench_btree's 1,001 segments, 100M rows: 12.4 s in one
-// level, 8.6-9.4 s in groups of 64; of its 201 segments, 10M rows: about
-// the same either way).
-const (
-	maxBlockInputs = 256
-	groupFanIn     = 64
-)
+// peek waits for the window after the current one and keeps it for take.
+func (s *source) peek(ctx context.Context) (*window, error) {
+	if s.peeked == nil {
+		select {
+		case s.peeked = <-s.full:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return s.peeked, s.peeked.err
+}
 
-// groupWindowRows are the rows of a group's merged window.
-const groupWindowRows = 1 << 14
-
-// mergeFixed merges segments of fixed-width keys into w by blocks.
-func mergeFixed(ctx context.Context, segs []*Segment, w *pageWriter, keep func(uint64) bool, rows int, res *Result) (err error) {
+// mergeFixed merges segments of fixed-width keys into w by blocks, each
+// input decoded ahead by a goroutine of its own.
+func mergeFixed(ctx context.Context, segs []*Segment, w *pageWriter, keep func(uint64) bool, rows, blockRows int, res *Result) (err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() {
 		cancel()
 		wg.Wait() // the decoders read the segments' files, closed after Merge
 	}()
-	start := func(src *source, run func()) *source {
+	srcs := make([]*source, len(segs))
+	for i, seg := range segs {
+		src := newSource(seg, rows)
+		srcs[i] = src
 		if !src.ended {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				run()
+				src.decodeAll(ctx)
 			}()
 		}
-		return src
 	}
-	leaves := func(segs []*Segment) []*source {
-		srcs := make([]*source, len(segs))
-		for i, seg := range segs {
-			srcs[i] = newSource(seg, rows)
-			start(srcs[i], func() { srcs[i].decodeAll(ctx) })
-		}
-		return srcs
-	}
-	var srcs []*source
-	if len(segs) <= maxBlockInputs {
-		srcs = leaves(segs)
-	} else {
-		groups := (len(segs) + groupFanIn - 1) / groupFanIn
-		for g := range groups {
-			children := leaves(segs[g*len(segs)/groups : (g+1)*len(segs)/groups])
-			out := newGroupSource(groupWindowRows)
-			srcs = append(srcs, start(out, func() { out.mergeAll(ctx, children) }))
-		}
-	}
-	return blockMerge(ctx, srcs, &pageSink{ctx: ctx, w: w, kind: segs[0].KeyType.Kind, keep: keep, res: res})
+	return blockMerge(ctx, srcs, &pageSink{ctx: ctx, w: w, kind: segs[0].KeyType.Kind, keep: keep, res: res}, max(1, blockRows/max(rows, 1)))
 }
 
 // blockSink takes a block merge's output: first every null row's id, then
@@ -337,8 +321,19 @@ func (p *pageSink) pairs(keys, ids []uint64) error {
 	return p.w.addKeys(p.kind, keys, ids, p.keep)
 }
 
-// blockMerge merges the sources into sink by blocks.
-func blockMerge(ctx context.Context, srcs []*source, sink blockSink) error {
+// blockRows is about the rows of a block. Its bound is the last key of
+// the k-th input to run out (k = blockRows / a window's rows), not of the
+// first: with a thousand inputs of 1,024-row windows a block bounded by
+// the first holds about one row of each input, and visiting every input
+// per block cost more than sorting every row (the Go merge of
+// bench_btree's 1,001 segments, 100M rows: 12.4 s so; 8.6-9.4 s when
+// groups of 64 inputs were merged first and every row sorted twice;
+// 5.8-6.7 s in one level bounded so).
+const blockRows = 1 << 16
+
+// blockMerge merges the sources into sink by blocks, each bounded by the
+// last key of the k-th input to run out.
+func blockMerge(ctx context.Context, srcs []*source, sink blockSink, k int) error {
 	// Every input's nulls precede every value: take each input's windows
 	// up to its first value before merging values.
 	for _, s := range srcs {
@@ -348,13 +343,13 @@ func blockMerge(ctx context.Context, srcs []*source, sink blockSink) error {
 			}
 		}
 	}
-	var blockKeys, blockIDs []uint64
+	var blockKeys, blockIDs, lasts []uint64
 	var sorter blockSorter
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		bound, open := uint64(math.MaxUint64), false
+		lasts = lasts[:0]
 		for _, s := range srcs {
 			if len(s.keys) == 0 && !s.ended {
 				if err := s.take(ctx, sink.null); err != nil {
@@ -362,18 +357,53 @@ func blockMerge(ctx context.Context, srcs []*source, sink blockSink) error {
 				}
 			}
 			if !s.ended && len(s.keys) > 0 {
-				bound, open = min(bound, s.keys[len(s.keys)-1]), true
+				lasts = append(lasts, s.keys[len(s.keys)-1])
+			}
+		}
+		open := len(lasts) > 0
+		bound := uint64(math.MaxUint64)
+		if open {
+			slices.Sort(lasts)
+			bound = lasts[min(k, len(lasts))-1]
+			// An input drained up to the bound goes on into its next
+			// window in this block. Unless that window is its last, what
+			// the input has not read is at least that window's last key,
+			// so the bound falls to it: every row not gathered stays at or
+			// above the bound, and no input needs a third window.
+			for _, s := range srcs {
+				if s.ended || len(s.keys) == 0 || s.keys[len(s.keys)-1] > bound {
+					continue
+				}
+				next, err := s.peek(ctx)
+				if err != nil {
+					return err
+				}
+				if !next.last && len(next.keys) > 0 {
+					bound = min(bound, next.keys[len(next.keys)-1])
+				}
 			}
 		}
 		blockKeys, blockIDs = blockKeys[:0], blockIDs[:0]
+		lo, hi := uint64(math.MaxUint64), uint64(0) // of the gathered keys: each run is sorted
 		for _, s := range srcs {
-			n := len(s.keys)
-			if open {
-				n = upTo(s.keys, bound)
+			for {
+				n := len(s.keys)
+				if open {
+					n = upTo(s.keys, bound)
+				}
+				if n > 0 {
+					lo, hi = min(lo, s.keys[0]), max(hi, s.keys[n-1])
+				}
+				blockKeys = append(blockKeys, s.keys[:n]...)
+				blockIDs = append(blockIDs, s.ids[:n]...)
+				s.keys, s.ids = s.keys[n:], s.ids[n:]
+				if len(s.keys) > 0 || s.ended || s.peeked == nil {
+					break
+				}
+				if err := s.take(ctx, sink.null); err != nil {
+					return err
+				}
 			}
-			blockKeys = append(blockKeys, s.keys[:n]...)
-			blockIDs = append(blockIDs, s.ids[:n]...)
-			s.keys, s.ids = s.keys[n:], s.ids[n:]
 		}
 		if len(blockKeys) == 0 {
 			if !open {
@@ -381,7 +411,7 @@ func blockMerge(ctx context.Context, srcs []*source, sink blockSink) error {
 			}
 			continue
 		}
-		if sorted, ib, lo, ok := sorter.order(blockKeys); ok {
+		if sorted, ib, ok := sorter.order(blockKeys, lo, hi); ok {
 			// handed on as the packed words: no gathered copy
 			if err := sink.packed(sorted, ib, lo, blockIDs); err != nil {
 				return err
@@ -392,109 +422,6 @@ func blockMerge(ctx context.Context, srcs []*source, sink blockSink) error {
 			return err
 		}
 	}
-}
-
-// newGroupSource is the source of a group's merged rows (see mergeAll),
-// in windows of rows pairs.
-func newGroupSource(rows int) *source {
-	s := &source{rows: rows, full: make(chan *window, 1), free: make(chan *window, 2)}
-	for range 2 {
-		s.free <- &window{keys: make([]uint64, 0, rows), ids: make([]uint64, 0, rows)}
-	}
-	return s
-}
-
-// mergeAll block-merges children into s's windows until they end, an
-// error (sent with the last window) or ctx is done.
-func (s *source) mergeAll(ctx context.Context, children []*source) {
-	ws := &windowSink{ctx: ctx, out: s}
-	select {
-	case ws.cur = <-s.free:
-	case <-ctx.Done():
-		return
-	}
-	ws.cur.nulls, ws.cur.keys, ws.cur.ids = ws.cur.nulls[:0], ws.cur.keys[:0], ws.cur.ids[:0]
-	err := func() (err error) {
-		defer func() {
-			if r := recover(); r != nil { // a goroutine's panic would end the interpreter
-				err = fmt.Errorf("btree: merging a group of %d segments: %v", len(children), r)
-			}
-		}()
-		return blockMerge(ctx, children, ws)
-	}()
-	if err != nil && ctx.Err() != nil {
-		return
-	}
-	ws.cur.err, ws.cur.last = err, true
-	select {
-	case s.full <- ws.cur:
-	case <-ctx.Done():
-	}
-}
-
-// windowSink collects a group's merged rows into its source's windows.
-type windowSink struct {
-	ctx    context.Context
-	out    *source
-	cur    *window
-	valued bool // a value was handed on: a null may no longer come
-}
-
-func (ws *windowSink) null(id uint64) error {
-	if ws.valued {
-		return fmt.Errorf("btree: a group merge gave a null after a value")
-	}
-	ws.cur.nulls = append(ws.cur.nulls, id)
-	return nil
-}
-
-func (ws *windowSink) packed(sorted []uint64, ib int, lo uint64, ids []uint64) error {
-	ws.valued = true
-	mask := uint64(1)<<ib - 1
-	for len(sorted) > 0 {
-		n := min(len(sorted), ws.out.rows-len(ws.cur.keys))
-		for _, p := range sorted[:n] {
-			ws.cur.keys = append(ws.cur.keys, p>>ib+lo)
-			ws.cur.ids = append(ws.cur.ids, ids[p&mask])
-		}
-		sorted = sorted[n:]
-		if err := ws.flushFull(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (ws *windowSink) pairs(keys, ids []uint64) error {
-	ws.valued = true
-	for len(keys) > 0 {
-		n := min(len(keys), ws.out.rows-len(ws.cur.keys))
-		ws.cur.keys, ws.cur.ids = append(ws.cur.keys, keys[:n]...), append(ws.cur.ids, ids[:n]...)
-		keys, ids = keys[n:], ids[n:]
-		if err := ws.flushFull(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// flushFull hands a full window to the consumer and starts the next.
-func (ws *windowSink) flushFull() error {
-	if len(ws.cur.keys) < ws.out.rows {
-		return nil
-	}
-	select {
-	case ws.out.full <- ws.cur:
-	case <-ws.ctx.Done():
-		return ws.ctx.Err()
-	}
-	select {
-	case ws.cur = <-ws.out.free:
-	case <-ws.ctx.Done():
-		return ws.ctx.Err()
-	}
-	ws.cur.nulls, ws.cur.keys, ws.cur.ids, ws.cur.err, ws.cur.last = ws.cur.nulls[:0], ws.cur.keys[:0], ws.cur.ids[:0], nil, false
-	return nil
 }
 
 // upTo is the number of leading keys at most bound (keys ascending). It
@@ -524,32 +451,42 @@ func upTo(keys []uint64, bound uint64) int {
 // blockSorter sorts a block's (key, row id) pairs by key, stably, with a
 // least-significant-digit radix sort over the bits in which the block's
 // keys differ (their span above the smallest key): a block of int64 keys
-// within ±1e9 takes three 11-bit passes, not eight byte-wide ones. When
+// within ±1e9 takes two or three passes, not eight byte-wide ones. When
 // the span and a row index fit 64 bits, each pair is packed into one word
 // (the key's offset above the index) and the row ids gathered after.
 type blockSorter struct {
-	a, b   []uint64
-	ka     []uint64
-	ia     []uint64
-	counts [1 << maxDigitBits]int // lsd's, kept: a block is often a few thousand rows
+	a, b []uint64
+	ka   []uint64
+	ia   []uint64
+	// each pass's digit counts, kept: a block is often a few thousand rows
+	counts [maxPasses][1 << maxDigitBits]int
 }
 
 const digitBits = 11
 
-// order sorts a block of keys packed, when the span of its keys and a
-// row index fit 64 bits (ok): each word of sorted is a key's offset above
-// lo, shifted left by ib bits, over the key's index in keys. Equal keys
-// keep their order. The words stay valid until the next call.
-func (bs *blockSorter) order(keys []uint64) (sorted []uint64, ib int, lo uint64, ok bool) {
+// maxDigitBits bounds a pass's digit: its counts (2^14 of them, 128 KiB)
+// stay in the second-level cache.
+const maxDigitBits = 14
+
+// maxPasses are the passes of a 64-bit span.
+const maxPasses = (64 + maxDigitBits - 1) / maxDigitBits
+
+// order sorts a block of keys, whose smallest is lo and largest hi,
+// packed when the span of its keys and a row index fit 64 bits (ok): each
+// word of sorted is a key's offset above lo, shifted left by ib bits,
+// over the key's index in keys. Equal keys keep their order. The words
+// stay valid until the next call. The packing counts every pass's digits
+// as it goes, so a pass reads the block once (to move it), and a pass in
+// which every key has the same digit is skipped.
+func (bs *blockSorter) order(keys []uint64, lo, hi uint64) (sorted []uint64, ib int, ok bool) {
 	n := len(keys)
 	if n == 0 {
-		return nil, 0, 0, true
+		return nil, 0, true
 	}
-	lo, hi := slices.Min(keys), slices.Max(keys)
 	kb := bits.Len64(hi - lo)
 	ib = bits.Len(uint(n - 1))
 	if kb+ib > 64 {
-		return nil, 0, 0, false
+		return nil, 0, false
 	}
 	if cap(bs.a) < n {
 		bs.a = make([]uint64, n)
@@ -558,13 +495,63 @@ func (bs *blockSorter) order(keys []uint64) (sorted []uint64, ib int, lo uint64,
 		bs.b = make([]uint64, n)
 	}
 	a, b := bs.a[:n], bs.b[:n]
-	for i, k := range keys {
-		a[i] = (k-lo)<<ib | uint64(i)
+	if kb == 0 { // one key: the block keeps its order
+		for i := range a {
+			a[i] = uint64(i)
+		}
+		return a, ib, true
 	}
-	if kb == 0 {
-		return a, ib, lo, true // one key: the block keeps its order
+	// as few passes as digits of at most maxDigitBits allow: a 27-bit
+	// span takes two 14-bit passes, not three of 11
+	passes := (kb + maxDigitBits - 1) / maxDigitBits
+	digit := (kb + passes - 1) / passes
+	mask := uint64(1)<<digit - 1
+	for p := range passes {
+		clear(bs.counts[p][:1<<digit])
 	}
-	return lsd(a, b, ib, kb, &bs.counts), ib, lo, true
+	switch passes {
+	case 1:
+		c0 := bs.counts[0][:1<<digit]
+		for i, k := range keys {
+			d := k - lo
+			a[i] = d<<ib | uint64(i)
+			c0[d&mask]++
+		}
+	case 2:
+		c0, c1 := bs.counts[0][:1<<digit], bs.counts[1][:1<<digit]
+		for i, k := range keys {
+			d := k - lo
+			a[i] = d<<ib | uint64(i)
+			c0[d&mask]++
+			c1[(d>>digit)&mask]++
+		}
+	default:
+		for i, k := range keys {
+			d := k - lo
+			a[i] = d<<ib | uint64(i)
+			for p := range passes {
+				bs.counts[p][(d>>(p*digit))&mask]++
+			}
+		}
+	}
+	for p := range passes {
+		count := bs.counts[p][:1<<digit]
+		shift := ib + p*digit
+		if count[(a[0]>>shift)&mask] == n {
+			continue // one digit throughout: the pass would keep the order
+		}
+		pos := 0
+		for d := range count {
+			pos, count[d] = pos+count[d], pos
+		}
+		for _, x := range a {
+			d := (x >> shift) & mask
+			b[count[d]] = x
+			count[d]++
+		}
+		a, b = b, a
+	}
+	return a, ib, true
 }
 
 func (bs *blockSorter) sort(keys, ids []uint64) ([]uint64, []uint64) {
@@ -578,7 +565,8 @@ func (bs *blockSorter) sort(keys, ids []uint64) ([]uint64, []uint64) {
 		}
 		return s[:n]
 	}
-	if sorted, ib, lo, ok := bs.order(keys); ok {
+	lo, hi := slices.Min(keys), slices.Max(keys)
+	if sorted, ib, ok := bs.order(keys, lo, hi); ok {
 		bs.ka, bs.ia = grow(bs.ka), grow(bs.ia)
 		mask := uint64(1)<<ib - 1
 		for i, p := range sorted {
@@ -586,8 +574,7 @@ func (bs *blockSorter) sort(keys, ids []uint64) ([]uint64, []uint64) {
 		}
 		return bs.ka, bs.ia
 	}
-	lo := slices.Min(keys)
-	kb := bits.Len64(slices.Max(keys) - lo)
+	kb := bits.Len64(hi - lo)
 	// a span too wide to pack: sort the pairs, offsets above lo
 	bs.a, bs.b, bs.ka, bs.ia = grow(bs.a), grow(bs.b), grow(bs.ka), grow(bs.ia)
 	src, srcIDs, dst, dstIDs := bs.a, bs.ka, bs.b, bs.ia
@@ -615,36 +602,4 @@ func (bs *blockSorter) sort(keys, ids []uint64) ([]uint64, []uint64) {
 		src[i] += lo
 	}
 	return src, srcIDs
-}
-
-// maxDigitBits bounds a pass's digit: its counts (2^14 of them, 128 KiB)
-// stay in the second-level cache.
-const maxDigitBits = 14
-
-// lsd sorts a by its bits [from, from+width), stably, in as few passes
-// between a and b as digits of at most maxDigitBits allow (a 27-bit span
-// takes two 14-bit passes, not three of 11), counting in counts; it
-// returns the sorted one.
-func lsd(a, b []uint64, from, width int, counts *[1 << maxDigitBits]int) []uint64 {
-	passes := (width + maxDigitBits - 1) / maxDigitBits
-	digit := (width + passes - 1) / passes
-	mask := uint64(1)<<digit - 1
-	count := counts[:1<<digit]
-	for shift := from; shift < from+width; shift += digit {
-		clear(count)
-		for _, x := range a {
-			count[(x>>shift)&mask]++
-		}
-		pos := 0
-		for d := range count {
-			pos, count[d] = pos+count[d], pos
-		}
-		for _, x := range a {
-			d := (x >> shift) & mask
-			b[count[d]] = x
-			count[d]++
-		}
-		a, b = b, a
-	}
-	return a
 }

@@ -27,6 +27,9 @@ func TestBlockSorterIsAStableSortByKey(t *testing.T) {
 		key  func(r *rand.Rand) uint64
 	}{
 		{"narrow span (packed)", 5000, func(r *rand.Rand) uint64 { return 1<<63 + r.Uint64N(2e9) - 1e9 }},
+		{"one pass", 5000, func(r *rand.Rand) uint64 { return 1<<40 + r.Uint64N(1e4) }},
+		{"three passes", 5000, func(r *rand.Rand) uint64 { return r.Uint64N(1 << 40) }},
+		{"a pass of one digit, skipped", 5000, func(r *rand.Rand) uint64 { return 9 + r.Uint64N(100)<<14 }},
 		{"few keys, many ties", 5000, func(r *rand.Rand) uint64 { return 42 + r.Uint64N(3) }},
 		{"full 64-bit span (pairs)", 5000, func(r *rand.Rand) uint64 { return r.Uint64() }},
 		{"one key", 100, func(*rand.Rand) uint64 { return 7 }},
@@ -103,7 +106,7 @@ func TestFixedKeysRoundTripAndOrder(t *testing.T) {
 // block merge and in groups.
 func TestMergeKeysOfTheFullSpan(t *testing.T) {
 	ctx := context.Background()
-	for _, inputs := range []int{3, maxBlockInputs + 1} {
+	for _, inputs := range []int{3, 300} {
 		root := t.TempDir()
 		st := storage.NewLocal(root, root)
 		r := rand.New(rand.NewPCG(9, 9))
@@ -185,26 +188,38 @@ func readRows(t *testing.T, st storage.Store, im *pb.IndexMetadata) []row {
 	return out
 }
 
-// Past maxBlockInputs inputs the merge runs in groups whose merged windows
-// feed the top merge. The rows come out sorted by key, nulls first, and
-// they are every input's rows less those keep refuses; with a few windows
-// per group.
-func TestManyInputsMergeInGroups(t *testing.T) {
+// A block is bounded by the last key of the k-th input to run out; an
+// input drained to the bound goes on into its next window, which lowers
+// the bound unless it is the input's last. The rows come out sorted by
+// key, nulls first, every input's rows less those keep refuses, whatever
+// the windows and blocks: uniform inputs, an input dense in a narrow
+// range, one of a single repeated key (its windows all end at the same
+// key), leading nulls over several windows, empty inputs.
+func TestBlockBoundsAcrossWindows(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
 	st := storage.NewLocal(root, root)
 	r := rand.New(rand.NewPCG(4, 4))
 	var metas []*pb.IndexMetadata
 	var all []row
-	for f := uint32(0); f < maxBlockInputs+70; f++ {
-		rows := make([]row, 200+r.IntN(400))
-		if f%50 == 3 {
-			rows = nil // an empty input
-		}
+	for f := uint32(0); f < 40; f++ {
+		rows := make([]row, 200+r.IntN(1200))
 		for i := range rows {
-			rows[i] = row{v: r.Int64N(20000) - 10000, id: uint64(f)<<32 | uint64(i)}
-			if r.IntN(30) == 0 {
-				rows[i] = row{null: true, id: rows[i].id}
+			id := uint64(f)<<32 | uint64(i)
+			switch {
+			case f%13 == 3:
+				rows = nil // an empty input
+			case f%7 == 1:
+				rows[i] = row{v: r.Int64N(50), id: id} // dense
+			case f%7 == 2:
+				rows[i] = row{v: 7, id: id} // one key
+			case f%9 == 4 && i < 300:
+				rows[i] = row{null: true, id: id}
+			default:
+				rows[i] = row{v: r.Int64N(20000) - 10000, id: id}
+				if r.IntN(30) == 0 {
+					rows[i] = row{null: true, id: id}
+				}
 			}
 		}
 		seg := slices.Clone(rows)
@@ -227,35 +242,42 @@ func TestManyInputsMergeInGroups(t *testing.T) {
 		}
 		return cmp.Compare(a.v, b.v)
 	}
-	out := uuid.New()
-	res, err := Merge(ctx, st, metas, MergeOptions{IndexUUID: out.String(), Keep: keep})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.RowsRead != uint64(len(all)) || res.RowsWritten != uint64(len(want)) {
-		t.Fatalf("read %d, wrote %d; want %d, %d", res.RowsRead, res.RowsWritten, len(all), len(want))
-	}
-	got := readRows(t, st, &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: out[:]}, Files: res.Files})
-	if !slices.IsSortedFunc(got, byKey) {
-		t.Fatal("the merged rows are not sorted by key, nulls first")
-	}
-	// the same rows (equal keys may come in any order)
 	total := func(a, b row) int { return cmp.Or(byKey(a, b), cmp.Compare(a.id, b.id)) }
-	slices.SortFunc(got, total)
 	slices.SortFunc(want, total)
-	if !slices.Equal(got, want) {
-		t.Fatalf("%d rows, want %d, not the same rows", len(got), len(want))
+	for _, c := range []struct{ window, block int }{
+		{64, 64},       // k = 1: the first input to run out bounds the block
+		{64, 5 * 64},   // k = 5
+		{100, 1 << 16}, // k above the inputs: the last to run out bounds it
+		{0, 0},         // the budget's windows: one per input
+	} {
+		out := uuid.New()
+		res, err := Merge(ctx, st, metas, MergeOptions{IndexUUID: out.String(), Keep: keep, windowRows: c.window, blockRows: c.block})
+		if err != nil {
+			t.Fatal(c, err)
+		}
+		if res.RowsRead != uint64(len(all)) || res.RowsWritten != uint64(len(want)) {
+			t.Fatalf("%v: read %d, wrote %d; want %d, %d", c, res.RowsRead, res.RowsWritten, len(all), len(want))
+		}
+		got := readRows(t, st, &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: out[:]}, Files: res.Files})
+		if !slices.IsSortedFunc(got, byKey) {
+			t.Fatalf("%v: the merged rows are not sorted by key, nulls first", c)
+		}
+		// the same rows (equal keys may come in any order)
+		slices.SortFunc(got, total)
+		if !slices.Equal(got, want) {
+			t.Fatalf("%v: %d rows, want %d, not the same rows", c, len(got), len(want))
+		}
 	}
 }
 
-// A corrupt input inside a group (keys out of order, found as its group
-// decodes it) fails the whole merge with errkind.Corrupt.
-func TestACorruptInputFailsItsGroupsMerge(t *testing.T) {
+// A corrupt input among many (keys out of order, found as it is decoded
+// ahead) fails the whole merge with errkind.Corrupt.
+func TestACorruptInputFailsTheMerge(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
 	st := storage.NewLocal(root, root)
 	var metas []*pb.IndexMetadata
-	for f := uint32(0); f < maxBlockInputs+10; f++ {
+	for f := uint32(0); f < 300; f++ {
 		rows := []row{{v: 1, id: uint64(f) << 32}, {v: 2, id: uint64(f)<<32 | 1}}
 		metas = append(metas, writeSegment(t, st, rows, 128, f))
 	}
@@ -274,7 +296,7 @@ func TestACorruptInputFailsItsGroupsMerge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	metas[maxBlockInputs+5] = &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: id[:]}, Name: "k_idx", Fields: []int32{0}, Files: files}
+	metas[205] = &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: id[:]}, Name: "k_idx", Fields: []int32{0}, Files: files}
 	_, err = Merge(ctx, st, metas, MergeOptions{})
 	if !errors.Is(err, errkind.Corrupt) || !strings.Contains(err.Error(), "out of order") {
 		t.Fatalf("merge: %v, want Corrupt (keys out of order)", err)

@@ -23,6 +23,7 @@
 package btree
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -275,6 +276,10 @@ type MergeOptions struct {
 	// Keep, when set, says which row ids stay (the live rows of the
 	// dataset version); rows of other ids are dropped.
 	Keep func(rowID uint64) bool
+
+	// windowRows and blockRows, when set (tests), replace the rows of an
+	// input's window and of a block.
+	windowRows, blockRows int
 }
 
 // Result is what Merge wrote.
@@ -330,7 +335,7 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 		// (one merged, one decoded ahead), the block and the sort's
 		// buffers
 		window := min(maxWindowRows, max(minWindowRows, windowBudget/(segs[0].KeyType.ValueBits()/8+8+32+48)/len(segs)))
-		if err := mergeFixed(ctx, segs, w, opts.Keep, window, res); err != nil {
+		if err := mergeFixed(ctx, segs, w, opts.Keep, cmp.Or(opts.windowRows, window), cmp.Or(opts.blockRows, blockRows), res); err != nil {
 			return nil, err
 		}
 		return finishMerge(ctx, w, res)

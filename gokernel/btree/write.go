@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync/atomic"
 
@@ -189,17 +190,64 @@ func (pw *pageWriter) addKeys(kind lancefile.Kind, keys, ids []uint64, keep func
 
 // addPacked is addKeys for a block sorted by blockSorter.order: each
 // word of sorted is a key's offset above lo over ib bits of its index in
-// ids.
+// ids. Integer keys of a page without nulls, all kept, are written a
+// page's run at a time (the merge's thread spent a fifth of its time
+// here, a call and a switch per row).
 func (pw *pageWriter) addPacked(kind lancefile.Kind, sorted []uint64, ib int, lo uint64, ids []uint64, keep func(uint64) bool) error {
 	mask := uint64(1)<<ib - 1
-	for _, p := range sorted {
-		if id := ids[p&mask]; keep == nil || keep(id) {
-			if err := pw.putKey(kind, p>>ib+lo, id); err != nil {
+	for len(sorted) > 0 {
+		n := min(len(sorted), pw.batchSize-pw.n)
+		if keep != nil || pw.nulls > 0 || !pw.appendPacked(kind, sorted[:n], ib, lo, ids) {
+			for _, p := range sorted[:n] {
+				if id := ids[p&mask]; keep == nil || keep(id) {
+					if err := pw.putKey(kind, p>>ib+lo, id); err != nil {
+						return err
+					}
+				}
+			}
+			sorted = sorted[n:]
+			continue
+		}
+		sorted = sorted[n:]
+		if pw.n += n; pw.n == pw.batchSize {
+			if err := pw.flush(); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// appendPacked appends the rows of sorted (at most the page's room) when
+// kind is an integer kind, whose value is the key's low bits (the sign
+// bit flipped for int64); it is false for other kinds.
+func (pw *pageWriter) appendPacked(kind lancefile.Kind, sorted []uint64, ib int, lo uint64, ids []uint64) bool {
+	le := binary.LittleEndian
+	var flip uint64
+	switch kind {
+	case lancefile.KindInt64:
+		flip = 1 << 63
+	case lancefile.KindUint64, lancefile.KindInt32, lancefile.KindUint32:
+	default:
+		return false
+	}
+	mask := uint64(1)<<ib - 1
+	n, vo, io := len(sorted), len(pw.vals), len(pw.ids)
+	pw.vals = slices.Grow(pw.vals, n*pw.width)[:vo+n*pw.width]
+	pw.ids = slices.Grow(pw.ids, n*8)[:io+n*8]
+	v, d := pw.vals[vo:], pw.ids[io:]
+	if pw.width == 8 {
+		for i, p := range sorted {
+			le.PutUint64(v[i*8:], (p>>ib+lo)^flip)
+			le.PutUint64(d[i*8:], ids[p&mask])
+		}
+	} else {
+		for i, p := range sorted {
+			le.PutUint32(v[i*4:], uint32(p>>ib+lo))
+			le.PutUint64(d[i*8:], ids[p&mask])
+		}
+	}
+	return true
 }
 
 // putKey is add for a non-null fixed-width key, without a value buffer

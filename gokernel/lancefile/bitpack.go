@@ -95,23 +95,25 @@ func unpackFastLanes(dst, src []byte, t, w int) error {
 func unpack64(dst, src []byte, w int, mask uint64) {
 	const lanes = flValues / 64
 	_ = dst[8*flValues-1]
+	le := binary.LittleEndian
 	// Row by row: a row's 16 lanes share their word and shift, and are
-	// contiguous in both src and dst.
+	// contiguous in both src and dst (array pointers: one bounds check
+	// per row, not one per lane).
 	for row := 0; row < 64; row++ {
 		pos := row * w
 		j, s := pos>>6, uint(pos&63)
-		in := src[8*lanes*j:][:8*lanes]
-		out := dst[8*(flOrder[row>>3]*16+(row&7)*128):][:8*lanes]
+		in := (*[8 * lanes]byte)(src[8*lanes*j:])
+		out := (*[8 * lanes]byte)(dst[8*(flOrder[row>>3]*16+(row&7)*128):])
 		if int(s)+w > 64 {
-			next := src[8*lanes*(j+1):][:8*lanes]
+			next := (*[8 * lanes]byte)(src[8*lanes*(j+1):])
 			for lane := 0; lane < lanes; lane++ {
-				v := binary.LittleEndian.Uint64(in[8*lane:])>>s | binary.LittleEndian.Uint64(next[8*lane:])<<(64-s)
-				binary.LittleEndian.PutUint64(out[8*lane:], v&mask)
+				v := le.Uint64(in[8*lane:])>>s | le.Uint64(next[8*lane:])<<(64-s)
+				le.PutUint64(out[8*lane:], v&mask)
 			}
 			continue
 		}
 		for lane := 0; lane < lanes; lane++ {
-			binary.LittleEndian.PutUint64(out[8*lane:], binary.LittleEndian.Uint64(in[8*lane:])>>s&mask)
+			le.PutUint64(out[8*lane:], le.Uint64(in[8*lane:])>>s&mask)
 		}
 	}
 }

@@ -429,6 +429,7 @@ type chunkTable struct {
 type chunkKey struct{ col, page int }
 
 type chunkCache struct {
-	mu sync.Mutex
-	m  map[chunkKey]*chunkTable
+	mu      sync.Mutex
+	m       map[chunkKey]*chunkTable
+	layouts map[chunkKey]*enc21.PageLayout
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"sort"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/bufpool"
@@ -15,8 +16,8 @@ import (
 // repetition and definition levels.
 
 func (r *Reader) readPage21(ctx context.Context, pg *pageIO, t, item DataType, a, b int) (*Array, error) {
-	layout := &enc21.PageLayout{}
-	if err := decodeAny(pg.page, "lance.encodings21.PageLayout", layout); err != nil {
+	layout, err := r.pageLayout(pg)
+	if err != nil {
 		return nil, err
 	}
 	if t.Kind == KindBinary || isList(t) && item.Kind == KindBinary {
@@ -34,6 +35,31 @@ func (r *Reader) readPage21(ctx context.Context, pg *pageIO, t, item DataType, a
 	default:
 		return nil, fmt.Errorf("%w: page layout %T", errkind.Unsupported, l)
 	}
+}
+
+// pageLayout is the decoded layout of a 2.1+ page, decoded once per page:
+// a merge reads a page a window at a time, and decoding the layout again
+// for every window was a tenth of a thousand-input BTREE merge. Callers
+// only read it.
+func (r *Reader) pageLayout(pg *pageIO) (*enc21.PageLayout, error) {
+	key := chunkKey{pg.col, pg.idx}
+	r.chunks.mu.Lock()
+	l, ok := r.chunks.layouts[key]
+	r.chunks.mu.Unlock()
+	if ok {
+		return l, nil
+	}
+	l = &enc21.PageLayout{}
+	if err := decodeAny(pg.page, "lance.encodings21.PageLayout", l); err != nil {
+		return nil, err
+	}
+	r.chunks.mu.Lock()
+	if r.chunks.layouts == nil {
+		r.chunks.layouts = map[chunkKey]*enc21.PageLayout{}
+	}
+	r.chunks.layouts[key] = l
+	r.chunks.mu.Unlock()
+	return l, nil
 }
 
 // leafType is the type of the values stored at the leaf: the item of a
@@ -193,14 +219,12 @@ func (r *Reader) readMiniBlock(ctx context.Context, pg *pageIO, l *enc21.MiniBlo
 
 	// Without lists every level is a row and every row a value: decode only
 	// the chunks that hold rows [a, b). Lists decode the whole page.
+	// The chunks' ends ascend (a page of a hundred thousand rows has a
+	// hundred chunks; a merge reads it a window at a time): search them.
 	first, last := 0, len(ct.offsets)
 	if !rd.hasList {
-		for first < last && ct.first[first]+ct.values[first] <= a {
-			first++
-		}
-		for last > first && ct.first[last-1] >= b {
-			last--
-		}
+		first = sort.Search(last, func(i int) bool { return ct.first[i]+ct.values[i] > a })
+		last = max(first, sort.Search(last, func(i int) bool { return ct.first[i] >= b }))
 	}
 	rowBase := 0
 	if first < len(ct.first) {
