@@ -23,7 +23,13 @@ import (
 // when the build ends). buildOptionsJSON holds segment.BuildOptions.
 // Returns the segment's info JSON, with statistics. opID names the
 // operation for Progress and Cancel.
-func BuildSegment(opID, uri, optionsJSON string, version int, modelJSON, buildOptionsJSON string) (out string, err error) {
+func BuildSegment(opID, uri, optionsJSON string, version int, modelJSON, buildOptionsJSON string) (string, error) {
+	return offThread(func() (string, error) {
+		return buildSegment(opID, uri, optionsJSON, version, modelJSON, buildOptionsJSON)
+	})
+}
+
+func buildSegment(opID, uri, optionsJSON string, version int, modelJSON, buildOptionsJSON string) (out string, err error) {
 	defer recoverTo(&err)
 	ctx, prog, done := beginOp(opID)
 	defer done()
@@ -72,7 +78,11 @@ func jsonReply(v any, err error) (string, error) {
 // into the structs whose addresses ptrsJSON names (modelio.ArrayPtrs;
 // "centroids" always, "codebook" or "rotation" when the model has one, as
 // listed in the returned spec's arrays).
-func ReadIndexModel(uri, optionsJSON string, version int, indexName, ptrsJSON string) (out string, err error) {
+func ReadIndexModel(uri, optionsJSON string, version int, indexName, ptrsJSON string) (string, error) {
+	return offThread(func() (string, error) { return readIndexModel(uri, optionsJSON, version, indexName, ptrsJSON) })
+}
+
+func readIndexModel(uri, optionsJSON string, version int, indexName, ptrsJSON string) (out string, err error) {
 	defer recoverTo(&err)
 	ctx := context.Background()
 	st, snap, ptrs, err := openForModel(ctx, uri, optionsJSON, version, ptrsJSON)
@@ -140,7 +150,11 @@ func exportModel(m *encode.Model, ptrs modelio.ArrayPtrs) (string, error) {
 // ReadSegmentModel reads the model of one segment, committed or not (a
 // JSON segment info: a resumed reindex reads the model from an output it
 // built before a crash), as ReadIndexModel returns it.
-func ReadSegmentModel(uri, optionsJSON string, version int, segmentJSON, ptrsJSON string) (out string, err error) {
+func ReadSegmentModel(uri, optionsJSON string, version int, segmentJSON, ptrsJSON string) (string, error) {
+	return offThread(func() (string, error) { return readSegmentModel(uri, optionsJSON, version, segmentJSON, ptrsJSON) })
+}
+
+func readSegmentModel(uri, optionsJSON string, version int, segmentJSON, ptrsJSON string) (out string, err error) {
 	defer recoverTo(&err)
 	ctx := context.Background()
 	st, snap, ptrs, err := openForModel(ctx, uri, optionsJSON, version, ptrsJSON)
@@ -162,7 +176,13 @@ func ReadSegmentModel(uri, optionsJSON string, version int, segmentJSON, ptrsJSO
 // verify.VerifyBuild): fragmentsJSON lists the fragments it covers,
 // filesJSON its recorded files ("" when unknown). Returns the output's
 // segment info, with statistics, as JSON.
-func VerifyBuildOutput(uri, optionsJSON string, version int, indexName, column, fragmentsJSON, output, filesJSON string) (out string, err error) {
+func VerifyBuildOutput(uri, optionsJSON string, version int, indexName, column, fragmentsJSON, output, filesJSON string) (string, error) {
+	return offThread(func() (string, error) {
+		return verifyBuildOutput(uri, optionsJSON, version, indexName, column, fragmentsJSON, output, filesJSON)
+	})
+}
+
+func verifyBuildOutput(uri, optionsJSON string, version int, indexName, column, fragmentsJSON, output, filesJSON string) (out string, err error) {
 	defer recoverTo(&err)
 	ctx := context.Background()
 	var frags []uint64
@@ -195,7 +215,13 @@ func VerifyBuildOutput(uri, optionsJSON string, version int, indexName, column, 
 // index model (train.Params as paramsJSON, with the column). The scalars
 // come back as modelio.Spec JSON (plus "stats"), the arrays are exported
 // into the C structs ptrsJSON names (see ReadIndexModel).
-func TrainModel(opID, uri, optionsJSON string, version int, column, paramsJSON, ptrsJSON string) (out string, err error) {
+func TrainModel(opID, uri, optionsJSON string, version int, column, paramsJSON, ptrsJSON string) (string, error) {
+	return offThread(func() (string, error) {
+		return trainModel(opID, uri, optionsJSON, version, column, paramsJSON, ptrsJSON)
+	})
+}
+
+func trainModel(opID, uri, optionsJSON string, version int, column, paramsJSON, ptrsJSON string) (out string, err error) {
 	defer recoverTo(&err)
 	ctx, _, done := beginOp(opID)
 	defer done()
@@ -249,7 +275,11 @@ func trainedModel(m *encode.Model, stats train.Stats, ptrs modelio.ArrayPtrs) (s
 
 // FragmentRows lists the fragments of a dataset version: JSON
 // [[id, live rows], ...] in id order.
-func FragmentRows(uri, optionsJSON string, version int) (out string, err error) {
+func FragmentRows(uri, optionsJSON string, version int) (string, error) {
+	return offThread(func() (string, error) { return fragmentRows(uri, optionsJSON, version) })
+}
+
+func fragmentRows(uri, optionsJSON string, version int) (out string, err error) {
 	defer recoverTo(&err)
 	ctx := context.Background()
 	_, snap, err := openSnapshot(ctx, uri, optionsJSON, version)
@@ -271,7 +301,11 @@ func FragmentRows(uri, optionsJSON string, version int) (out string, err error) 
 // buildOptionsJSON holds segment.ScalarBuildOptions. Returns the
 // segment's info JSON, with statistics. opID names the operation for
 // Progress and Cancel.
-func BuildScalarSegment(opID, uri, optionsJSON string, version int, buildOptionsJSON string) (out string, err error) {
+func BuildScalarSegment(opID, uri, optionsJSON string, version int, buildOptionsJSON string) (string, error) {
+	return offThread(func() (string, error) { return buildScalarSegment(opID, uri, optionsJSON, version, buildOptionsJSON) })
+}
+
+func buildScalarSegment(opID, uri, optionsJSON string, version int, buildOptionsJSON string) (out string, err error) {
 	defer recoverTo(&err)
 	ctx, prog, done := beginOp(opID)
 	defer done()

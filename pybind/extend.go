@@ -37,7 +37,13 @@ const maxExtendSample = 1 << 17
 // as ReadIndexModel returns a model, plus {"extend": train.ExtendResult}.
 // With max_partitions > 0, an extension that would pass it adds nothing
 // and says so ("capped": true).
-func ExtendIndexModel(opID, uri, optionsJSON string, version int, requestJSON, ptrsJSON string) (out string, err error) {
+func ExtendIndexModel(opID, uri, optionsJSON string, version int, requestJSON, ptrsJSON string) (string, error) {
+	return offThread(func() (string, error) {
+		return extendIndexModel(opID, uri, optionsJSON, version, requestJSON, ptrsJSON)
+	})
+}
+
+func extendIndexModel(opID, uri, optionsJSON string, version int, requestJSON, ptrsJSON string) (out string, err error) {
 	defer recoverTo(&err)
 	ctx, _, done := beginOp(opID)
 	defer done()

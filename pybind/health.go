@@ -12,7 +12,11 @@ import (
 // latest) against today's data (verify.Health; optsJSON holds
 // verify.HealthOptions) and returns the report as JSON. opID names the
 // operation for Progress and Cancel.
-func IndexHealth(opID, uri, optionsJSON string, version int, indexName, optsJSON string) (out string, err error) {
+func IndexHealth(opID, uri, optionsJSON string, version int, indexName, optsJSON string) (string, error) {
+	return offThread(func() (string, error) { return indexHealth(opID, uri, optionsJSON, version, indexName, optsJSON) })
+}
+
+func indexHealth(opID, uri, optionsJSON string, version int, indexName, optsJSON string) (out string, err error) {
 	defer recoverTo(&err)
 	ctx, _, done := beginOp(opID)
 	defer done()

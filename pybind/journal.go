@@ -71,7 +71,11 @@ func JournalDelete(uri, optionsJSON, indexName string) (err error) {
 // segment.VerifyOutput): inputsJSON is the JSON list of the task's input
 // segments, filesJSON the output's recorded files ("" or "[]" when
 // unknown). Returns the output segment's info, with statistics, as JSON.
-func VerifyOutput(uri, optionsJSON, inputsJSON, output, filesJSON string) (out string, err error) {
+func VerifyOutput(uri, optionsJSON, inputsJSON, output, filesJSON string) (string, error) {
+	return offThread(func() (string, error) { return verifyOutput(uri, optionsJSON, inputsJSON, output, filesJSON) })
+}
+
+func verifyOutput(uri, optionsJSON, inputsJSON, output, filesJSON string) (out string, err error) {
 	defer recoverTo(&err)
 	ctx := context.Background()
 	inputs, err := segment.ParseInfos([]byte(inputsJSON))

@@ -11,7 +11,13 @@ import (
 // uncommitted segment, and returns its info (with statistics) as JSON.
 // mergeOptionsJSON holds segment.MergeOptions ("" = defaults). opID names
 // the operation for Progress and Cancel.
-func MergeSegments(opID, uri, optionsJSON string, version int, segmentsJSON, mergeOptionsJSON string) (out string, err error) {
+func MergeSegments(opID, uri, optionsJSON string, version int, segmentsJSON, mergeOptionsJSON string) (string, error) {
+	return offThread(func() (string, error) {
+		return mergeSegments(opID, uri, optionsJSON, version, segmentsJSON, mergeOptionsJSON)
+	})
+}
+
+func mergeSegments(opID, uri, optionsJSON string, version int, segmentsJSON, mergeOptionsJSON string) (out string, err error) {
 	defer recoverTo(&err)
 	ctx, prog, done := beginOp(opID)
 	defer done()

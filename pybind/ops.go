@@ -101,3 +101,20 @@ func Cancel(opID string) bool {
 	}
 	return false
 }
+
+// offThread runs f on a goroutine of its own and waits for it. A call
+// from Python runs on a goroutine locked to the calling thread, so every
+// time that goroutine blocks (on a channel of the decoders it waits for,
+// say) and wakes, the thread itself sleeps and is woken by the kernel;
+// a free goroutine switches in the Go scheduler instead (a BTREE merge of
+// a thousand segments, 100M rows: 6.0-6.6 s on the calling goroutine,
+// 4.3-5.4 s off it). f recovers its own panics (recoverTo).
+func offThread[T any](f func() (T, error)) (out T, err error) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		out, err = f()
+	}()
+	<-done
+	return out, err
+}

@@ -22,7 +22,11 @@ func decodePlanOptions(planOptionsJSON string) (segment.PlanOptions, error) {
 
 // PlanIndex plans the merge of the segments of one index at a dataset
 // version (0 = latest) and returns the plan as JSON (segment.Plan).
-func PlanIndex(uri, optionsJSON string, version int, planOptionsJSON string) (out string, err error) {
+func PlanIndex(uri, optionsJSON string, version int, planOptionsJSON string) (string, error) {
+	return offThread(func() (string, error) { return planIndex(uri, optionsJSON, version, planOptionsJSON) })
+}
+
+func planIndex(uri, optionsJSON string, version int, planOptionsJSON string) (out string, err error) {
 	defer recoverTo(&err)
 	ctx := context.Background()
 	opts, err := decodePlanOptions(planOptionsJSON)
@@ -44,7 +48,11 @@ func PlanIndex(uri, optionsJSON string, version int, planOptionsJSON string) (ou
 
 // PlanSegments groups an explicit list of segments (a JSON list of segment
 // infos, e.g. the outputs of one level of a tree merge) into tasks.
-func PlanSegments(uri, optionsJSON string, version int, segmentsJSON, planOptionsJSON string) (out string, err error) {
+func PlanSegments(uri, optionsJSON string, version int, segmentsJSON, planOptionsJSON string) (string, error) {
+	return offThread(func() (string, error) { return planSegments(uri, optionsJSON, version, segmentsJSON, planOptionsJSON) })
+}
+
+func planSegments(uri, optionsJSON string, version int, segmentsJSON, planOptionsJSON string) (out string, err error) {
 	defer recoverTo(&err)
 	ctx := context.Background()
 	opts, err := decodePlanOptions(planOptionsJSON)

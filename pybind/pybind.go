@@ -149,7 +149,11 @@ func DatasetInfo(uri, optionsJSON string, version int) (out string, err error) {
 // ListSegments lists the segments of the vector index indexName ("" = every
 // vector index) at a dataset version (0 = latest), with statistics read from
 // the index files unless skipStats. Returns a JSON list of segment.Info.
-func ListSegments(uri, optionsJSON string, version int, indexName string, skipStats bool) (out string, err error) {
+func ListSegments(uri, optionsJSON string, version int, indexName string, skipStats bool) (string, error) {
+	return offThread(func() (string, error) { return listSegments(uri, optionsJSON, version, indexName, skipStats) })
+}
+
+func listSegments(uri, optionsJSON string, version int, indexName string, skipStats bool) (out string, err error) {
 	defer recoverTo(&err)
 	ctx := context.Background()
 	st, snap, err := openSnapshot(ctx, uri, optionsJSON, version)

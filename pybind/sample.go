@@ -35,7 +35,11 @@ type sampleRequest struct {
 // fragments of requestJSON (sampleRequest) at a dataset version and
 // exports it as a FixedSizeList<float32> array into the C structs whose
 // addresses ptrsJSON holds ([array, schema]). Returns {"rows", "dim"}.
-func SampleVectors(opID, uri, optionsJSON string, version int, requestJSON, ptrsJSON string) (out string, err error) {
+func SampleVectors(opID, uri, optionsJSON string, version int, requestJSON, ptrsJSON string) (string, error) {
+	return offThread(func() (string, error) { return sampleVectors(opID, uri, optionsJSON, version, requestJSON, ptrsJSON) })
+}
+
+func sampleVectors(opID, uri, optionsJSON string, version int, requestJSON, ptrsJSON string) (out string, err error) {
 	defer recoverTo(&err)
 	ctx, _, done := beginOp(opID)
 	defer done()
@@ -90,7 +94,11 @@ func SampleVectors(opID, uri, optionsJSON string, version int, requestJSON, ptrs
 // as TrainModel does, the arrays exported into the structs modelPtrsJSON
 // names. A sample larger than the parameters ask for is refused before it
 // is read.
-func TrainModelOnSample(opID, paramsJSON, ptrsJSON, modelPtrsJSON string) (out string, err error) {
+func TrainModelOnSample(opID, paramsJSON, ptrsJSON, modelPtrsJSON string) (string, error) {
+	return offThread(func() (string, error) { return trainModelOnSample(opID, paramsJSON, ptrsJSON, modelPtrsJSON) })
+}
+
+func trainModelOnSample(opID, paramsJSON, ptrsJSON, modelPtrsJSON string) (out string, err error) {
 	defer recoverTo(&err)
 	ctx, _, done := beginOp(opID)
 	defer done()
