@@ -31,7 +31,7 @@ var allowed = map[string][]string{
 	"gokernel/policy":    {"gokernel/errkind"},
 	"gokernel/journal":   {"gokernel/errkind", "gokernel/storage", "gokernel/table"},
 	"gokernel/keysort":   {"gokernel/errkind", "gokernel/lancefile", "gokernel/internal/kway"},
-	"gokernel/btree":     {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table", "gokernel/internal/pb", "gokernel/keysort", "gokernel/internal/rowset"},
+	"gokernel/btree":     {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table", "gokernel/internal/pb", "gokernel/keysort", "gokernel/internal/rowset", "gokernel/internal/bufpool"},
 	"gokernel/bitmap":    {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table", "gokernel/internal/pb", "gokernel/internal/kway", "gokernel/keysort", "gokernel/internal/rowset"},
 	"gokernel/zonemap":   {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table", "gokernel/internal/pb", "gokernel/bitmap"},
 	"gokernel/ngram":     {"gokernel/errkind", "gokernel/fold", "gokernel/storage", "gokernel/lancefile", "gokernel/table", "gokernel/internal/pb", "gokernel/internal/kway", "gokernel/keysort"},
