@@ -131,12 +131,17 @@ class FuturesExecutor:
                 self._pool.submit(fn, None)
 
     def cancel(self) -> None:
-        for f in self._futures:
-            f.cancel()
+        if not isinstance(self._pool, cf.ProcessPoolExecutor):
+            for f in self._futures:
+                f.cancel()
         if isinstance(self._pool, cf.ThreadPoolExecutor):
             _ffi.cancel_all()
         elif isinstance(self._pool, cf.ProcessPoolExecutor):
-            # Running merges stop when their process dies; the driver
+            # A process pool's futures are not cancelled: when its workers
+            # die, the pool fails every pending one (BrokenProcessPool),
+            # and before Python 3.12 its manager thread raised
+            # InvalidStateError, printed to the user, on each it found
+            # cancelled. Running merges stop when their process dies; the driver
             # removes their partial outputs once every one is gone (a worker
             # still writing would leave files, or an empty directory, behind).
             procs = {**self._procs, **(getattr(self._pool, "_processes", None) or {})}
