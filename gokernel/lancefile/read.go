@@ -428,6 +428,8 @@ type chunkTable struct {
 
 type chunkKey struct{ col, page int }
 
+// chunkCache holds what a Reader decodes once per page: mini-block chunk
+// tables and 2.1+ page layouts.
 type chunkCache struct {
 	mu      sync.Mutex
 	m       map[chunkKey]*chunkTable

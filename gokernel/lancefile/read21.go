@@ -42,24 +42,35 @@ func (r *Reader) readPage21(ctx context.Context, pg *pageIO, t, item DataType, a
 // for every window was a tenth of a thousand-input BTREE merge. Callers
 // only read it.
 func (r *Reader) pageLayout(pg *pageIO) (*enc21.PageLayout, error) {
-	key := chunkKey{pg.col, pg.idx}
-	r.chunks.mu.Lock()
-	l, ok := r.chunks.layouts[key]
-	r.chunks.mu.Unlock()
-	if ok {
+	return cachedPage(&r.chunks, &r.chunks.layouts, chunkKey{pg.col, pg.idx}, func() (*enc21.PageLayout, error) {
+		l := &enc21.PageLayout{}
+		if err := decodeAny(pg.page, "lance.encodings21.PageLayout", l); err != nil {
+			return nil, err
+		}
 		return l, nil
+	})
+}
+
+// cachedPage is the entry of m (a cache of c) for key, made by build on
+// first use. Two readers racing may both build it; either result is kept.
+func cachedPage[V any](c *chunkCache, m *map[chunkKey]V, key chunkKey, build func() (V, error)) (V, error) {
+	c.mu.Lock()
+	v, ok := (*m)[key]
+	c.mu.Unlock()
+	if ok {
+		return v, nil
 	}
-	l = &enc21.PageLayout{}
-	if err := decodeAny(pg.page, "lance.encodings21.PageLayout", l); err != nil {
-		return nil, err
+	v, err := build()
+	if err != nil {
+		return v, err
 	}
-	r.chunks.mu.Lock()
-	if r.chunks.layouts == nil {
-		r.chunks.layouts = map[chunkKey]*enc21.PageLayout{}
+	c.mu.Lock()
+	if *m == nil {
+		*m = map[chunkKey]V{}
 	}
-	r.chunks.layouts[key] = l
-	r.chunks.mu.Unlock()
-	return l, nil
+	(*m)[key] = v
+	c.mu.Unlock()
+	return v, nil
 }
 
 // leafType is the type of the values stored at the leaf: the item of a
@@ -98,13 +109,11 @@ func assemble(t, item DataType, lv *levelsOut, values []byte, itemValidity []byt
 // ---- mini-block -------------------------------------------------------
 
 func (r *Reader) chunkTableOf(ctx context.Context, pg *pageIO, l *enc21.MiniBlockLayout) (*chunkTable, error) {
-	key := chunkKey{pg.col, pg.idx}
-	r.chunks.mu.Lock()
-	ct, ok := r.chunks.m[key]
-	r.chunks.mu.Unlock()
-	if ok {
-		return ct, nil
-	}
+	return cachedPage(&r.chunks, &r.chunks.m, chunkKey{pg.col, pg.idx}, func() (*chunkTable, error) { return readChunkTable(ctx, pg, l) })
+}
+
+// readChunkTable decodes a mini-block page's chunk metadata.
+func readChunkTable(ctx context.Context, pg *pageIO, l *enc21.MiniBlockLayout) (*chunkTable, error) {
 	meta, err := pg.whole(ctx, 0)
 	if err != nil {
 		return nil, err
@@ -117,7 +126,7 @@ func (r *Reader) chunkTableOf(ctx context.Context, pg *pageIO, l *enc21.MiniBloc
 		return nil, fmt.Errorf("%w: chunk metadata of %d bytes", errkind.Corrupt, len(meta))
 	}
 	n := len(meta) / wordBytes
-	ct = &chunkTable{offsets: make([]int, n), sizes: make([]int, n), values: make([]int, n), first: make([]int, n)}
+	ct := &chunkTable{offsets: make([]int, n), sizes: make([]int, n), values: make([]int, n), first: make([]int, n)}
 	off, vals := 0, 0
 	total := int(l.GetNumItems())
 	for i := 0; i < n; i++ {
@@ -145,12 +154,6 @@ func (r *Reader) chunkTableOf(ctx context.Context, pg *pageIO, l *enc21.MiniBloc
 	if pg.numBuffers() < 2 || off != pg.bufferSize(1) {
 		return nil, fmt.Errorf("%w: chunks span %d bytes, data buffer has %d", errkind.Corrupt, off, pg.bufferSize(min(1, pg.numBuffers()-1)))
 	}
-	r.chunks.mu.Lock()
-	if r.chunks.m == nil {
-		r.chunks.m = map[chunkKey]*chunkTable{}
-	}
-	r.chunks.m[key] = ct
-	r.chunks.mu.Unlock()
 	return ct, nil
 }
 
