@@ -168,7 +168,15 @@ func Concat(t DataType, parts []*Array) (*Array, error) {
 		return out, nil
 	}
 	if t.Kind == KindBinary {
-		out.Offsets = []int64{0}
+		// sized first: a writer concatenates a page of many small parts
+		// (a BITMAP merge's pages, a part per key), and growing by appends
+		// was a seventh of that merge
+		rows, size := 0, 0
+		for _, p := range parts {
+			rows, size = rows+p.Len, size+len(p.Values)
+		}
+		out.Offsets = make([]int64, 1, rows+1)
+		out.Values = make([]byte, 0, size)
 		for _, p := range parts {
 			if p.Type.Kind != KindBinary {
 				return nil, fmt.Errorf("%w: lancefile: concat %s with %s", errkind.InvalidInput, t, p.Type)
