@@ -3,6 +3,7 @@ package bitmap
 import (
 	"encoding/binary"
 	"errors"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/RoaringBitmap/roaring/v2"
@@ -147,5 +148,43 @@ func TestJoinEntries(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// roaringCardinality reads the cardinality of a portable roaring bitmap
+// from its header: array, bitmap and run containers, with and without
+// the run cookie, the empty bitmap; a truncated header is Corrupt.
+func TestRoaringCardinalityFromTheHeader(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	cases := map[string]*roaring.Bitmap{"empty": roaring.New()}
+	sparse, dense, runs := roaring.New(), roaring.New(), roaring.New()
+	for range 3000 {
+		sparse.Add(r.Uint32())
+	}
+	for range 200_000 {
+		dense.Add(r.Uint32N(1 << 19)) // bitmap containers
+	}
+	runs.AddRange(10, 100_000)
+	runs.AddRange(1<<20, 1<<20+70_000)
+	runs.Add(1 << 30)
+	runs.RunOptimize()
+	cases["sparse"], cases["dense"], cases["runs"] = sparse, dense, runs
+	for name, bm := range cases {
+		b, err := bm.ToBytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := roaringCardinality(b)
+		if err != nil || got != bm.GetCardinality() {
+			t.Fatalf("%s: %d, %v; want %d", name, got, err, bm.GetCardinality())
+		}
+		if len(b) > 8 {
+			if _, err := roaringCardinality(b[:7]); !errors.Is(err, errkind.Corrupt) {
+				t.Fatalf("%s, truncated: %v, want Corrupt", name, err)
+			}
+		}
+	}
+	if _, err := roaringCardinality([]byte{1, 2, 3, 4, 5, 6, 7, 8}); !errors.Is(err, errkind.Corrupt) {
+		t.Fatalf("a bad cookie: %v, want Corrupt", err)
 	}
 }
