@@ -460,7 +460,7 @@ type blockSorter struct {
 	a, b []uint64
 	ka   []uint64
 	ia   []uint64
-	// each pass's digit counts, kept: a block is often a few thousand rows
+	// each pass's digit counts, kept between blocks
 	counts [maxPasses][1 << maxDigitBits]int
 }
 

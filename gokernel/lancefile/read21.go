@@ -39,7 +39,7 @@ func (r *Reader) readPage21(ctx context.Context, pg *pageIO, t, item DataType, a
 
 // pageLayout is the decoded layout of a 2.1+ page, decoded once per page:
 // a merge reads a page a window at a time, and decoding the layout again
-// for every window was a tenth of a thousand-input BTREE merge. Callers
+// for every window was 6% of a thousand-input BTREE merge. Callers
 // only read it.
 func (r *Reader) pageLayout(pg *pageIO) (*enc21.PageLayout, error) {
 	return cachedPage(&r.chunks, &r.chunks.layouts, chunkKey{pg.col, pg.idx}, func() (*enc21.PageLayout, error) {
