@@ -220,6 +220,9 @@ func roaringCardinality(b []byte) (uint64, error) {
 	}
 	var total uint64
 	for i := range n {
+		if i > 0 && le.Uint16(b[pos+4*i:]) <= le.Uint16(b[pos+4*i-4:]) {
+			return 0, fmt.Errorf("%w: roaring bitmap containers out of order (key %d after %d)", errkind.Corrupt, le.Uint16(b[pos+4*i:]), le.Uint16(b[pos+4*i-4:]))
+		}
 		total += uint64(le.Uint16(b[pos+4*i+2:])) + 1
 	}
 	return total, nil

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/RoaringBitmap/roaring/v2"
@@ -186,5 +187,51 @@ func TestRoaringCardinalityFromTheHeader(t *testing.T) {
 	}
 	if _, err := roaringCardinality([]byte{1, 2, 3, 4, 5, 6, 7, 8}); !errors.Is(err, errkind.Corrupt) {
 		t.Fatalf("a bad cookie: %v, want Corrupt", err)
+	}
+	// containers out of key order: swap the sparse bitmap's first two
+	// header entries (no-run cookie: the header starts at byte 8)
+	b, err := sparse.ToBytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e [4]byte
+	copy(e[:], b[8:12])
+	copy(b[8:12], b[12:16])
+	copy(b[12:16], e[:])
+	if _, err := roaringCardinality(b); !errors.Is(err, errkind.Corrupt) {
+		t.Fatalf("containers out of order: %v, want Corrupt", err)
+	}
+}
+
+// countRowMap, the check of a row map whose bitmaps are not decoded,
+// counts its rows from their headers and finds what it can see without
+// them: fragments out of order or not covered, whole-fragment entries,
+// malformed headers and entries.
+func TestCountRowMapWithoutDecoding(t *testing.T) {
+	bad := binary.LittleEndian.AppendUint32(nil, 1)
+	bad = binary.LittleEndian.AppendUint32(bad, 0)
+	bad = binary.LittleEndian.AppendUint32(bad, 8)
+	bad = append(bad, 1, 2, 3, 4, 5, 6, 7, 8) // an unknown cookie
+	cases := []struct {
+		name     string
+		b        []byte
+		rows     uint64
+		problems []string // each problem's check
+	}{
+		{"good", rowMap(t, []uint32{0, 2}, [][]uint32{{1, 2, 3}, {70000, 1 << 20}}), 5, nil},
+		{"fragments out of order", rowMap(t, []uint32{2, 0}, [][]uint32{{1}, {2}}), 2, []string{"structure"}},
+		{"fragment not covered", rowMap(t, []uint32{0, 9}, [][]uint32{{1}, {2}}), 2, []string{"row_ids"}},
+		{"whole fragment", rowMap(t, []uint32{1}, [][]uint32{nil}), 0, []string{"structure"}},
+		{"bad header", bad, 0, []string{"structure"}},
+		{"truncated", rowMap(t, []uint32{0}, [][]uint32{{1, 2}})[:10], 0, []string{"structure"}},
+	}
+	for _, c := range cases {
+		var got []string
+		rows := countRowMap(7, c.b, func(f uint32) bool { return f < 3 }, func(check, format string, args ...any) {
+			got = append(got, check)
+		})
+		if rows != c.rows || !slices.Equal(got, c.problems) {
+			t.Errorf("%s: %d rows, problems %v; want %d, %v", c.name, rows, got, c.rows, c.problems)
+		}
 	}
 }

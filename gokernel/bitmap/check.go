@@ -31,13 +31,29 @@ type CheckResult struct {
 // maxProblems bounds the problems one check reports (each names where).
 const maxProblems = 8
 
+// CheckOptions says what Check checks beyond key order and row maps.
+type CheckOptions struct {
+	// Covered, when set, says which fragments the segment may hold rows of.
+	Covered func(frag uint32) bool
+	// Unique (BITMAP: a row has one value) checks that no row is under two
+	// keys.
+	Unique bool
+	// SampleKeys, when above 0 and below the segment's key count, decodes
+	// the row maps of only that many keys, evenly spread (the first among
+	// them): the check of a merge's output before its commit. Every key's
+	// order, its row map's fragments (ascending, covered) and the headers
+	// of its bitmaps, which give the row counts, are still checked;
+	// uniqueness then holds among the keys decoded.
+	SampleKeys int
+}
+
 // Check streams a whole segment once and checks what pylance's reader
 // relies on: keys ascending, the null key first, each once; every row map
-// well formed with its fragments ascending; when covered is set, every
-// fragment one the segment covers; when unique (BITMAP: a row has one
-// value), no row under two keys. A file that does not open is an error,
-// not a problem.
-func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered func(frag uint32) bool, unique bool) (*CheckResult, error) {
+// well formed with its fragments ascending; when opts.Covered is set,
+// every fragment one the segment covers; when opts.Unique, no row under
+// two keys. opts.SampleKeys decodes a sample of the row maps. A file that
+// does not open is an error, not a problem.
+func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, opts CheckOptions) (*CheckResult, error) {
 	s, err := Open(ctx, st, im)
 	if err != nil {
 		return nil, err
@@ -49,10 +65,15 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered 
 			res.Problems = append(res.Problems, Problem{check, fmt.Sprintf(format, args...)})
 		}
 	}
+	step := uint64(1)
+	if n := uint64(opts.SampleKeys); n > 0 && n < s.Keys {
+		// a million keys decoded took half of a high-cardinality optimize
+		step = (s.Keys + n - 1) / n
+	}
 	// rows seen under a key so far: a bit per row (unioning each key's
 	// bitmap into one per fragment cost a merge of sorted arrays per key,
 	// quadratic with a million keys)
-	seen := rowset.New(s.Keys * 4)
+	seen := rowset.New(s.Keys / step * 4)
 	c := newCursor(s, 0)
 	ok, err := c.fill(ctx)
 	if err == nil && ok {
@@ -63,32 +84,15 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered 
 		if b, err = c.rowMap(); err != nil {
 			break
 		}
-		es, derr := DecodeRowMap(b)
-		if derr != nil {
-			add("structure", "key %d: %v", k, derr)
+		var n uint64
+		if k%step == 0 {
+			n = checkRowMap(k, b, opts, seen, add)
+		} else {
+			n = countRowMap(k, b, opts.Covered, add)
 		}
-		for _, e := range es {
-			if covered != nil && !covered(e.Frag) {
-				add("row_ids", "key %d holds rows of fragment %d, which the segment does not cover", k, e.Frag)
-			}
-			if e.Full {
-				add("structure", "key %d holds all of fragment %d (a whole-fragment entry, which this check cannot count)", k, e.Frag)
-				continue
-			}
-			n := e.Rows.GetCardinality()
-			res.Rows += n
-			if !c.cur.valid {
-				res.NullKeyRows += n
-			}
-			if unique {
-				it := e.Rows.Iterator()
-				for it.HasNext() {
-					if !seen.Add(uint64(e.Frag)<<32 | uint64(it.Next())) {
-						add("row_ids", "key %d holds rows of fragment %d that another key holds too", k, e.Frag)
-						break
-					}
-				}
-			}
+		res.Rows += n
+		if !c.cur.valid {
+			res.NullKeyRows += n
 		}
 		res.Keys++
 		if k%windowRows == 0 {
@@ -107,6 +111,66 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, covered 
 		return nil, err
 	}
 	return res, nil
+}
+
+// checkRowMap decodes key k's row map b and checks it (see Check); it
+// returns the rows the map holds.
+func checkRowMap(k uint64, b []byte, opts CheckOptions, seen *rowset.Set, add func(check, format string, args ...any)) uint64 {
+	es, err := DecodeRowMap(b)
+	if err != nil {
+		add("structure", "key %d: %v", k, err)
+	}
+	var rows uint64
+	for _, e := range es {
+		if opts.Covered != nil && !opts.Covered(e.Frag) {
+			add("row_ids", "key %d holds rows of fragment %d, which the segment does not cover", k, e.Frag)
+		}
+		if e.Full {
+			add("structure", "key %d holds all of fragment %d (a whole-fragment entry, which this check cannot count)", k, e.Frag)
+			continue
+		}
+		rows += e.Rows.GetCardinality()
+		if opts.Unique {
+			it := e.Rows.Iterator()
+			for it.HasNext() {
+				if !seen.Add(uint64(e.Frag)<<32 | uint64(it.Next())) {
+					add("row_ids", "key %d holds rows of fragment %d that another key holds too", k, e.Frag)
+					break
+				}
+			}
+		}
+	}
+	return rows
+}
+
+// countRowMap checks key k's row map b without decoding its bitmaps: its
+// fragments ascending and covered, and each bitmap's header, from which
+// it counts the rows.
+func countRowMap(k uint64, b []byte, covered func(uint32) bool, add func(check, format string, args ...any)) uint64 {
+	raw, err := SplitRowMap(b)
+	if err != nil {
+		add("structure", "key %d: %v", k, err)
+		return 0
+	}
+	var rows uint64
+	for i, e := range raw {
+		if i > 0 && e.Frag <= raw[i-1].Frag {
+			add("structure", "key %d: row map fragments out of order (%d after %d)", k, e.Frag, raw[i-1].Frag)
+		}
+		if covered != nil && !covered(e.Frag) {
+			add("row_ids", "key %d holds rows of fragment %d, which the segment does not cover", k, e.Frag)
+		}
+		if len(e.Bits) == 0 {
+			add("structure", "key %d holds all of fragment %d (a whole-fragment entry, which this check cannot count)", k, e.Frag)
+			continue
+		}
+		n, err := roaringCardinality(e.Bits)
+		if err != nil {
+			add("structure", "key %d: row map entry of fragment %d: %v", k, e.Frag, err)
+		}
+		rows += n
+	}
+	return rows
 }
 
 // KeyRow is one row a segment lists under a key (Null: the null key).

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/RoaringBitmap/roaring/v2"
@@ -70,7 +71,7 @@ func TestMergeStringKeysAcrossWindows(t *testing.T) {
 		t.Fatal(err)
 	}
 	merged := &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: out[:]}, Files: res.Files}
-	chk, err := Check(ctx, st, merged, func(f uint32) bool { return f < 3 }, true)
+	chk, err := Check(ctx, st, merged, CheckOptions{Covered: func(f uint32) bool { return f < 3 }, Unique: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,6 +87,12 @@ func TestMergeStringKeysAcrossWindows(t *testing.T) {
 	// 3000 distinct keys plus the null key; one kept row per input key.
 	if len(chk.Problems) > 0 || chk.Keys != 3001 || res.KeysWritten != 3001 || chk.Rows != wantRows || chk.NullKeyRows != 3 {
 		t.Fatalf("merged: %+v, %+v (want 3001 keys, %d rows, 3 null-key rows)", chk, res, wantRows)
+	}
+	// A check that decodes a sample of the keys counts the same rows from
+	// the bitmaps' headers.
+	sampled, err := Check(ctx, st, merged, CheckOptions{Covered: func(f uint32) bool { return f < 3 }, Unique: true, SampleKeys: 100})
+	if err != nil || len(sampled.Problems) > 0 || sampled.Keys != chk.Keys || sampled.Rows != chk.Rows || sampled.NullKeyRows != chk.NullKeyRows {
+		t.Fatalf("sampled check: %+v, %v; want %+v", sampled, err, chk)
 	}
 	s, err := Open(ctx, st, merged)
 	if err != nil {
@@ -122,7 +129,7 @@ func TestMergeAndCheckRefuseDisorder(t *testing.T) {
 	if err != nil || string(keys.Values) != "abc" || s.order != nil {
 		t.Fatalf("merged keys %q (%v), want abc in file order", keys.Values, err)
 	}
-	chk, err := Check(ctx, st, hashed, func(f uint32) bool { return f == 0 }, true)
+	chk, err := Check(ctx, st, hashed, CheckOptions{Covered: func(f uint32) bool { return f == 0 }, Unique: true})
 	if err != nil || len(chk.Problems) != 0 || chk.Keys != 3 {
 		t.Fatalf("check of keys in hash order: %v %+v", err, chk)
 	}
@@ -133,9 +140,15 @@ func TestMergeAndCheckRefuseDisorder(t *testing.T) {
 	// A row under two keys of a BITMAP segment, and a fragment the segment
 	// does not cover.
 	dup := writeSegment(t, st, []string{"a", "b"}, 2, func(int) []uint32 { return []uint32{7} })
-	chk, err = Check(ctx, st, dup, func(f uint32) bool { return f == 0 }, true)
+	chk, err = Check(ctx, st, dup, CheckOptions{Covered: func(f uint32) bool { return f == 0 }, Unique: true})
 	if err != nil || len(chk.Problems) != 3 {
 		t.Fatalf("check: %v %+v (want two foreign fragments and a row under two keys)", err, chk)
+	}
+	// Decoding only the first key still finds both keys' foreign fragment
+	// (row maps name their fragments), but not the row under two keys.
+	chk, err = Check(ctx, st, dup, CheckOptions{Covered: func(f uint32) bool { return f == 0 }, Unique: true, SampleKeys: 1})
+	if err != nil || len(chk.Problems) != 2 || strings.Contains(fmt.Sprint(chk.Problems), "another key") {
+		t.Fatalf("sampled check: %v %+v (want two foreign fragments)", err, chk)
 	}
 }
 
@@ -166,7 +179,7 @@ func TestKeysOutOfOrderTakenWholeOrByRow(t *testing.T) {
 		if files[i], err = os.ReadFile(filepath.Join(root, table.IndicesDir, id.String(), FileName)); err != nil {
 			t.Fatal(err)
 		}
-		chk, err := Check(ctx, st, &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: id[:]}, Files: res.Files}, func(f uint32) bool { return f < 2 }, true)
+		chk, err := Check(ctx, st, &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: id[:]}, Files: res.Files}, CheckOptions{Covered: func(f uint32) bool { return f < 2 }, Unique: true})
 		if err != nil || len(chk.Problems) != 0 || chk.Keys != 3002 {
 			t.Fatalf("budget %d: check %v %+v", budget, err, chk)
 		}

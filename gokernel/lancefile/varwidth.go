@@ -542,6 +542,10 @@ func (r *Reader) readVarFullZip(ctx context.Context, pg *pageIO, l *enc21.FullZi
 		return nil, err
 	}
 	vb := newVarBuilder(t, b-a)
+	// the rows' bytes are at most the span's (less control words and
+	// lengths; FSST codes may decode longer): growing them by appends was
+	// three quarters of reading a BITMAP segment's million small row maps
+	vb.out.Values = make([]byte, 0, len(data))
 	for pos := 0; vb.out.Len < b-a; {
 		if err := ctx.Err(); err != nil {
 			return nil, err

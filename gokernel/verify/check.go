@@ -270,7 +270,9 @@ func verifyScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, r
 		case "ZONEMAP", "BLOOMFILTER":
 			check = verifyZoneMap
 		case "BITMAP", "LABEL_LIST":
-			check = verifyBitmap
+			check = func(ctx context.Context, st storage.Store, snap *table.Snapshot, im *pb.IndexMetadata) (*SegmentReport, error) {
+				return verifyBitmap(ctx, st, snap, im, opts.Cheap)
+			}
 		case "NGRAM":
 			check = verifyNgram
 		case "INVERTED":
