@@ -142,8 +142,36 @@ func PlanIndex(ctx context.Context, st storage.Store, snap *table.Snapshot, opts
 	if len(metas) > 0 {
 		p.Column = snap.FieldPath(metas[0].GetFields()[0])
 	}
+	if p.IndexType == "" {
+		// A plan without tasks opened no segment: name the type from one.
+		p.IndexType = indexTypeOf(ctx, st, snap, opts.IndexName)
+	}
 	p.PlanID = planID(p)
 	return p, nil
+}
+
+// indexTypeOf names the type of an index from one of its segments: a
+// scalar type from the entry, a vector one from its first segment's files
+// ("" when they do not open: a plan without tasks does not fail on them).
+func indexTypeOf(ctx context.Context, st storage.Store, snap *table.Snapshot, name string) string {
+	for _, im := range snap.Indices {
+		if im.GetName() != name {
+			continue
+		}
+		if t := OtherType(im); t != "" {
+			return t
+		}
+		srcs, err := openSources(ctx, st, snap, []*pb.IndexMetadata{im})
+		if err != nil {
+			return ""
+		}
+		defer closeSources(srcs)
+		if m, err := sharedModel(srcs, true); err == nil {
+			return string(m.typ)
+		}
+		return ""
+	}
+	return ""
 }
 
 func (o PlanOptions) check() error {

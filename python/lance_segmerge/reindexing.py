@@ -440,7 +440,7 @@ def _index_new(
     commit and the rows indexed."""
     if not _uncovered(latest, index_name):
         return latest, 0  # most passes: nothing to plan or read
-    kinds = {str(s.index_type) for s in _list(latest, index_name, True)}  # a plan without tasks names no type
+    kinds = {str(s.index_type) for s in _list(latest, index_name, True)}  # every segment's: one build must fit them all
     if len(kinds) != 1:
         raise UnsupportedError(f"{index_name!r} has segments of types {sorted(kinds)}: no one build for its new rows")
     index_type = next(iter(kinds))

@@ -131,4 +131,10 @@ def test_nothing_to_plan(tmp_path, uncommitted_pq):
     lance.dataset(uri).commit_existing_index_segments("vec_idx", "vec", [ls.merge_existing_index_segments(uri, segs).to_lance_index()])
     plan = ls.plan_index_segment_merge(uri, "vec_idx", 4)
     assert plan.tasks == () and plan.sources == ()
+    # A plan without tasks still names the index's type (from its one
+    # segment's files for a vector index, from the entry for a scalar one).
+    assert plan.index_type == "IVF_PQ" and plan.column == "vec"
     assert ls.run_plan(ls.open(uri), plan).version == ls.open(uri).version
+    lance.dataset(uri).create_scalar_index("id", "BTREE", name="id_idx")
+    scalar = ls.plan_index_segment_merge(uri, "id_idx")
+    assert scalar.tasks == () and scalar.index_type == "BTREE" and scalar.column == "id"
