@@ -25,6 +25,7 @@ process that starts after a ``sync``:
 
     python bench/bench_optimize.py --preset smoke
     python bench/bench_optimize.py --preset default   # about 40 minutes on 2 cores
+    python bench/bench_optimize.py --types IVF_SQ --partitions 2048   # one shape of the preset
 
 Reports land in ``bench/results/optimize-<preset>-<date>.{md,json}``.
 """
@@ -32,6 +33,7 @@ Reports land in ``bench/results/optimize-<preset>-<date>.{md,json}``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -129,8 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--preset", default="default", choices=sorted(PRESETS))
     ap.add_argument("--work", help="keep the datasets here (reused by later runs)")
     ap.add_argument("--out", default=str(HERE / "results"))
+    ap.add_argument("--types", nargs="+", help="index types to run (default: the preset's)")
+    ap.add_argument("--partitions", nargs="+", type=int, help="partition counts to run (default: the preset's)")
     args = ap.parse_args(argv)
     p = PRESETS[args.preset]
+    p = dataclasses.replace(p, types=args.types or p.types, partitions=args.partitions or p.partitions)
     with tempfile.TemporaryDirectory(prefix="optimize-") as tmp:
         work = Path(args.work or tmp)
         work.mkdir(parents=True, exist_ok=True)
