@@ -19,6 +19,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/RoaringBitmap/roaring/v2"
 
@@ -60,6 +61,12 @@ type RawEntry struct {
 // them). Untrusted: every length is checked against the bytes before it
 // is used; the entries share b.
 func SplitRowMap(b []byte) ([]RawEntry, error) {
+	return AppendRowMapEntries(nil, b)
+}
+
+// AppendRowMapEntries is SplitRowMap appending to dst (a merge reuses one
+// slice for every key's entries).
+func AppendRowMapEntries(dst []RawEntry, b []byte) ([]RawEntry, error) {
 	if len(b) < 4 {
 		return nil, fmt.Errorf("%w: row map of %d bytes", errkind.Corrupt, len(b))
 	}
@@ -67,7 +74,7 @@ func SplitRowMap(b []byte) ([]RawEntry, error) {
 	if uint64(n)*8 > uint64(len(b)-4) {
 		return nil, fmt.Errorf("%w: row map of %d bytes claims %d entries", errkind.Corrupt, len(b), n)
 	}
-	out := make([]RawEntry, 0, n)
+	out := slices.Grow(dst, int(n))
 	b = b[4:]
 	for i := uint32(0); i < n; i++ {
 		if len(b) < 8 {

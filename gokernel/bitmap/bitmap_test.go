@@ -116,7 +116,7 @@ func TestJoinEntries(t *testing.T) {
 		{name: "bad bitmap", in: []RawEntry{{Frag: 0, Bits: []byte{1, 2, 3}}, {Frag: 0, Bits: []byte{9}}}, wantErr: errkind.Corrupt},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			out, err := joinEntries(tc.in, tc.keep)
+			out, err := joinEntries(nil, tc.in, tc.keep)
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) {
 					t.Fatalf("err = %v, want %v", err, tc.wantErr)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"sort"
 	"strconv"
 
 	"github.com/RoaringBitmap/roaring/v2"
@@ -244,6 +243,7 @@ type cursor struct {
 	width int  // bytes of a fixed-width key, 0 for a variable-width one
 	wide  bool // keys ordered by lancefile.CompareWide
 	cur   key
+	last  []byte // the previous window's last key (see advance)
 }
 
 // key is one key and its order: nulls first, then by value (numbers by
@@ -344,9 +344,11 @@ func (c *cursor) rowMap() ([]byte, error) {
 // advance moves to the next key; false when the input is done.
 func (c *cursor) advance(ctx context.Context) (bool, error) {
 	prev := c.cur
-	prev.b = append([]byte(nil), prev.b...) // the window may be replaced
-	c.i++
-	if c.i == c.n {
+	if c.i++; c.i == c.n {
+		// The window is replaced: keep the last key's bytes for the order
+		// check (a copy per key was a tenth of a million-key merge).
+		c.last = append(c.last[:0], prev.b...)
+		prev.b = c.last
 		ok, err := c.fill(ctx)
 		if !ok || err != nil {
 			return false, err
@@ -441,12 +443,14 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 		return opts.Keep[i]
 	}
 	res := &Result{}
-	var scratch []byte
+	// reused for every key (a million keys allocated each of them per key)
+	var scratch, keyBuf, rowMap []byte
 	var spans, inputs []int
-	var group []RawEntry
+	var group, joined []RawEntry
 	for len(h) > 0 {
 		cur := h[0].cur
-		cur.b = append([]byte(nil), cur.b...)
+		keyBuf = append(keyBuf[:0], cur.b...) // the cursor's window moves on
+		cur.b = keyBuf
 		scratch, spans, inputs = scratch[:0], spans[:0], inputs[:0]
 		for len(h) > 0 && compareKeys(&h[0].cur, &cur, keyType, wide) == 0 {
 			c := h[0]
@@ -473,24 +477,32 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 		group = group[:0]
 		lo := 0
 		for j, hi := range spans {
+			k := keep(inputs[j])
+			if k == nil {
+				var err error
+				if group, err = AppendRowMapEntries(group, scratch[lo:hi]); err != nil {
+					return nil, fmt.Errorf("bitmap segment %s: %w", table.IndexUUID(segs[inputs[j]].Meta), err)
+				}
+				lo = hi
+				continue
+			}
 			es, err := SplitRowMap(scratch[lo:hi])
 			if err != nil {
 				return nil, fmt.Errorf("bitmap segment %s: %w", table.IndexUUID(segs[inputs[j]].Meta), err)
 			}
-			if k := keep(inputs[j]); k != nil {
-				if es, err = joinEntries(es, k); err != nil {
-					return nil, err
-				}
+			if es, err = joinEntries(nil, es, k); err != nil {
+				return nil, err
 			}
 			group = append(group, es...)
 			lo = hi
 		}
-		joined, err := joinEntries(group, nil)
-		if err != nil {
+		var err error
+		if joined, err = joinEntries(joined[:0], group, nil); err != nil {
 			return nil, err
 		}
 		if len(joined) > 0 {
-			if err := w.add(cur, AppendRowMap(nil, joined)); err != nil {
+			rowMap = AppendRowMap(rowMap[:0], joined)
+			if err := w.add(cur, rowMap); err != nil {
 				return nil, err
 			}
 		}
@@ -509,13 +521,13 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 			es := s.Nulls
 			if k := keep(i); k != nil {
 				var err error
-				if es, err = joinEntries(es, k); err != nil {
+				if es, err = joinEntries(nil, es, k); err != nil {
 					return nil, err
 				}
 			}
 			all = append(all, es...)
 		}
-		joined, err := joinEntries(all, nil)
+		joined, err := joinEntries(nil, all, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -534,13 +546,14 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 }
 
 // joinEntries joins the row-map entries of one key (from inputs over
-// disjoint rows) into one row map: fragments ascending, entries of one
-// fragment unioned, rows keep refuses dropped (nil: all stay), emptied
-// fragments left out. An entry is copied as it is unless it must be
-// unioned or filtered.
-func joinEntries(es []RawEntry, keep func(uint64) bool) ([]RawEntry, error) {
-	sort.SliceStable(es, func(i, j int) bool { return es[i].Frag < es[j].Frag })
-	out := es[:0:0]
+// disjoint rows) into one row map, appended to dst (which must not share
+// es's array): fragments ascending, entries of one fragment unioned, rows
+// keep refuses dropped (nil: all stay), emptied fragments left out. An
+// entry is copied as it is unless it must be unioned or filtered. es is
+// sorted in place.
+func joinEntries(dst, es []RawEntry, keep func(uint64) bool) ([]RawEntry, error) {
+	slices.SortStableFunc(es, func(a, b RawEntry) int { return cmp.Compare(a.Frag, b.Frag) })
+	out := dst
 	for lo := 0; lo < len(es); {
 		hi := lo + 1
 		for hi < len(es) && es[hi].Frag == es[lo].Frag {
@@ -647,7 +660,10 @@ func createKeyWriter(ctx context.Context, st storage.Store, name string, keyFiel
 // arrays it is given until it writes their page.
 func (kw *keyWriter) reset() {
 	kw.n, kw.anyNull = 0, false
-	kw.vals, kw.maps = nil, nil
+	// The written window's buffers went to the file writer: new ones, sized
+	// for what the last window held (grown by appends, they were copied
+	// log2 times per window).
+	kw.vals, kw.maps = make([]byte, 0, len(kw.vals)), make([]byte, 0, len(kw.maps))
 	kw.offs, kw.mapOffs = make([]int64, 1, windowRows+1), make([]int64, 1, windowRows+1)
 	kw.validity = make([]byte, (windowRows+7)/8)
 }
