@@ -25,7 +25,10 @@ type CheckResult struct {
 	Keys uint64
 	// Rows counts (row, key) pairs; NullKeyRows the rows of the null key.
 	Rows, NullKeyRows uint64
-	Problems          []Problem
+	// Decoded counts the keys whose bitmaps were decoded (all of them
+	// unless CheckOptions.SampleKeys samples).
+	Decoded  uint64
+	Problems []Problem
 }
 
 // maxProblems bounds the problems one check reports (each names where).
@@ -87,6 +90,7 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, opts Che
 		var n uint64
 		if k%step == 0 {
 			n = checkRowMap(k, b, opts, seen, add)
+			res.Decoded++
 		} else {
 			n = countRowMap(k, b, opts.Covered, add)
 		}

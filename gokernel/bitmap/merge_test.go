@@ -91,7 +91,8 @@ func TestMergeStringKeysAcrossWindows(t *testing.T) {
 	// A check that decodes a sample of the keys counts the same rows from
 	// the bitmaps' headers.
 	sampled, err := Check(ctx, st, merged, CheckOptions{Covered: func(f uint32) bool { return f < 3 }, Unique: true, SampleKeys: 100})
-	if err != nil || len(sampled.Problems) > 0 || sampled.Keys != chk.Keys || sampled.Rows != chk.Rows || sampled.NullKeyRows != chk.NullKeyRows {
+	if err != nil || len(sampled.Problems) > 0 || sampled.Keys != chk.Keys || sampled.Rows != chk.Rows || sampled.NullKeyRows != chk.NullKeyRows ||
+		chk.Decoded != chk.Keys || sampled.Decoded > 100 || sampled.Decoded < 50 {
 		t.Fatalf("sampled check: %+v, %v; want %+v", sampled, err, chk)
 	}
 	s, err := Open(ctx, st, merged)

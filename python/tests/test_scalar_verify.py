@@ -148,3 +148,30 @@ def test_ngram_tokens_that_are_not_the_data_are_damage(tmp_path):
     keys = _swapped_keys(uri, "nb_idx", "na_idx", "ngram_postings.lance")
     msg = keys.message
     assert "is under token" in msg and any(f'("{t}")' in msg for t in ("ome", "meg", "ega")), msg
+
+
+def test_the_check_before_a_commit_samples_bitmaps(tmp_path):
+    """The check before a commit decodes the bitmaps of at most 4,096 keys
+    of a BITMAP segment, evenly spread (every other key of 6,000), and
+    counts every key's rows from the bitmaps' headers: the same rows as
+    verify_index, which decodes every key, and both clean on pylance's
+    segment."""
+    from lance_segmerge import _verify
+
+    uri = str(tmp_path / "ds")
+    n = 30_000
+    keys = np.arange(n) % 6_000  # 6,000 keys of five rows each
+    lance.write_dataset(pa.table({"k": pa.array(keys, pa.int64())}), uri, max_rows_per_file=10_000)
+    lance.dataset(uri).create_scalar_index("k", "BITMAP", name="k_idx")
+    ds = ls.open(uri)
+    cheap = _verify.check_outputs(ds, ds.list_index_segments("k_idx"))
+    full = ls.verify_index(uri, "k_idx")
+    structure = {}
+    for name, rep in (("cheap", cheap), ("full", full)):
+        (seg,) = rep.segments
+        assert seg.verdict == "clean", (name, seg)
+        structure[name] = next(c for c in seg.checks if c.name == "structure")
+    assert structure["cheap"].numbers == structure["full"].numbers
+    assert structure["cheap"].numbers["rows"] == n and structure["cheap"].numbers["keys"] == 6_000
+    assert "3000 keys' bitmaps decoded (a sample" in structure["cheap"].message, structure["cheap"].message
+    assert "decoded" not in structure["full"].message
