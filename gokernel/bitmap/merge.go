@@ -12,7 +12,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
-	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/kway"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
@@ -406,13 +405,7 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 	}
 	first := segs[0]
 	keyType, wide := first.KeyType, lancefile.Wide(first.KeyType)
-	var h []*cursor
-	less := func(a, b *cursor) bool {
-		if c := compareKeys(&a.cur, &b.cur, keyType, wide); c != 0 {
-			return c < 0
-		}
-		return a.order < b.order
-	}
+	h := keyHeap{t: keyType, wide: wide}
 	for i, s := range segs {
 		c := newCursor(s, i)
 		ok, err := c.fill(ctx)
@@ -423,10 +416,10 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 			if err := c.load(nil, true); err != nil {
 				return nil, err
 			}
-			h = append(h, c)
+			h.e = append(h.e, h.entry(c))
 		}
 	}
-	kway.Heapify(h, less)
+	h.init()
 	name := table.IndicesDir + opts.IndexUUID.String() + "/" + FileName
 	w, err := newKeyWriter(ctx, st, name, first)
 	if err != nil {
@@ -447,13 +440,13 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 	var scratch, keyBuf, rowMap []byte
 	var spans, inputs []int
 	var group, joined []RawEntry
-	for len(h) > 0 {
-		cur := h[0].cur
+	for len(h.e) > 0 {
+		cur := h.e[0].c.cur
 		keyBuf = append(keyBuf[:0], cur.b...) // the cursor's window moves on
 		cur.b = keyBuf
 		scratch, spans, inputs = scratch[:0], spans[:0], inputs[:0]
-		for len(h) > 0 && compareKeys(&h[0].cur, &cur, keyType, wide) == 0 {
-			c := h[0]
+		for len(h.e) > 0 && compareKeys(&h.e[0].c.cur, &cur, keyType, wide) == 0 {
+			c := h.e[0].c
 			m, err := c.rowMap()
 			if err != nil {
 				return nil, err
@@ -466,11 +459,13 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 			if err != nil {
 				return nil, err
 			}
-			if !ok {
-				h[0] = h[len(h)-1]
-				h = h[:len(h)-1]
+			if ok {
+				h.e[0] = h.entry(c)
+			} else {
+				h.e[0] = h.e[len(h.e)-1]
+				h.e = h.e[:len(h.e)-1]
 			}
-			kway.SiftDown(h, 0, less)
+			h.down(0)
 		}
 		// Each input's rows are filtered by its own keep, then the
 		// inputs' entries joined.
@@ -543,6 +538,79 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 	}
 	res.Files, res.KeysWritten = files, w.keys
 	return res, nil
+}
+
+// keyHeap orders a merge's cursors by their current key, then by input.
+// Each entry holds its cursor's key as a number (a narrow key's sort key,
+// a wide key's prefix), so that most comparisons read the heap's own
+// array: comparing through the cursors, with a call per comparison, was
+// a fifth of a 201-input, million-key merge.
+type keyHeap struct {
+	e    []heapEntry
+	t    lancefile.DataType
+	wide bool
+}
+
+type heapEntry struct {
+	k     uint64 // narrow: the key's sort key; wide: lancefile.PrefixKey
+	valid bool
+	c     *cursor
+}
+
+func (h *keyHeap) entry(c *cursor) heapEntry {
+	e := heapEntry{k: c.cur.k, valid: c.cur.valid, c: c}
+	if h.wide && e.valid {
+		e.k = lancefile.PrefixKey(h.t, c.cur.b)
+	}
+	return e
+}
+
+// less orders nulls first, then by key, then by input.
+func (h *keyHeap) less(a, b *heapEntry) bool {
+	if a.valid == b.valid && a.k != b.k {
+		return a.k < b.k
+	}
+	return h.tie(a, b)
+}
+
+// tie is less for a null and a value, or two entries of one number: wide
+// keys by their bytes, then by input (kept out of less, so that less is
+// inlined).
+func (h *keyHeap) tie(a, b *heapEntry) bool {
+	if a.valid != b.valid {
+		return !a.valid
+	}
+	if h.wide && a.valid {
+		if c := lancefile.CompareWide(h.t, a.c.cur.b, b.c.cur.b); c != 0 {
+			return c < 0
+		}
+	}
+	return a.c.order < b.c.order
+}
+
+func (h *keyHeap) init() {
+	for i := len(h.e)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
+func (h *keyHeap) down(i int) {
+	e := h.e
+	for {
+		l := 2*i + 1
+		if l >= len(e) {
+			return
+		}
+		j := l
+		if r := l + 1; r < len(e) && h.less(&e[r], &e[l]) {
+			j = r
+		}
+		if !h.less(&e[j], &e[i]) {
+			return
+		}
+		e[i], e[j] = e[j], e[i]
+		i = j
+	}
 }
 
 // joinEntries joins the row-map entries of one key (from inputs over

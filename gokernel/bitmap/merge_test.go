@@ -3,11 +3,13 @@ package bitmap
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -187,5 +189,53 @@ func TestKeysOutOfOrderTakenWholeOrByRow(t *testing.T) {
 	}
 	if !bytes.Equal(files[0], files[1]) {
 		t.Fatal("the merge read whole and the merge read by row wrote different files")
+	}
+}
+
+// The merge's heap pops cursors in key order (nulls first; wide keys by
+// their bytes where their 8-byte prefixes tie), then input order.
+func TestKeyHeapPopsInOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	long := func() []byte { return []byte(fmt.Sprintf("customer-%06d", rng.IntN(30))) } // prefixes tie
+	cases := []struct {
+		name string
+		t    lancefile.DataType
+		key  func() key
+	}{
+		{"narrow", lancefile.Primitive(lancefile.KindInt64), func() key {
+			if rng.IntN(10) == 0 {
+				return key{}
+			}
+			k := uint64(rng.IntN(50))
+			return key{valid: true, k: k, b: binary.LittleEndian.AppendUint64(nil, k)}
+		}},
+		{"wide", lancefile.DataType{Kind: lancefile.KindBinary, Logical: "string"}, func() key {
+			if rng.IntN(10) == 0 {
+				return key{}
+			}
+			return key{valid: true, b: long()}
+		}},
+	}
+	for _, c := range cases {
+		h := keyHeap{t: c.t, wide: lancefile.Wide(c.t)}
+		var all []*cursor
+		for i := range 300 {
+			cur := &cursor{order: i, cur: c.key()}
+			all = append(all, cur)
+			h.e = append(h.e, h.entry(cur))
+		}
+		h.init()
+		var got []*cursor
+		for len(h.e) > 0 {
+			got = append(got, h.e[0].c)
+			h.e[0] = h.e[len(h.e)-1]
+			h.e = h.e[:len(h.e)-1]
+			h.down(0)
+		}
+		want := slices.Clone(all)
+		slices.SortStableFunc(want, func(a, b *cursor) int { return compareKeys(&a.cur, &b.cur, c.t, h.wide) })
+		if !slices.Equal(got, want) {
+			t.Fatalf("%s: popped out of order", c.name)
+		}
 	}
 }
