@@ -78,6 +78,29 @@ func Open(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Segment
 	return s, nil
 }
 
+// narrowAscending reports whether a window of narrow keys (sk their sort
+// keys) goes on ascending from prev (when after is set: a window before
+// it was read), nulls first and each key once; prev becomes the window's
+// last key (its number and validity only).
+func narrowAscending(a *lancefile.Array, sk []uint64, after bool, prev *key) bool {
+	pv, pk := prev.valid, prev.k
+	for i, k := range sk {
+		if a.IsValid(i) {
+			if (after || i > 0) && pv && k <= pk {
+				return false
+			}
+			pv, pk = true, k
+			continue
+		}
+		if after || i > 0 { // a null after a key, or a second null
+			return false
+		}
+		pv, pk = false, 0
+	}
+	prev.valid, prev.k = pv, pk
+	return true
+}
+
 // findOrder reads the keys (the small column) and, when they do not
 // ascend, sorts the rows by key into s.order. Keys listed twice are
 // corruption either way.
@@ -90,25 +113,33 @@ func (s *Segment) findOrder(ctx context.Context) error {
 	var keys []*lancefile.Array
 	var prev key
 	var prevBuf []byte // prev's bytes: a window's are replaced by the next
+	var sk []uint64
 	sorted := true
 	for lo := uint64(0); lo < s.Keys; lo += windowRows {
 		a, err := s.r.Read(ctx, keysColumn, lo, min(lo+windowRows, s.Keys))
 		if err != nil {
 			return fmt.Errorf("bitmap segment %s: %w", table.IndexUUID(s.Meta), err)
 		}
-		var sk []uint64
+		keys = append(keys, a)
+		if !sorted {
+			continue // the keys are read whole, to be sorted
+		}
 		if width > 0 && !wide {
-			sk = lancefile.AppendSortKeys(s.KeyType.Kind, a.Values, a.Len, nil)
+			// Narrow keys compare as numbers: a loop over them, not a key
+			// built and compared per row (every Open reads every key: 10M
+			// keys of 201 segments took a plan 0.7 s so).
+			sk = lancefile.AppendSortKeys(s.KeyType.Kind, a.Values, a.Len, sk[:0])
+			sorted = narrowAscending(a, sk, lo > 0, &prev)
+			continue
 		}
 		for i := range a.Len {
-			k := keyAt(a, sk, i)
+			k := keyAt(a, nil, i)
 			if lo+uint64(i) > 0 && compareKeys(&prev, &k, s.KeyType, wide) >= 0 {
 				sorted = false
 			}
 			prevBuf = append(prevBuf[:0], k.b...)
 			prev, prev.b = k, prevBuf
 		}
-		keys = append(keys, a)
 	}
 	if sorted {
 		return nil
@@ -120,7 +151,7 @@ func (s *Segment) findOrder(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var sk []uint64
+	sk = nil
 	if width > 0 && !wide {
 		sk = lancefile.AppendSortKeys(s.KeyType.Kind, all.Values, all.Len, nil)
 	}

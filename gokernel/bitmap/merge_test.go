@@ -27,11 +27,21 @@ import (
 // the null key), each holding the rows of fragment frag that rows names.
 func writeSegment(t *testing.T, st storage.Store, keys []string, frag uint32, rows func(k int) []uint32) *pb.IndexMetadata {
 	t.Helper()
+	ks := make([]key, len(keys))
+	for i, k := range keys {
+		ks[i] = key{valid: k != "", b: []byte(k)}
+	}
+	return writeKeys(t, st, lancefile.DataType{Kind: lancefile.KindBinary, Logical: "string"}, ks, frag, rows)
+}
+
+// writeKeys writes a segment of keys of type typ (in the order given),
+// each holding the rows of fragment frag that rows names.
+func writeKeys(t *testing.T, st storage.Store, typ lancefile.DataType, keys []key, frag uint32, rows func(k int) []uint32) *pb.IndexMetadata {
+	t.Helper()
 	id := uuid.New()
-	str := lancefile.DataType{Kind: lancefile.KindBinary, Logical: "string"}
 	bin := lancefile.DataType{Kind: lancefile.KindBinary, Logical: "binary"}
-	first := &Segment{KeyType: str, Version: lancefile.V2_2, Metadata: map[string][]byte{"lance:index_stats": []byte(`{"num_bitmaps":0}`)},
-		fields: [2]*lancefile.Field{lancefile.NewField(keysColumn, str, true), lancefile.NewField(bitmapsColumn, bin, true)}}
+	first := &Segment{KeyType: typ, Version: lancefile.V2_2, Metadata: map[string][]byte{"lance:index_stats": []byte(`{"num_bitmaps":0}`)},
+		fields: [2]*lancefile.Field{lancefile.NewField(keysColumn, typ, true), lancefile.NewField(bitmapsColumn, bin, true)}}
 	w, err := newKeyWriter(context.Background(), st, table.IndicesDir+id.String()+"/"+FileName, first)
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +52,7 @@ func writeSegment(t *testing.T, st storage.Store, keys []string, frag uint32, ro
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := w.add(key{valid: k != "", b: []byte(k)}, AppendRowMap(nil, []RawEntry{{frag, b}})); err != nil {
+		if err := w.add(k, AppendRowMap(nil, []RawEntry{{frag, b}})); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -237,5 +247,98 @@ func TestKeyHeapPopsInOrder(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Fatalf("%s: popped out of order", c.name)
 		}
+	}
+}
+
+// narrowAscending, the order check of every Open on number keys: nulls
+// first and once, each key once, ascending across windows.
+func TestNarrowAscending(t *testing.T) {
+	type win struct {
+		keys  []int64
+		nulls []int // rows that are null
+	}
+	cases := []struct {
+		name string
+		wins []win
+		want bool
+	}{
+		{"ascending", []win{{keys: []int64{-5, 0, 7}}, {keys: []int64{8, 1 << 40}}}, true},
+		{"a null first", []win{{keys: []int64{0, -5, 7}, nulls: []int{0}}}, true},
+		{"a null second", []win{{keys: []int64{-5, 0, 7}, nulls: []int{1}}}, false},
+		{"a null first in the second window", []win{{keys: []int64{1}}, {keys: []int64{0, 2}, nulls: []int{0}}}, false},
+		{"two nulls", []win{{keys: []int64{0}, nulls: []int{0}}, {keys: []int64{0, 3}, nulls: []int{0}}}, false},
+		{"a key twice", []win{{keys: []int64{1, 2, 2}}}, false},
+		{"a key twice across windows", []win{{keys: []int64{1, 2}}, {keys: []int64{2, 3}}}, false},
+		{"descending", []win{{keys: []int64{3, -1}}}, false},
+		{"signed order", []win{{keys: []int64{-1 << 62, -1, 1}}}, true},
+	}
+	for _, c := range cases {
+		var prev key
+		got := true
+		for wi, w := range c.wins {
+			a := &lancefile.Array{Type: lancefile.Primitive(lancefile.KindInt64), Len: len(w.keys)}
+			for _, k := range w.keys {
+				a.Values = binary.LittleEndian.AppendUint64(a.Values, uint64(k))
+			}
+			if len(w.nulls) > 0 {
+				a.Validity = make([]byte, (len(w.keys)+7)/8)
+				for i := range w.keys {
+					if !slices.Contains(w.nulls, i) {
+						a.Validity[i/8] |= 1 << (i % 8)
+					}
+				}
+			}
+			sk := lancefile.AppendSortKeys(lancefile.KindInt64, a.Values, a.Len, nil)
+			if got = narrowAscending(a, sk, wi > 0, &prev); !got {
+				break
+			}
+		}
+		if got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// Number keys out of order (as releases before 2.0.1 wrote them) are
+// taken in key order by a merge; a number key listed twice is corruption.
+func TestNumberKeysOutOfOrder(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	st := storage.NewLocal(root, root)
+	i64 := lancefile.Primitive(lancefile.KindInt64)
+	keys := func(vs ...int64) []key {
+		out := []key{{}} // the null key first
+		for _, v := range vs {
+			out = append(out, key{valid: true, b: binary.LittleEndian.AppendUint64(nil, uint64(v))})
+		}
+		return out
+	}
+	rows := func(i int) []uint32 { return []uint32{uint32(i)} }
+	hashed := writeKeys(t, st, i64, keys(5, -3, 9, 0), 0, rows)
+	sorted := writeKeys(t, st, i64, keys(-3, 7), 1, rows)
+	id := uuid.New()
+	res, err := Merge(ctx, st, []*pb.IndexMetadata{sorted, hashed}, MergeOptions{IndexUUID: id})
+	if err != nil || res.KeysWritten != 6 {
+		t.Fatalf("merge: %+v, %v", res, err)
+	}
+	s, err := Open(ctx, st, &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: id[:]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.r.Read(ctx, keysColumn, 0, 6)
+	s.Close()
+	if err != nil || s.order != nil || got.IsValid(0) {
+		t.Fatalf("merged keys: %v, order %v, first valid %v", err, s.order, got.IsValid(0))
+	}
+	var vs []int64
+	for i := 1; i < 6; i++ {
+		vs = append(vs, int64(binary.LittleEndian.Uint64(got.Values[i*8:])))
+	}
+	if !slices.Equal(vs, []int64{-3, 0, 5, 7, 9}) {
+		t.Fatalf("merged keys %v, want -3 0 5 7 9 after the null key", vs)
+	}
+	twice := writeKeys(t, st, i64, keys(1, 5, 5), 2, rows)
+	if _, err := Merge(ctx, st, []*pb.IndexMetadata{sorted, twice}, MergeOptions{IndexUUID: uuid.New()}); !errors.Is(err, errkind.Corrupt) {
+		t.Fatalf("merge of a number key listed twice: %v, want Corrupt", err)
 	}
 }
