@@ -227,9 +227,9 @@ func TestCountRowMapWithoutDecoding(t *testing.T) {
 	}
 	for _, c := range cases {
 		var got []string
-		rows := countRowMap(7, c.b, func(f uint32) bool { return f < 3 }, func(check, format string, args ...any) {
+		rows, _ := countRowMap(7, c.b, func(f uint32) bool { return f < 3 }, func(check, format string, args ...any) {
 			got = append(got, check)
-		})
+		}, nil)
 		if rows != c.rows || !slices.Equal(got, c.problems) {
 			t.Errorf("%s: %d rows, problems %v; want %d, %v", c.name, rows, got, c.rows, c.problems)
 		}

@@ -82,6 +82,7 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, opts Che
 	if err == nil && ok {
 		err = c.load(nil, true)
 	}
+	var entries []RawEntry // countRowMap's, reused for every key
 	for k := uint64(0); ok && err == nil; k++ {
 		var b []byte
 		if b, err = c.rowMap(); err != nil {
@@ -92,7 +93,7 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, opts Che
 			n = checkRowMap(k, b, opts, seen, add)
 			res.Decoded++
 		} else {
-			n = countRowMap(k, b, opts.Covered, add)
+			n, entries = countRowMap(k, b, opts.Covered, add, entries[:0])
 		}
 		res.Rows += n
 		if !c.cur.valid {
@@ -149,12 +150,13 @@ func checkRowMap(k uint64, b []byte, opts CheckOptions, seen *rowset.Set, add fu
 
 // countRowMap checks key k's row map b without decoding its bitmaps: its
 // fragments ascending and covered, and each bitmap's header, from which
-// it counts the rows.
-func countRowMap(k uint64, b []byte, covered func(uint32) bool, add func(check, format string, args ...any)) uint64 {
-	raw, err := SplitRowMap(b)
+// it counts the rows. The map's entries are appended to scratch, returned
+// for the next key.
+func countRowMap(k uint64, b []byte, covered func(uint32) bool, add func(check, format string, args ...any), scratch []RawEntry) (uint64, []RawEntry) {
+	raw, err := AppendRowMapEntries(scratch, b)
 	if err != nil {
 		add("structure", "key %d: %v", k, err)
-		return 0
+		return 0, scratch
 	}
 	var rows uint64
 	for i, e := range raw {
@@ -174,7 +176,7 @@ func countRowMap(k uint64, b []byte, covered func(uint32) bool, add func(check, 
 		}
 		rows += n
 	}
-	return rows
+	return rows, raw
 }
 
 // KeyRow is one row a segment lists under a key (Null: the null key).

@@ -506,16 +506,24 @@ func fullZipValue(data []byte, pos, lenBytes int) ([]byte, int, error) {
 // fullZipSpan reads the items of rows [a, b) of a full-zip page: its
 // repetition index (page buffer 1) holds the byte position of each row's
 // first item, then the end.
-func fullZipSpan(ctx context.Context, pg *pageIO, t DataType, a, b int) ([]byte, error) {
+//
+// pooled takes the span's buffer from bufpool.Default, for a caller that
+// copies what it keeps and puts the buffer back (a BITMAP merge reads a
+// window of row maps per input this way, each window's span a fresh
+// allocation before).
+func fullZipSpan(ctx context.Context, pg *pageIO, t DataType, a, b int, pooled bool) ([]byte, error) {
 	rows := int(pg.page.GetLength())
 	if pg.numBuffers() < 2 {
 		return nil, fmt.Errorf("%w: %s full-zip page without a repetition index", errkind.Unsupported, t)
 	}
 	idxSize := pg.bufferSize(1)
-	if rows < 0 || idxSize%(rows+1) != 0 || !map[int]bool{1: true, 2: true, 4: true, 8: true}[idxSize/(rows+1)] {
+	if rows < 0 || idxSize%(rows+1) != 0 {
 		return nil, fmt.Errorf("%w: repetition index of %d bytes for %d rows", errkind.Corrupt, idxSize, rows)
 	}
 	iw := idxSize / (rows + 1)
+	if iw != 1 && iw != 2 && iw != 4 && iw != 8 {
+		return nil, fmt.Errorf("%w: repetition index of %d bytes for %d rows", errkind.Corrupt, idxSize, rows)
+	}
 	lo, err := pg.read(ctx, 1, a*iw, iw)
 	if err != nil {
 		return nil, err
@@ -528,7 +536,17 @@ func fullZipSpan(ctx context.Context, pg *pageIO, t DataType, a, b int) ([]byte,
 	if end < start || end > uint64(pg.bufferSize(0)) {
 		return nil, fmt.Errorf("%w: rows [%d,%d) at bytes [%d,%d) of a %d-byte page", errkind.Corrupt, a, b, start, end, pg.bufferSize(0))
 	}
-	return pg.read(ctx, 0, int(start), int(end-start))
+	n := int(end - start)
+	if !pooled || int64(n) > pg.r.opts.MaxPageBytes {
+		return pg.read(ctx, 0, int(start), n) // which refuses a span above the limit
+	}
+	buf := bufpool.Default.Get(n)[:n]
+	span, err := pg.readInto(ctx, 0, int(start), n, buf)
+	if err != nil {
+		bufpool.Default.Put(buf)
+		return nil, err
+	}
+	return span, nil
 }
 
 func (r *Reader) readVarFullZip(ctx context.Context, pg *pageIO, l *enc21.FullZipLayout, t DataType, a, b int) (*Array, error) {
@@ -537,10 +555,11 @@ func (r *Reader) readVarFullZip(ctx context.Context, pg *pageIO, l *enc21.FullZi
 		return nil, err
 	}
 	ctrl := controlWordBytes(l) // definition levels only: bits_rep is 0
-	data, err := fullZipSpan(ctx, pg, t, a, b)
+	data, err := fullZipSpan(ctx, pg, t, a, b, true)
 	if err != nil {
 		return nil, err
 	}
+	defer bufpool.Default.Put(data) // every row's bytes are copied out
 	vb := newVarBuilder(t, b-a)
 	// the rows' bytes are at most the span's (less control words and
 	// lengths; FSST codes may decode longer): growing them by appends was
@@ -588,7 +607,7 @@ func (r *Reader) readVarFullZipList(ctx context.Context, pg *pageIO, l *enc21.Fu
 		return nil, err
 	}
 	ctrl := controlWordBytes(l)
-	data, err := fullZipSpan(ctx, pg, t, a, b)
+	data, err := fullZipSpan(ctx, pg, t, a, b, false)
 	if err != nil {
 		return nil, err
 	}
