@@ -157,6 +157,7 @@ func Describe(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Sta
 func (s *Segment) Describe(ctx context.Context) (*Stats, error) {
 	name := table.IndexUUID(s.Meta)
 	st := &Stats{Version: s.Version, Keys: s.Keys}
+	var scratch []RawEntry // each key's entries, one slice for all
 	for lo := uint64(0); lo < s.Keys; lo += windowRows {
 		hi := min(lo+windowRows, s.Keys)
 		a, err := s.r.Read(ctx, bitmapsColumn, lo, hi)
@@ -167,29 +168,47 @@ func (s *Segment) Describe(ctx context.Context) (*Stats, error) {
 			if !a.IsValid(i) {
 				return nil, fmt.Errorf("%w: bitmap segment %s: key %d has a null bitmap", errkind.Corrupt, name, lo+uint64(i))
 			}
-			es, err := SplitRowMap(a.Values[a.Offsets[i]:a.Offsets[i+1]])
-			if err != nil {
+			if scratch, err = AppendRowMapEntries(scratch[:0], a.Values[a.Offsets[i]:a.Offsets[i+1]]); err != nil {
 				return nil, fmt.Errorf("bitmap segment %s: key %d: %w", name, lo+uint64(i), err)
 			}
-			var n uint64
-			for j, e := range es {
-				if j > 0 && e.Frag <= es[j-1].Frag {
-					return nil, fmt.Errorf("%w: bitmap segment %s: key %d: row map fragments out of order (%d after %d)", errkind.Corrupt, name, lo+uint64(i), e.Frag, es[j-1].Frag)
-				}
-				if len(e.Bits) == 0 {
-					return nil, fmt.Errorf("%w: bitmap segment %s: key %d holds all of fragment %d (a whole-fragment entry)", errkind.Unsupported, name, lo+uint64(i), e.Frag)
-				}
-				c, err := roaringCardinality(e.Bits)
-				if err != nil {
-					return nil, fmt.Errorf("bitmap segment %s: key %d, fragment %d: %w", name, lo+uint64(i), e.Frag, err)
-				}
-				n += c
+			n, err := rowMapRows(scratch)
+			if err != nil {
+				return nil, fmt.Errorf("bitmap segment %s: key %d: %w", name, lo+uint64(i), err)
 			}
 			st.Rows += n
 			st.Largest = max(st.Largest, n)
 		}
 	}
 	return st, nil
+}
+
+// rowMapRows counts the rows of a row map's entries from their bitmaps'
+// headers (roaringCardinality), checking what that needs: fragments
+// ascending, no whole-fragment entry (Unsupported: it names no rows),
+// headers well formed. It counts on past a problem and returns the first.
+func rowMapRows(es []RawEntry) (uint64, error) {
+	var rows uint64
+	var first error
+	note := func(err error) {
+		if first == nil {
+			first = err
+		}
+	}
+	for j, e := range es {
+		if j > 0 && e.Frag <= es[j-1].Frag {
+			note(fmt.Errorf("%w: row map fragments out of order (%d after %d)", errkind.Corrupt, e.Frag, es[j-1].Frag))
+		}
+		if len(e.Bits) == 0 {
+			note(fmt.Errorf("%w: the row map holds all of fragment %d (a whole-fragment entry)", errkind.Unsupported, e.Frag))
+			continue
+		}
+		n, err := roaringCardinality(e.Bits)
+		if err != nil {
+			note(fmt.Errorf("row map entry of fragment %d: %w", e.Frag, err))
+		}
+		rows += n
+	}
+	return rows, first
 }
 
 // The cookies of a portable (32-bit) roaring bitmap: with run containers

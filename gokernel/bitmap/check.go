@@ -149,32 +149,22 @@ func checkRowMap(k uint64, b []byte, opts CheckOptions, seen *rowset.Set, add fu
 }
 
 // countRowMap checks key k's row map b without decoding its bitmaps: its
-// fragments ascending and covered, and each bitmap's header, from which
-// it counts the rows. The map's entries are appended to scratch, returned
-// for the next key.
+// fragments covered, and what rowMapRows checks as it counts the rows.
+// The map's entries are appended to scratch, returned for the next key.
 func countRowMap(k uint64, b []byte, covered func(uint32) bool, add func(check, format string, args ...any), scratch []RawEntry) (uint64, []RawEntry) {
 	raw, err := AppendRowMapEntries(scratch, b)
 	if err != nil {
 		add("structure", "key %d: %v", k, err)
 		return 0, scratch
 	}
-	var rows uint64
-	for i, e := range raw {
-		if i > 0 && e.Frag <= raw[i-1].Frag {
-			add("structure", "key %d: row map fragments out of order (%d after %d)", k, e.Frag, raw[i-1].Frag)
-		}
+	for _, e := range raw {
 		if covered != nil && !covered(e.Frag) {
 			add("row_ids", "key %d holds rows of fragment %d, which the segment does not cover", k, e.Frag)
 		}
-		if len(e.Bits) == 0 {
-			add("structure", "key %d holds all of fragment %d (a whole-fragment entry, which this check cannot count)", k, e.Frag)
-			continue
-		}
-		n, err := roaringCardinality(e.Bits)
-		if err != nil {
-			add("structure", "key %d: row map entry of fragment %d: %v", k, e.Frag, err)
-		}
-		rows += n
+	}
+	rows, err := rowMapRows(raw)
+	if err != nil {
+		add("structure", "key %d: %v", k, err)
 	}
 	return rows, raw
 }

@@ -420,7 +420,8 @@ func blockMerge(ctx context.Context, srcs []*source, sink blockSink, k int) erro
 			}
 			continue
 		}
-		if err := sink.pairs(sorter.sort(blockKeys, blockIDs)); err != nil {
+		// order refused the span: sort the pairs, the block's bounds known
+		if err := sink.pairs(sorter.sortWide(blockKeys, blockIDs, lo, hi)); err != nil {
 			return err
 		}
 	}
@@ -561,12 +562,7 @@ func (bs *blockSorter) sort(keys, ids []uint64) ([]uint64, []uint64) {
 	if n < 2 {
 		return keys, ids
 	}
-	grow := func(s []uint64) []uint64 {
-		if cap(s) < n {
-			return make([]uint64, n)
-		}
-		return s[:n]
-	}
+	grow := func(s []uint64) []uint64 { return grown(s, n) }
 	lo, hi := slices.Min(keys), slices.Max(keys)
 	if sorted, ib, ok := bs.order(keys, lo, hi); ok {
 		bs.ka, bs.ia = grow(bs.ka), grow(bs.ia)
@@ -576,8 +572,23 @@ func (bs *blockSorter) sort(keys, ids []uint64) ([]uint64, []uint64) {
 		}
 		return bs.ka, bs.ia
 	}
+	return bs.sortWide(keys, ids, lo, hi)
+}
+
+// grown is s at length n, reallocated when its capacity is short.
+func grown(s []uint64, n int) []uint64 {
+	if cap(s) < n {
+		return make([]uint64, n)
+	}
+	return s[:n]
+}
+
+// sortWide is sort for a block whose span (keys within [lo, hi]) and row
+// index do not fit one word: the pairs are sorted, offsets above lo.
+func (bs *blockSorter) sortWide(keys, ids []uint64, lo, hi uint64) ([]uint64, []uint64) {
+	n := len(keys)
+	grow := func(s []uint64) []uint64 { return grown(s, n) }
 	kb := bits.Len64(hi - lo)
-	// a span too wide to pack: sort the pairs, offsets above lo
 	bs.a, bs.b, bs.ka, bs.ia = grow(bs.a), grow(bs.b), grow(bs.ka), grow(bs.ia)
 	src, srcIDs, dst, dstIDs := bs.a, bs.ka, bs.b, bs.ia
 	for i, k := range keys {

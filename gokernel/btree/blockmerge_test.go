@@ -102,8 +102,8 @@ func TestFixedKeysRoundTripAndOrder(t *testing.T) {
 
 // Keys spread over the whole int64 range do not pack with a row index
 // into one word: the merge takes the pairs' sort and still writes one
-// sorted run that checks clean, dropping the rows keep refuses; in one
-// block merge and in groups.
+// sorted run that checks clean, dropping the rows keep refuses; with a
+// few inputs and with many.
 func TestMergeKeysOfTheFullSpan(t *testing.T) {
 	ctx := context.Background()
 	for _, inputs := range []int{3, 300} {

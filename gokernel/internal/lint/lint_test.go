@@ -32,7 +32,7 @@ var allowed = map[string][]string{
 	"gokernel/journal":   {"gokernel/errkind", "gokernel/storage", "gokernel/table"},
 	"gokernel/keysort":   {"gokernel/errkind", "gokernel/lancefile", "gokernel/internal/kway"},
 	"gokernel/btree":     {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table", "gokernel/internal/pb", "gokernel/keysort", "gokernel/internal/rowset", "gokernel/internal/bufpool"},
-	"gokernel/bitmap":    {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table", "gokernel/internal/pb", "gokernel/internal/kway", "gokernel/keysort", "gokernel/internal/rowset"},
+	"gokernel/bitmap":    {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table", "gokernel/internal/pb", "gokernel/keysort", "gokernel/internal/rowset"},
 	"gokernel/zonemap":   {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table", "gokernel/internal/pb", "gokernel/bitmap"},
 	"gokernel/ngram":     {"gokernel/errkind", "gokernel/fold", "gokernel/storage", "gokernel/lancefile", "gokernel/table", "gokernel/internal/pb", "gokernel/internal/kway", "gokernel/keysort"},
 	"gokernel/fts":       {"gokernel/errkind", "gokernel/fold", "gokernel/storage", "gokernel/lancefile", "gokernel/table", "gokernel/internal/pb"},

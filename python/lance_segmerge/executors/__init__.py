@@ -131,12 +131,7 @@ class FuturesExecutor:
                 self._pool.submit(fn, None)
 
     def cancel(self) -> None:
-        if not isinstance(self._pool, cf.ProcessPoolExecutor):
-            for f in self._futures:
-                f.cancel()
-        if isinstance(self._pool, cf.ThreadPoolExecutor):
-            _ffi.cancel_all()
-        elif isinstance(self._pool, cf.ProcessPoolExecutor):
+        if isinstance(self._pool, cf.ProcessPoolExecutor):
             # A process pool's futures are not cancelled: when its workers
             # die, the pool fails every pending one (BrokenProcessPool),
             # and before Python 3.12 its manager thread raised
@@ -149,6 +144,11 @@ class FuturesExecutor:
                 p.kill()
             for p in procs.values():
                 p.join(5)
+            return
+        for f in self._futures:
+            f.cancel()
+        if isinstance(self._pool, cf.ThreadPoolExecutor):
+            _ffi.cancel_all()
 
     def close(self) -> None:
         if self._owned:
