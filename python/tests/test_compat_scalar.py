@@ -26,7 +26,7 @@ import lance_segmerge as ls
 
 sys.path.insert(0, str(Path(__file__).parent))
 from compat import venvs  # noqa: E402
-from compat.scalar_writer import nested, text  # noqa: E402
+from compat.scalar_writer import nested, number_keys, text  # noqa: E402
 
 HERE = Path(__file__).parent / "compat"
 #: the releases test_compat_releases' slice installs (ZONEMAP from 2.0.1 on)
@@ -34,6 +34,7 @@ RELEASES = os.environ.get("SEGMERGE_COMPAT_RELEASES", "0.23.2,0.27.1,2.0.1").spl
 FILTERS = {
     "k_btree": ["k = 7", "k > 490", "k < -495"],
     "c_bitmap": ["c = 'c3'", "c IN ('c1', 'c36')"],
+    "b_bitmap": ["b = 7", "b IN (0, 299)", "b IS NULL", "b > 290"],
     "tags_label_list": ["array_has_any(tags, [4])", "array_has_all(tags, [1, 2])"],
     "z_zonemap": ["z IS NULL", "z = 7", "z > 490"],
     "c_ngram": ["contains(c, '36')", "contains(c, 'c1')"],
@@ -68,6 +69,7 @@ def upgraded(request, tmp_path_factory) -> dict:
             "id": pa.array(i), "k": pa.array(rng.integers(-500, 500, 2000)),
             "z": pa.array(rng.integers(-500, 500, 2000), mask=rng.random(2000) < 0.05),
             "c": pa.array([f"c{x % 37}" for x in i]),
+            "b": number_keys(rng),
             "tags": pa.array([[int(x % 5), int(x % 3)] for x in i], type=pa.list_(pa.int64())),
             "t": pa.array(text(i, rng)),
         }), w["uri"], mode="append")
@@ -147,6 +149,19 @@ def test_the_release_s_own_segments_verify_clean(upgraded):
     for name in (set(FILTERS) | set(FTS)) & set(upgraded["indices"]):
         segs = ls.verify_index(upgraded["uri"], name).segments
         assert {s.verdict for s in segs} <= {"clean", "unverified"}, (name, segs)
+    # The number keys' order is the release's: hash order up to 2.0.1.
+    keys = _bitmap_keys(upgraded["pristine"], "b_bitmap")
+    old = tuple(int(x) for x in upgraded["version"].split(".")) <= (2, 0, 1)
+    assert (keys != sorted(keys, key=lambda k: (k is not None, k))) == old, keys[:20]
+
+
+def _bitmap_keys(uri: str, name: str) -> list:
+    """The keys of a one-segment BITMAP as its file holds them."""
+    from lance.file import LanceFileReader
+
+    (ix,) = [i for i in lance.dataset(uri).list_indices() if i["name"] == name]
+    path = Path(uri) / "_indices" / ix["uuid"] / "bitmap_page_lookup.lance"
+    return LanceFileReader(str(path)).read_all().to_table()["keys"].to_pylist()
 
 
 def _fts(uri: str, name: str, positions: bool) -> dict:

@@ -1,7 +1,8 @@
 """Runs inside an older release's environment: writes a table with one
-scalar index of each type that release builds (BTREE, BITMAP, LABEL_LIST,
-ZONEMAP, NGRAM, INVERTED, and INVERTED with positions), appends to it and optimizes with that release's
-own defaults, and deletes rows. A second table holds a struct column with
+scalar index of each type that release builds (BTREE, BITMAP of strings and
+of numbers, LABEL_LIST, ZONEMAP, NGRAM, INVERTED, and INVERTED with
+positions), appends to it and optimizes with that release's own defaults,
+and deletes rows. A second table holds a struct column with
 a BTREE and a BITMAP on its members, and one append no index covers.
 
 Usage: python scalar_writer.py OUT_DIR  (prints one JSON line: the uris and
@@ -18,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 ROWS = 2000
-INDICES = [("k", "BTREE"), ("c", "BITMAP"), ("tags", "LABEL_LIST"), ("z", "ZONEMAP"), ("c", "NGRAM"), ("c", "INVERTED"), ("t", "INVERTED")]
+INDICES = [("k", "BTREE"), ("c", "BITMAP"), ("b", "BITMAP"), ("tags", "LABEL_LIST"), ("z", "ZONEMAP"), ("c", "NGRAM"), ("c", "INVERTED"), ("t", "INVERTED")]
 WORDS = ["alpha", "beta", "gamma", "delta", "lance", "index", "merge", "segment"]
 
 
@@ -32,6 +33,12 @@ def text(i: np.ndarray, rng: np.random.Generator) -> list[str]:
     return out
 
 
+def number_keys(rng: np.random.Generator) -> pa.Array:
+    """int64 keys with nulls: releases before 2.0.1 wrote a BITMAP's keys
+    in hash order, numbers as well as strings."""
+    return pa.array(rng.integers(0, 300, ROWS), mask=rng.random(ROWS) < 0.03)
+
+
 def table(start: int) -> pa.Table:
     rng = np.random.default_rng(start)
     i = np.arange(start, start + ROWS)
@@ -40,6 +47,7 @@ def table(start: int) -> pa.Table:
         "k": pa.array(rng.integers(-500, 500, ROWS)),
         "z": pa.array(rng.integers(-500, 500, ROWS), mask=rng.random(ROWS) < 0.05),
         "c": pa.array([f"c{x % 37}" for x in i]),
+        "b": number_keys(rng),
         "tags": pa.array([[int(x % 5), int(x % 3)] for x in i], type=pa.list_(pa.int64())),
         "t": pa.array(text(i, rng)),
     })
