@@ -5,6 +5,7 @@ import (
 	"container/list"
 	"fmt"
 	"hash/maphash"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -107,6 +108,7 @@ type segmentCache struct {
 	lru      *list.List // *cacheEntry, most recently used first
 	byKey    map[string]*cacheEntry
 	tensors  map[uint64][]*internedTensor
+	byTensor map[*Tensor]*internedTensor // the same tensors, by identity
 	ntensors int
 	seed     maphash.Seed
 	hits     atomic.Int64
@@ -115,7 +117,7 @@ type segmentCache struct {
 
 func newSegmentCache(limit int64) *segmentCache {
 	return &segmentCache{limit: limit, lru: list.New(), byKey: map[string]*cacheEntry{},
-		tensors: map[uint64][]*internedTensor{}, seed: maphash.MakeSeed()}
+		tensors: map[uint64][]*internedTensor{}, byTensor: map[*Tensor]*internedTensor{}, seed: maphash.MakeSeed()}
 }
 
 // cacheKey names the bytes of a segment's two files and the options they
@@ -195,9 +197,37 @@ func (c *segmentCache) addTensors(m *segMeta) {
 	c.evict()
 }
 
+// find returns a cached tensor equal to t, or nil. t may alias memory the
+// caller reuses: nothing of it is kept.
+func (c *segmentCache) find(t *Tensor) *Tensor {
+	c.mu.Lock()
+	if c.limit == 0 {
+		c.mu.Unlock()
+		return nil
+	}
+	var same []*Tensor // compared outside the lock: tensors are immutable
+	for held := range c.byTensor {
+		if held.DType == t.DType && len(held.Data) == len(t.Data) && slices.Equal(held.Shape, t.Shape) {
+			same = append(same, held)
+		}
+	}
+	c.mu.Unlock()
+	for _, held := range same {
+		if bytes.Equal(held.Data, t.Data) {
+			return held
+		}
+	}
+	return nil
+}
+
 // intern returns the cached tensor equal to t (or t, now cached), and
 // records that e references it. Called with c.mu held.
 func (c *segmentCache) intern(e *cacheEntry, t *Tensor) *Tensor {
+	if it := c.byTensor[t]; it != nil { // find gave t out
+		it.refs++
+		e.tensors = append(e.tensors, it)
+		return t
+	}
 	var h maphash.Hash
 	h.SetSeed(c.seed)
 	fmt.Fprintf(&h, "%d%v", t.DType, t.Shape)
@@ -212,6 +242,7 @@ func (c *segmentCache) intern(e *cacheEntry, t *Tensor) *Tensor {
 	}
 	it := &internedTensor{t: t, hash: sum, refs: 1}
 	c.tensors[sum] = append(c.tensors[sum], it)
+	c.byTensor[t] = it
 	c.ntensors++
 	c.bytes += tensorBytes(t)
 	e.tensors = append(e.tensors, it)
@@ -242,6 +273,7 @@ func (c *segmentCache) evict() {
 				} else {
 					c.tensors[it.hash] = list
 				}
+				delete(c.byTensor, it.t)
 				c.ntensors--
 				c.bytes -= tensorBytes(it.t)
 			}

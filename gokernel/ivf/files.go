@@ -1,6 +1,7 @@
 package ivf
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -8,7 +9,11 @@ import (
 	"fmt"
 	"strconv"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/bufpool"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
 )
@@ -170,11 +175,7 @@ func (f *Files) readQuantizerBuffers(ctx context.Context) (codebook, rotation *T
 	switch f.Type.Quantizer() {
 	case "pq":
 		if q.CodebookPosition > 0 {
-			b, err := f.Aux.GlobalBuffer(ctx, q.CodebookPosition)
-			if err != nil {
-				return nil, nil, fmt.Errorf("codebook: %w", err)
-			}
-			if codebook, err = DecodeTensor(b); err != nil {
+			if codebook, err = readSharedTensor(ctx, f.Aux, q.CodebookPosition); err != nil {
 				return nil, nil, fmt.Errorf("codebook: %w", err)
 			}
 			return codebook, nil, nil
@@ -194,11 +195,7 @@ func (f *Files) readQuantizerBuffers(ctx context.Context) (codebook, rotation *T
 			if q.RotateMatPosition == nil || *q.RotateMatPosition <= 0 {
 				return nil, nil, fmt.Errorf("%w: matrix rotation without rotate_mat_position", errkind.Corrupt)
 			}
-			b, err := f.Aux.GlobalBuffer(ctx, *q.RotateMatPosition)
-			if err != nil {
-				return nil, nil, fmt.Errorf("rotation: %w", err)
-			}
-			if rotation, err = DecodeTensor(b); err != nil {
+			if rotation, err = readSharedTensor(ctx, f.Aux, *q.RotateMatPosition); err != nil {
 				return nil, nil, fmt.Errorf("rotation: %w", err)
 			}
 			return nil, rotation, nil
@@ -241,10 +238,10 @@ func (f *Files) decode(ctx context.Context) error {
 	}
 
 	var err error
-	if f.IVF, err = ReadModel(ctx, f.Aux, AuxiliaryFileName); err != nil {
+	if f.IVF, err = readSharedModel(ctx, f.Aux, AuxiliaryFileName); err != nil {
 		return err
 	}
-	if f.IndexIVF, err = ReadModel(ctx, f.Index, IndexFileName); err != nil {
+	if f.IndexIVF, err = readSharedModel(ctx, f.Index, IndexFileName); err != nil {
 		return err
 	}
 	if f.IVF.TotalRows() != f.Aux.NumRows() {
@@ -278,16 +275,11 @@ func (f *Files) decode(ctx context.Context) error {
 
 // ReadModel reads the IVF message that the "lance:ivf" metadata of r names.
 func ReadModel(ctx context.Context, r *lancefile.Reader, name string) (*Model, error) {
-	s, ok := r.MetadataString(KeyIVF)
-	if !ok {
-		return nil, fmt.Errorf("%w: %s has no %q metadata", errkind.Corrupt, name, KeyIVF)
+	pos, err := modelBuffer(r, name)
+	if err != nil {
+		return nil, err
 	}
-	pos, err := strconv.Atoi(s)
-	if err != nil || pos <= 0 || pos >= r.NumGlobalBuffers() {
-		return nil, fmt.Errorf("%w: %s: %q = %q is not a global buffer of the %d in the file", errkind.Corrupt, name, KeyIVF, s, r.NumGlobalBuffers())
-	}
-	// Read into fresh memory that the centroids keep (no copy: a plan over
-	// a thousand deltas reads two IVF messages per segment).
+	// Read into fresh memory that the centroids keep (no copy).
 	b, err := r.GlobalBuffer(ctx, pos)
 	if err != nil {
 		return nil, err
@@ -297,6 +289,92 @@ func ReadModel(ctx context.Context, r *lancefile.Reader, name string) (*Model, e
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return m, nil
+}
+
+// readSharedModel is ReadModel for a segment being opened: the message is
+// read into a pooled buffer, and centroids equal to a tensor the segment
+// cache holds (each delta segment stores a copy of its index's model) take
+// that tensor instead of memory of their own. Only centroids the cache does
+// not hold are copied out. A plan over 40 deltas of 2048 partitions reads
+// 40 MiB of equal centroids: into fresh memory, then hashed, most of the
+// time went to page faults and the hash.
+func readSharedModel(ctx context.Context, r *lancefile.Reader, name string) (*Model, error) {
+	pos, err := modelBuffer(r, name)
+	if err != nil {
+		return nil, err
+	}
+	n, err := r.GlobalBufferSize(pos)
+	if err != nil {
+		return nil, err
+	}
+	buf := bufpool.Default.Get(n)
+	defer func() { bufpool.Default.Put(buf) }()
+	b, err := r.GlobalBufferInto(ctx, pos, buf)
+	if err != nil {
+		return nil, err
+	}
+	buf = b
+	m, err := decodeModelInPlace(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if m.Centroids != nil {
+		m.Centroids = sharedOrOwn(m.Centroids)
+	}
+	return m, nil
+}
+
+// readSharedTensor reads the Tensor message in global buffer pos of r as
+// readSharedModel reads centroids (a delta's copy of its index's PQ
+// codebook or RQ rotation).
+func readSharedTensor(ctx context.Context, r *lancefile.Reader, pos int) (*Tensor, error) {
+	n, err := r.GlobalBufferSize(pos)
+	if err != nil {
+		return nil, err
+	}
+	buf := bufpool.Default.Get(n)
+	defer func() { bufpool.Default.Put(buf) }()
+	b, err := r.GlobalBufferInto(ctx, pos, buf)
+	if err != nil {
+		return nil, err
+	}
+	buf = b
+	rest, data, ok := splitField(b, tensorDataField)
+	if !ok {
+		return DecodeTensor(b) // the plain path copies, and says what is wrong
+	}
+	pt := &pb.Tensor{}
+	if err := proto.Unmarshal(rest, pt); err != nil {
+		return nil, fmt.Errorf("%w: ivf: decode tensor: %w", errkind.Corrupt, err)
+	}
+	pt.Data = data
+	t, err := tensorFromProto(pt)
+	if err != nil {
+		return nil, err
+	}
+	return sharedOrOwn(t), nil
+}
+
+// sharedOrOwn returns the cached tensor equal to t, or t with its data
+// copied out of the caller's buffer.
+func sharedOrOwn(t *Tensor) *Tensor {
+	if held := cache.find(t); held != nil {
+		return held
+	}
+	return &Tensor{DType: t.DType, Shape: t.Shape, Data: bytes.Clone(t.Data)}
+}
+
+// modelBuffer is the global buffer that r's "lance:ivf" metadata names.
+func modelBuffer(r *lancefile.Reader, name string) (int, error) {
+	s, ok := r.MetadataString(KeyIVF)
+	if !ok {
+		return 0, fmt.Errorf("%w: %s has no %q metadata", errkind.Corrupt, name, KeyIVF)
+	}
+	pos, err := strconv.Atoi(s)
+	if err != nil || pos <= 0 || pos >= r.NumGlobalBuffers() {
+		return 0, fmt.Errorf("%w: %s: %q = %q is not a global buffer of the %d in the file", errkind.Corrupt, name, KeyIVF, s, r.NumGlobalBuffers())
+	}
+	return pos, nil
 }
 
 // NumPartitions is the segment's IVF partition count.

@@ -264,15 +264,34 @@ func (r *Reader) Size() int64 { return r.obj.Size() }
 // GlobalBuffer reads global buffer i (0 is the FileDescriptor). The returned
 // slice is the caller's.
 func (r *Reader) GlobalBuffer(ctx context.Context, i int) ([]byte, error) {
+	return r.GlobalBufferInto(ctx, i, nil)
+}
+
+// GlobalBufferSize is the stored size of global buffer i, checked against
+// the reader's limit.
+func (r *Reader) GlobalBufferSize(i int) (int, error) {
 	if i < 0 || i >= len(r.globals) {
-		return nil, fmt.Errorf("%w: lancefile: %s: global buffer %d of %d", errkind.Corrupt, r.name, i, len(r.globals))
+		return 0, fmt.Errorf("%w: lancefile: %s: global buffer %d of %d", errkind.Corrupt, r.name, i, len(r.globals))
 	}
-	ref := r.globals[i]
-	if ref.size > uint64(r.opts.MaxGlobalBufferBytes) {
-		return nil, fmt.Errorf("%w: lancefile: %s: global buffer %d of %d bytes is above the %d-byte limit", errkind.Corrupt, r.name, i, ref.size, r.opts.MaxGlobalBufferBytes)
+	if size := r.globals[i].size; size > uint64(r.opts.MaxGlobalBufferBytes) {
+		return 0, fmt.Errorf("%w: lancefile: %s: global buffer %d of %d bytes is above the %d-byte limit", errkind.Corrupt, r.name, i, size, r.opts.MaxGlobalBufferBytes)
 	}
-	buf := make([]byte, ref.size)
-	if err := r.obj.ReadAt(ctx, buf, int64(ref.pos)); err != nil {
+	return int(r.globals[i].size), nil
+}
+
+// GlobalBufferInto is GlobalBuffer reading into buf when its capacity holds
+// the buffer (a caller that compares and drops what it reads, with a
+// pooled buffer), into fresh memory otherwise.
+func (r *Reader) GlobalBufferInto(ctx context.Context, i int, buf []byte) ([]byte, error) {
+	n, err := r.GlobalBufferSize(i)
+	if err != nil {
+		return nil, err
+	}
+	if cap(buf) < n {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
+	if err := r.obj.ReadAt(ctx, buf, int64(r.globals[i].pos)); err != nil {
 		return nil, fmt.Errorf("lancefile: %s: global buffer %d: %w", r.name, i, err)
 	}
 	return buf, nil

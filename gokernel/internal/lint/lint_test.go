@@ -26,7 +26,7 @@ var allowed = map[string][]string{
 	"gokernel/table":     {"gokernel/errkind", "gokernel/storage", "gokernel/internal/pb", "gokernel/lancefile"},
 	"gokernel/vecmath":   {},
 	"gokernel/fold":      {},
-	"gokernel/ivf":       {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/internal/pb", "gokernel/vecmath"},
+	"gokernel/ivf":       {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/internal/pb", "gokernel/internal/bufpool", "gokernel/vecmath"},
 	"gokernel/hnsw":      {"gokernel/errkind", "gokernel/lancefile", "gokernel/vecmath"},
 	"gokernel/policy":    {"gokernel/errkind"},
 	"gokernel/journal":   {"gokernel/errkind", "gokernel/storage", "gokernel/table"},
