@@ -25,7 +25,8 @@ process that starts after a ``sync``:
 
 Each floor is the best of three runs (alternating with the other floor)
 per repeat; the other contenders run once per repeat. Every figure in the
-report is the median over repeats.
+report is the median over repeats. One untimed floor run first brings the
+shape's index files into the page cache, as they are for every later run.
 
     python bench/bench_optimize.py --preset smoke
     python bench/bench_optimize.py --preset default   # about 40 minutes on 2 cores
@@ -92,6 +93,10 @@ def measure(work: Path, p: bs.ScalePreset, t: str, parts: int) -> dict[str, Any]
     in_bytes = bs.index_bytes(src, groups)
     runs: dict[str, list[dict[str, Any]]] = {k: [] for k in ("fresh", "after_pylance", "pylance", "floor", "durable_floor")}
     scratch = str(work / "scratch")
+    # Untimed: the first run of a shape would otherwise be the only one to
+    # read its inputs from the disk (our fresh run measured 0.46-0.87 s
+    # first and 0.17-0.43 s after on 2026-12-07).
+    bm.read_write_floor(src, groups, scratch)
     for r in range(p.repeats):
         a, b = bm.copy_dataset(src, str(work / "a")), bm.copy_dataset(src, str(work / "b"))
         runs["fresh"].append(fresh(a))
