@@ -79,50 +79,57 @@ func TestReadSharedModel(t *testing.T) {
 		},
 		"tensor": func(r *lancefile.Reader) (*Tensor, error) { return readSharedTensor(ctx, r, 2) },
 	}
+	defer func(max int) { sharedReadMax = max }(sharedReadMax)
 	for what, read := range reads {
 		for _, limit := range []int64{0, DefaultCacheBytes} {
-			t.Run(fmt.Sprintf("%s, cache %d", what, limit), func(t *testing.T) {
-				SetCacheLimit(0) // empty
-				SetCacheLimit(limit)
-				st := storage.NewMem("memory://shared-model")
-				ra, rb, ra2 := modelFile(t, st, "a.idx", a), modelFile(t, st, "b.idx", b), modelFile(t, st, "a2.idx", a)
-				ta, err := read(ra)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if limit > 0 {
-					// as OpenFiles does once a segment is decoded
-					cache.put("a", &segMeta{index: ra, aux: ra, ivf: &Model{Centroids: ta}})
-				}
-				tb, err := read(rb)
-				if err != nil {
-					t.Fatal(err)
-				}
-				ta2, err := read(ra2)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, c := range []struct {
-					name      string
-					got, want *Tensor
-				}{{"a", ta, a.Centroids}, {"b", tb, b.Centroids}, {"a again", ta2, a.Centroids}} {
-					if !bytes.Equal(c.got.Data, c.want.Data) || !slices.Equal(c.got.Shape, c.want.Shape) || c.got.DType != c.want.DType {
-						t.Errorf("%s: changed after later reads", c.name)
+			for _, large := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s, cache %d, large %v", what, limit, large), func(t *testing.T) {
+					SetCacheLimit(0) // empty
+					SetCacheLimit(limit)
+					sharedReadMax = 32 << 20
+					if large { // read into memory of its own, interned once cached
+						sharedReadMax = 16
 					}
-				}
-				if shared := ta2 == ta; shared != (limit > 0) {
-					t.Errorf("equal tensors shared: %v, with the cache bounded to %d", shared, limit)
-				}
-				if tb == ta {
-					t.Error("another tensor took the cached one")
-				}
-				if limit > 0 {
-					cache.put("a2", &segMeta{index: ra2, aux: ra2, ivf: &Model{Centroids: ta2}})
-					if got := ReadCacheStats(); got.Tensors != 1 || got.Entries != 2 {
-						t.Errorf("two segments of one model hold %+v, want one tensor", got)
+					st := storage.NewMem("memory://shared-model")
+					ra, rb, ra2 := modelFile(t, st, "a.idx", a), modelFile(t, st, "b.idx", b), modelFile(t, st, "a2.idx", a)
+					ta, err := read(ra)
+					if err != nil {
+						t.Fatal(err)
 					}
-				}
-			})
+					if limit > 0 {
+						// as OpenFiles does once a segment is decoded
+						cache.put("a", &segMeta{index: ra, aux: ra, ivf: &Model{Centroids: ta}})
+					}
+					tb, err := read(rb)
+					if err != nil {
+						t.Fatal(err)
+					}
+					ta2, err := read(ra2)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, c := range []struct {
+						name      string
+						got, want *Tensor
+					}{{"a", ta, a.Centroids}, {"b", tb, b.Centroids}, {"a again", ta2, a.Centroids}} {
+						if !bytes.Equal(c.got.Data, c.want.Data) || !slices.Equal(c.got.Shape, c.want.Shape) || c.got.DType != c.want.DType {
+							t.Errorf("%s: changed after later reads", c.name)
+						}
+					}
+					if shared := ta2 == ta; shared != (limit > 0 && !large) {
+						t.Errorf("equal tensors shared: %v, with the cache bounded to %d", shared, limit)
+					}
+					if tb == ta {
+						t.Error("another tensor took the cached one")
+					}
+					if limit > 0 {
+						cache.put("a2", &segMeta{index: ra2, aux: ra2, ivf: &Model{Centroids: ta2}})
+						if got := ReadCacheStats(); got.Tensors != 1 || got.Entries != 2 {
+							t.Errorf("two segments of one model hold %+v, want one tensor", got)
+						}
+					}
+				})
+			}
 		}
 	}
 }
