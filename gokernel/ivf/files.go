@@ -310,13 +310,12 @@ func readSharedModel(ctx context.Context, r *lancefile.Reader, name string) (*Mo
 	if n > sharedReadMax {
 		return ReadModel(ctx, r, name)
 	}
-	buf := bufpool.Default.Get(n)
-	defer func() { bufpool.Default.Put(buf) }()
+	buf := bufpool.Default.Get(n) // capacity n or more: b is buf[:n]
+	defer bufpool.Default.Put(buf)
 	b, err := r.GlobalBufferInto(ctx, pos, buf)
 	if err != nil {
 		return nil, err
 	}
-	buf = b
 	m, err := decodeModelInPlace(b)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -342,13 +341,12 @@ func readSharedTensor(ctx context.Context, r *lancefile.Reader, pos int) (*Tenso
 		}
 		return DecodeTensor(b)
 	}
-	buf := bufpool.Default.Get(n)
-	defer func() { bufpool.Default.Put(buf) }()
+	buf := bufpool.Default.Get(n) // capacity n or more: b is buf[:n]
+	defer bufpool.Default.Put(buf)
 	b, err := r.GlobalBufferInto(ctx, pos, buf)
 	if err != nil {
 		return nil, err
 	}
-	buf = b
 	rest, data, ok := splitField(b, tensorDataField)
 	if !ok {
 		return DecodeTensor(b) // the plain path copies, and says what is wrong
