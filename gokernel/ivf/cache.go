@@ -109,6 +109,7 @@ type segmentCache struct {
 	byKey    map[string]*cacheEntry
 	tensors  map[uint64][]*internedTensor
 	byTensor map[*Tensor]*internedTensor // the same tensors, by identity
+	bySize   map[int][]*Tensor           // and by their data's length
 	ntensors int
 	seed     maphash.Seed
 	hits     atomic.Int64
@@ -117,7 +118,7 @@ type segmentCache struct {
 
 func newSegmentCache(limit int64) *segmentCache {
 	return &segmentCache{limit: limit, lru: list.New(), byKey: map[string]*cacheEntry{},
-		tensors: map[uint64][]*internedTensor{}, byTensor: map[*Tensor]*internedTensor{}, seed: maphash.MakeSeed()}
+		tensors: map[uint64][]*internedTensor{}, byTensor: map[*Tensor]*internedTensor{}, bySize: map[int][]*Tensor{}, seed: maphash.MakeSeed()}
 }
 
 // cacheKey names the bytes of a segment's two files and the options they
@@ -205,15 +206,12 @@ func (c *segmentCache) find(t *Tensor) *Tensor {
 		c.mu.Unlock()
 		return nil
 	}
-	var same []*Tensor // compared outside the lock: tensors are immutable
-	for held := range c.byTensor {
-		if held.DType == t.DType && len(held.Data) == len(t.Data) && slices.Equal(held.Shape, t.Shape) {
-			same = append(same, held)
-		}
-	}
+	// Compared outside the lock (tensors are immutable), from a copy of the
+	// list: eviction edits it in place.
+	same := slices.Clone(c.bySize[len(t.Data)])
 	c.mu.Unlock()
 	for _, held := range same {
-		if bytes.Equal(held.Data, t.Data) {
+		if held.DType == t.DType && slices.Equal(held.Shape, t.Shape) && bytes.Equal(held.Data, t.Data) {
 			return held
 		}
 	}
@@ -243,6 +241,7 @@ func (c *segmentCache) intern(e *cacheEntry, t *Tensor) *Tensor {
 	it := &internedTensor{t: t, hash: sum, refs: 1}
 	c.tensors[sum] = append(c.tensors[sum], it)
 	c.byTensor[t] = it
+	c.bySize[len(t.Data)] = append(c.bySize[len(t.Data)], t)
 	c.ntensors++
 	c.bytes += tensorBytes(t)
 	e.tensors = append(e.tensors, it)
@@ -274,6 +273,10 @@ func (c *segmentCache) evict() {
 					c.tensors[it.hash] = list
 				}
 				delete(c.byTensor, it.t)
+				n := len(it.t.Data)
+				if c.bySize[n] = slices.DeleteFunc(c.bySize[n], func(t *Tensor) bool { return t == it.t }); len(c.bySize[n]) == 0 {
+					delete(c.bySize, n)
+				}
 				c.ntensors--
 				c.bytes -= tensorBytes(it.t)
 			}

@@ -127,6 +127,10 @@ func TestReadSharedModel(t *testing.T) {
 						if got := ReadCacheStats(); got.Tensors != 1 || got.Entries != 2 {
 							t.Errorf("two segments of one model hold %+v, want one tensor", got)
 						}
+						SetCacheLimit(0) // evicts all: no index keeps a tensor
+						if n := len(cache.byTensor) + len(cache.bySize) + len(cache.tensors); n != 0 {
+							t.Errorf("an empty cache still indexes %d tensors", n)
+						}
 					}
 				})
 			}
