@@ -29,7 +29,7 @@ report is the median over repeats. One untimed floor run first brings the
 shape's index files into the page cache, as they are for every later run.
 
     python bench/bench_optimize.py --preset smoke
-    python bench/bench_optimize.py --preset default   # about 40 minutes on 2 cores
+    python bench/bench_optimize.py --preset default   # about 12 minutes on 2 cores, its datasets built
     python bench/bench_optimize.py --types IVF_SQ --partitions 2048   # one shape of the preset
 
 Reports land in ``bench/results/optimize-<preset>-<date>.{md,json}``.

@@ -34,7 +34,7 @@ def text(i: np.ndarray, rng: np.random.Generator) -> list[str]:
 
 
 def number_keys(rng: np.random.Generator) -> pa.Array:
-    """int64 keys with nulls: releases before 2.0.1 wrote a BITMAP's keys
+    """int64 keys with nulls: releases up to 2.0.1 wrote a BITMAP's keys
     in hash order, numbers as well as strings."""
     return pa.array(rng.integers(0, 300, ROWS), mask=rng.random(ROWS) < 0.03)
 
