@@ -31,6 +31,7 @@ shape's index files into the page cache, as they are for every later run.
     python bench/bench_optimize.py --preset smoke
     python bench/bench_optimize.py --preset default   # about 12 minutes on 2 cores, its datasets built
     python bench/bench_optimize.py --types IVF_SQ --partitions 2048   # one shape of the preset
+    python bench/bench_optimize.py --types IVF_RQ --repeats 5        # more repeats per shape
 
 Reports land in ``bench/results/optimize-<preset>-<date>.{md,json}``.
 """
@@ -157,9 +158,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(HERE / "results"))
     ap.add_argument("--types", nargs="+", help="index types to run (default: the preset's)")
     ap.add_argument("--partitions", nargs="+", type=int, help="partition counts to run (default: the preset's)")
+    ap.add_argument("--repeats", type=int, help="repeats per shape (default: the preset's)")
     args = ap.parse_args(argv)
     p = PRESETS[args.preset]
-    p = dataclasses.replace(p, types=args.types or p.types, partitions=args.partitions or p.partitions)
+    p = dataclasses.replace(p, types=args.types or p.types, partitions=args.partitions or p.partitions,
+                            repeats=args.repeats or p.repeats)
     with tempfile.TemporaryDirectory(prefix="optimize-") as tmp:
         work = Path(args.work or tmp)
         work.mkdir(parents=True, exist_ok=True)
