@@ -503,24 +503,19 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 		group = group[:0]
 		lo := 0
 		for j, hi := range spans {
-			k := keep(inputs[j])
-			if k == nil {
-				var err error
-				if group, err = AppendRowMapEntries(group, scratch[lo:hi]); err != nil {
-					return nil, fmt.Errorf("bitmap segment %s: %w", table.IndexUUID(segs[inputs[j]].Meta), err)
-				}
-				lo = hi
-				continue
-			}
-			es, err := SplitRowMap(scratch[lo:hi])
-			if err != nil {
+			start := len(group)
+			var err error
+			if group, err = AppendRowMapEntries(group, scratch[lo:hi]); err != nil {
 				return nil, fmt.Errorf("bitmap segment %s: %w", table.IndexUUID(segs[inputs[j]].Meta), err)
 			}
-			if es, err = joinEntries(nil, es, k); err != nil {
-				return nil, err
-			}
-			group = append(group, es...)
 			lo = hi
+			if k := keep(inputs[j]); k != nil {
+				es, err := joinEntries(nil, group[start:], k)
+				if err != nil {
+					return nil, err
+				}
+				group = append(group[:start], es...)
+			}
 		}
 		var err error
 		if joined, err = joinEntries(joined[:0], group, nil); err != nil {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"container/list"
 	"fmt"
-	"hash/maphash"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -65,7 +64,7 @@ func ReadCacheStats() CacheStats {
 	c := cache
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return CacheStats{Hits: c.hits.Load(), Misses: c.misses.Load(), Entries: c.lru.Len(), Bytes: c.bytes, Tensors: c.ntensors}
+	return CacheStats{Hits: c.hits.Load(), Misses: c.misses.Load(), Entries: c.lru.Len(), Bytes: c.bytes, Tensors: len(c.byTensor)}
 }
 
 // segMeta is what a segment's two files decode to: shared by every Files
@@ -97,28 +96,26 @@ type cacheEntry struct {
 
 type internedTensor struct {
 	t    *Tensor
-	hash uint64
 	refs int
 }
 
 type segmentCache struct {
-	mu       sync.Mutex
-	limit    int64
-	bytes    int64
-	lru      *list.List // *cacheEntry, most recently used first
-	byKey    map[string]*cacheEntry
-	tensors  map[uint64][]*internedTensor
-	byTensor map[*Tensor]*internedTensor // the same tensors, by identity
-	bySize   map[int][]*Tensor           // and by their data's length
-	ntensors int
-	seed     maphash.Seed
+	mu    sync.Mutex
+	limit int64
+	bytes int64
+	lru   *list.List // *cacheEntry, most recently used first
+	byKey map[string]*cacheEntry
+	// The distinct tensors held, by identity and by their data's length
+	// (the tensors an equal one could be).
+	byTensor map[*Tensor]*internedTensor
+	bySize   map[int][]*internedTensor
 	hits     atomic.Int64
 	misses   atomic.Int64
 }
 
 func newSegmentCache(limit int64) *segmentCache {
 	return &segmentCache{limit: limit, lru: list.New(), byKey: map[string]*cacheEntry{},
-		tensors: map[uint64][]*internedTensor{}, byTensor: map[*Tensor]*internedTensor{}, bySize: map[int][]*Tensor{}, seed: maphash.MakeSeed()}
+		byTensor: map[*Tensor]*internedTensor{}, bySize: map[int][]*internedTensor{}}
 }
 
 // cacheKey names the bytes of a segment's two files and the options they
@@ -210,42 +207,39 @@ func (c *segmentCache) find(t *Tensor) *Tensor {
 	// list: eviction edits it in place.
 	same := slices.Clone(c.bySize[len(t.Data)])
 	c.mu.Unlock()
-	for _, held := range same {
-		if held.DType == t.DType && slices.Equal(held.Shape, t.Shape) && bytes.Equal(held.Data, t.Data) {
-			return held
+	for _, it := range same {
+		if equalTensors(it.t, t) {
+			return it.t
 		}
 	}
 	return nil
 }
 
+func equalTensors(a, b *Tensor) bool {
+	return a.DType == b.DType && slices.Equal(a.Shape, b.Shape) && bytes.Equal(a.Data, b.Data)
+}
+
 // intern returns the cached tensor equal to t (or t, now cached), and
 // records that e references it. Called with c.mu held.
 func (c *segmentCache) intern(e *cacheEntry, t *Tensor) *Tensor {
-	if it := c.byTensor[t]; it != nil { // find gave t out
-		it.refs++
-		e.tensors = append(e.tensors, it)
-		return t
-	}
-	var h maphash.Hash
-	h.SetSeed(c.seed)
-	fmt.Fprintf(&h, "%d%v", t.DType, t.Shape)
-	h.Write(t.Data)
-	sum := h.Sum64()
-	for _, it := range c.tensors[sum] {
-		if it.t == t || it.t.DType == t.DType && fmt.Sprint(it.t.Shape) == fmt.Sprint(t.Shape) && bytes.Equal(it.t.Data, t.Data) {
-			it.refs++
-			e.tensors = append(e.tensors, it)
-			return it.t
+	it := c.byTensor[t] // find gave t out
+	if it == nil {
+		for _, held := range c.bySize[len(t.Data)] {
+			if equalTensors(held.t, t) {
+				it = held
+				break
+			}
 		}
 	}
-	it := &internedTensor{t: t, hash: sum, refs: 1}
-	c.tensors[sum] = append(c.tensors[sum], it)
-	c.byTensor[t] = it
-	c.bySize[len(t.Data)] = append(c.bySize[len(t.Data)], t)
-	c.ntensors++
-	c.bytes += tensorBytes(t)
+	if it == nil {
+		it = &internedTensor{t: t}
+		c.byTensor[t] = it
+		c.bySize[len(t.Data)] = append(c.bySize[len(t.Data)], it)
+		c.bytes += tensorBytes(t)
+	}
+	it.refs++
 	e.tensors = append(e.tensors, it)
-	return t
+	return it.t
 }
 
 func tensorBytes(t *Tensor) int64 { return int64(len(t.Data)) + 4*int64(len(t.Shape)) + 64 }
@@ -260,24 +254,11 @@ func (c *segmentCache) evict() {
 		c.bytes -= e.bytes
 		for _, it := range e.tensors {
 			if it.refs--; it.refs == 0 {
-				list := c.tensors[it.hash]
-				for i, x := range list {
-					if x == it {
-						list = append(list[:i], list[i+1:]...)
-						break
-					}
-				}
-				if len(list) == 0 {
-					delete(c.tensors, it.hash)
-				} else {
-					c.tensors[it.hash] = list
-				}
 				delete(c.byTensor, it.t)
 				n := len(it.t.Data)
-				if c.bySize[n] = slices.DeleteFunc(c.bySize[n], func(t *Tensor) bool { return t == it.t }); len(c.bySize[n]) == 0 {
+				if c.bySize[n] = slices.DeleteFunc(c.bySize[n], func(x *internedTensor) bool { return x == it }); len(c.bySize[n]) == 0 {
 					delete(c.bySize, n)
 				}
-				c.ntensors--
 				c.bytes -= tensorBytes(it.t)
 			}
 		}

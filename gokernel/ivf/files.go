@@ -295,72 +295,82 @@ func ReadModel(ctx context.Context, r *lancefile.Reader, name string) (*Model, e
 // read into a pooled buffer, and centroids equal to a tensor the segment
 // cache holds (each delta segment stores a copy of its index's model) take
 // that tensor instead of memory of their own. Only centroids the cache does
-// not hold are copied out. A plan over 40 deltas of 2048 partitions reads
-// 40 MiB of equal centroids; read into fresh memory and hashed, they took
-// a third of a fresh process's plan.
+// not hold are copied out: a plan over 40 deltas of 2048 partitions reads
+// 40 MiB of equal centroids, which in memory of their own took a third of
+// a fresh process's plan.
 func readSharedModel(ctx context.Context, r *lancefile.Reader, name string) (*Model, error) {
 	pos, err := modelBuffer(r, name)
 	if err != nil {
 		return nil, err
 	}
-	n, err := r.GlobalBufferSize(pos)
-	if err != nil {
-		return nil, err
-	}
-	if n > sharedReadMax {
+	var m *Model
+	pooled, err := withPooledBuffer(ctx, r, pos, func(b []byte) (err error) {
+		if m, err = decodeModelInPlace(b); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if m.Centroids != nil {
+			m.Centroids = sharedOrOwn(m.Centroids)
+		}
+		return nil
+	})
+	if !pooled {
 		return ReadModel(ctx, r, name)
 	}
-	buf := bufpool.Default.Get(n) // capacity n or more: b is buf[:n]
-	defer bufpool.Default.Put(buf)
-	b, err := r.GlobalBufferInto(ctx, pos, buf)
-	if err != nil {
-		return nil, err
-	}
-	m, err := decodeModelInPlace(b)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	if m.Centroids != nil {
-		m.Centroids = sharedOrOwn(m.Centroids)
-	}
-	return m, nil
+	return m, err
 }
 
 // readSharedTensor reads the Tensor message in global buffer pos of r as
 // readSharedModel reads centroids (a delta's copy of its index's PQ
 // codebook or RQ rotation).
 func readSharedTensor(ctx context.Context, r *lancefile.Reader, pos int) (*Tensor, error) {
-	n, err := r.GlobalBufferSize(pos)
-	if err != nil {
-		return nil, err
-	}
-	if n > sharedReadMax {
+	var t *Tensor
+	pooled, err := withPooledBuffer(ctx, r, pos, func(b []byte) error {
+		rest, data, ok := splitField(b, tensorDataField)
+		if !ok {
+			var err error
+			t, err = DecodeTensor(b) // the plain path copies, and says what is wrong
+			return err
+		}
+		pt := &pb.Tensor{}
+		if err := proto.Unmarshal(rest, pt); err != nil {
+			return fmt.Errorf("%w: ivf: decode tensor: %w", errkind.Corrupt, err)
+		}
+		pt.Data = data
+		held, err := tensorFromProto(pt)
+		if err != nil {
+			return err
+		}
+		t = sharedOrOwn(held)
+		return nil
+	})
+	if !pooled {
 		b, err := r.GlobalBuffer(ctx, pos)
 		if err != nil {
 			return nil, err
 		}
 		return DecodeTensor(b)
 	}
+	return t, err
+}
+
+// withPooledBuffer reads global buffer pos of r into a pooled buffer and
+// calls use with it; use must keep nothing of it. pooled is false, and
+// nothing is read, when the buffer is over sharedReadMax.
+func withPooledBuffer(ctx context.Context, r *lancefile.Reader, pos int, use func(b []byte) error) (pooled bool, err error) {
+	n, err := r.GlobalBufferSize(pos)
+	if err != nil {
+		return true, err
+	}
+	if n > sharedReadMax {
+		return false, nil
+	}
 	buf := bufpool.Default.Get(n) // capacity n or more: b is buf[:n]
 	defer bufpool.Default.Put(buf)
 	b, err := r.GlobalBufferInto(ctx, pos, buf)
 	if err != nil {
-		return nil, err
+		return true, err
 	}
-	rest, data, ok := splitField(b, tensorDataField)
-	if !ok {
-		return DecodeTensor(b) // the plain path copies, and says what is wrong
-	}
-	pt := &pb.Tensor{}
-	if err := proto.Unmarshal(rest, pt); err != nil {
-		return nil, fmt.Errorf("%w: ivf: decode tensor: %w", errkind.Corrupt, err)
-	}
-	pt.Data = data
-	t, err := tensorFromProto(pt)
-	if err != nil {
-		return nil, err
-	}
-	return sharedOrOwn(t), nil
+	return true, use(b)
 }
 
 // sharedOrOwn returns the cached tensor equal to t, or t with its data
