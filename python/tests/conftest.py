@@ -74,6 +74,19 @@ def _quiet_lance() -> Iterator[None]:
 RELIABILITY: "collections.Counter[str]" = collections.Counter()
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # Under pytest-xdist each worker counts its own share; the controller
+    # sums them (pytest_testnodedown) before its summary.
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["segmerge_reliability"] = dict(RELIABILITY)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    RELIABILITY.update(getattr(node, "workeroutput", {}).get("segmerge_reliability", {}))
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
     if RELIABILITY:
         terminalreporter.write_sep("-", "reliability suites")

@@ -31,6 +31,14 @@ HUGE = 10**30
 UUID0 = "00000000-0000-4000-8000-000000000000"
 
 
+class Opaque:
+    """An object of no type the API knows, with a repr that is the same in
+    every process (test ids must be, for pytest-xdist)."""
+
+    def __repr__(self) -> str:
+        return "<opaque>"
+
+
 @pytest.fixture(scope="module")
 def env(delta_datasets, tmp_path_factory):
     root = tmp_path_factory.mktemp("bad-input")
@@ -92,7 +100,7 @@ CASES: list[Case] = [
     ("plan requantize_sq='yes'", lambda e: ls.plan_index_segment_merge(e.ds, "vec_idx", requantize_sq="yes"), E_IN),
     # -- merge_existing_index_segments --------------------------------------
     *[(f"merge segments={v!r:.30}", lambda e, v=v: ls.merge_existing_index_segments(e.ds, v), E_IN)
-      for v in (None, "abc", 5, [None], [1, 2], [{}], {"a": 1}, [object()], b"xy")],
+      for v in (None, "abc", 5, [None], [1, 2], [{}], {"a": 1}, [Opaque()], b"xy")],
     ("merge segments=[]", lambda e: ls.merge_existing_index_segments(e.ds, []), E_IN),
     ("merge segments=duplicates", lambda e: ls.merge_existing_index_segments(e.ds, [e.segs[1], e.segs[1]]), E_IN),
     ("merge segment of no dataset", lambda e: ls.merge_existing_index_segments(
@@ -190,7 +198,7 @@ CASES: list[Case] = [
     ("IndexFile(path=5)", lambda e: ls.IndexFile(5, 1), E_IN),
     ("IndexFile(size_bytes=-1)", lambda e: ls.IndexFile("a", -1), E_IN),
     *[(f"IndexSegment.from_lance_index({v!r:.20})", lambda e, v=v: ls.IndexSegment.from_lance_index(v), E_IN)
-      for v in (5, None, object(), SimpleNamespace(uuid=UUID0, name="n", fields=[1], dataset_version="x", fragment_ids=[1], index_version=1),
+      for v in (5, None, Opaque(), SimpleNamespace(uuid=UUID0, name="n", fields=[1], dataset_version="x", fragment_ids=[1], index_version=1),
                 SimpleNamespace(uuid="zz", name="n", fields=[1], dataset_version=1, fragment_ids=[1], index_version=1))],
     # -- MergeTask / MergePlan ------------------------------------------------
     *[(f"MergeTask.from_dict({v!r:.30})", lambda e, v=v: ls.MergeTask.from_dict(v), E_IN)
