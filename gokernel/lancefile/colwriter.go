@@ -556,6 +556,23 @@ func (c *colWriter) allNullPage(a *Array, firstRow uint64) error {
 	return c.page(0, typeURLPageLayout, pageLayout(l), nil, a.Len, firstRow)
 }
 
+// nullListPage writes a page of null lists as pylance writes one (the
+// bounds of a ZONEMAP of a list column): a constant layout without a
+// value, whose repetition and definition levels, 16 bits each, are all 1
+// (each row starts a list; the list is null).
+func (c *colWriter) nullListPage(a *Array, firstRow uint64) error {
+	ones := make([]byte, 2*a.Len)
+	for i := 0; i < a.Len; i++ {
+		ones[2*i] = 1
+	}
+	l := &enc21.ConstantLayout{
+		Layers:         []enc21.RepDefLayer{enc21.RepDefLayer_REPDEF_ALL_VALID_ITEM, enc21.RepDefLayer_REPDEF_NULLABLE_LIST},
+		RepCompression: flat21(16), DefCompression: flat21(16),
+		NumRepValues: uint64(a.Len), NumDefValues: uint64(a.Len),
+	}
+	return c.page(0, typeURLPageLayout, pageLayout(l), [][]byte{ones, ones}, a.Len, firstRow)
+}
+
 // ---- 2.1 / 2.2 -----------------------------------------------------------
 
 // Mini-block chunk sizing, as Lance's writer does it: the largest power of
@@ -604,6 +621,9 @@ func (c *colWriter) flush21(a *Array, firstRow uint64) error {
 	t := a.Type
 	if t.Kind == KindUnknown {
 		return c.allNullPage(a, firstRow)
+	}
+	if isList(t) && a.Items.Len == 0 && a.Validity != nil && a.NullCount() == a.Len {
+		return c.nullListPage(a, firstRow)
 	}
 	if isList(t) && a.Items.Type.Kind == KindBinary {
 		return c.binaryListPage21(a, firstRow)

@@ -369,6 +369,14 @@ func (r *Reader) readList20(ctx context.Context, cols []int, f *Field, start, en
 }
 
 // emptyOf is an array of no rows of field f's type, lists' items too.
+// NullLists returns n null rows of the list type t whose items have type
+// item: what pylance writes for the bounds of a ZONEMAP of a list column.
+func NullLists(t, item DataType, n int) *Array {
+	a := emptyArray(t, item)
+	a.Len, a.Offsets, a.Validity = n, make([]int64, n+1), make([]byte, (n+7)/8)
+	return a
+}
+
 func emptyOf(f *Field) *Array {
 	a := &Array{Type: f.Type, Values: []byte{}}
 	if isList(f.Type) || f.Type.Kind == KindBinary {

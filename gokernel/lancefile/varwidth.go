@@ -48,6 +48,20 @@ func (r *Reader) readVariable21(ctx context.Context, pg *pageIO, layout *enc21.P
 		if err != nil {
 			return nil, err
 		}
+		if rd.hasList && l.AllNullLayout.InlineValue == nil {
+			// Lists without items (null or empty; pylance writes null
+			// lists so for the bounds of a ZONEMAP of a list column): the
+			// levels decoded as for fixed-width items, of which there are none.
+			out, err := r.readConstant(ctx, pg, l.AllNullLayout, t, Primitive(KindUint8), a, b)
+			if err != nil {
+				return nil, err
+			}
+			if out.Items == nil || out.Items.Len != 0 {
+				return nil, fmt.Errorf("%w: constant %s page of items", errkind.Unsupported, t)
+			}
+			out.Items = emptyArray(item, DataType{})
+			return out, nil
+		}
 		if rd.hasList || l.AllNullLayout.InlineValue != nil || l.AllNullLayout.GetDefCompression() != nil {
 			return nil, fmt.Errorf("%w: constant %s page other than all-null", errkind.Unsupported, t)
 		}

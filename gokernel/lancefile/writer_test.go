@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
@@ -694,6 +695,55 @@ func TestAllNullColumnsOfOpaqueTypes(t *testing.T) {
 		w, _ = NewWriter(&bytes.Buffer{}, []*Field{NewField("min", dict, true)}, WriterOptions{Version: v})
 		if err := w.Write([]*Array{{Type: dict, Len: 1, Validity: []byte{1}}}); !errors.Is(err, errkind.Unsupported) {
 			t.Fatalf("%s: a value of %s written: %v", v, dict, err)
+		}
+	}
+}
+
+// Null lists (ZONEMAP bounds of a list column) are written as pylance
+// writes them in 2.1+, a constant page whose repetition and definition
+// levels are all 1, and read back as null lists in every version.
+func TestNullLists(t *testing.T) {
+	ctx := context.Background()
+	for _, tt := range []struct {
+		v    Version
+		item DataType
+	}{
+		{V2_0, Primitive(KindInt64)},
+		{V2_0, ParseLogicalType("string")},
+		{V2_1, ParseLogicalType("string")},
+		{V2_2, Primitive(KindInt64)},
+	} {
+		var buf bytes.Buffer
+		f := NewListField("min", tt.item, true, true)
+		w, err := NewWriter(&buf, []*Field{f}, WriterOptions{Version: tt.v})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Write([]*Array{NullLists(f.Type, tt.item, 5)}); err != nil {
+			t.Fatalf("%s %s: %v", tt.v, tt.item, err)
+		}
+		if err := w.Finish(); err != nil {
+			t.Fatal(err)
+		}
+		rd, err := openBytes(t, buf.Bytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := rd.ReadAll(ctx, "min")
+		if err != nil || got.Len != 5 || got.NullCount() != 5 || got.Items == nil || got.Items.Len != 0 {
+			t.Fatalf("%s %s: %+v, %v", tt.v, tt.item, got, err)
+		}
+		if tt.v == V2_0 {
+			continue
+		}
+		l := &enc21.PageLayout{}
+		if err := decodeAny(rd.columns[0].GetPages()[0], "lance.encodings21.PageLayout", l); err != nil {
+			t.Fatal(err)
+		}
+		c := l.GetAllNullLayout()
+		want := []enc21.RepDefLayer{enc21.RepDefLayer_REPDEF_ALL_VALID_ITEM, enc21.RepDefLayer_REPDEF_NULLABLE_LIST}
+		if c == nil || !slices.Equal(c.GetLayers(), want) || c.GetNumRepValues() != 5 || c.GetNumDefValues() != 5 {
+			t.Fatalf("%s %s: page layout %v", tt.v, tt.item, l)
 		}
 	}
 }

@@ -169,9 +169,12 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 	var nullLists map[uint32]*roaring.Bitmap
 	if opts.IndexType == "ZONEMAP" || opts.IndexType == "BLOOMFILTER" {
 		slices.Sort(frags) // zones are in fragment order
-		if opts.IndexType == "ZONEMAP" {
+		switch {
+		case opts.IndexType == "ZONEMAP" && (col.Type.Kind == lancefile.KindList || col.Type.Kind == lancefile.KindLargeList):
+			zones, err = zonemap.NewListBuilder(col.Type, col.Item, rowsPerZone)
+		case opts.IndexType == "ZONEMAP":
 			zones, err = zonemap.NewBuilder(col.Type, rowsPerZone)
-		} else {
+		default:
 			zones, err = zonemap.NewBloomBuilder(col.Type, rowsPerZone, probability)
 		}
 		if err != nil {

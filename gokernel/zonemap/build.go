@@ -53,6 +53,25 @@ type Builder struct {
 	nullRows    *roaring.Bitmap
 	nulls       []bitmap.RawEntry
 	bloom       *bloomParams // set for a BLOOMFILTER segment's zones
+	// item is set for the zones of a list column: pylance 14.0.2 records
+	// no bounds there (null min and max lists in every zone), only each
+	// zone's null lists, so the zones never prune.
+	item *lancefile.DataType
+}
+
+// NewListBuilder starts the zones of a list column of type t whose items
+// have type item (see Builder.item).
+func NewListBuilder(t, item lancefile.DataType, rowsPerZone int) (*Builder, error) {
+	if t.Kind != lancefile.KindList && t.Kind != lancefile.KindLargeList {
+		return nil, fmt.Errorf("%w: zonemap build: NewListBuilder of %s keys", errkind.InvalidInput, t)
+	}
+	if item.Kind == lancefile.KindUnknown || item.Kind == lancefile.KindStruct {
+		return nil, fmt.Errorf("%w: zonemap build: keys of type list of %s", errkind.Unsupported, item)
+	}
+	if rowsPerZone < 1 {
+		rowsPerZone = DefaultRowsPerZone
+	}
+	return &Builder{t: t, item: &item, rowsPerZone: rowsPerZone, nullRows: roaring.New()}, nil
 }
 
 // NewBuilder starts the zones of keys of type t: fixed-width numbers,
@@ -110,6 +129,9 @@ func (b *Builder) Add(frag uint32, off uint64, a *lancefile.Array, i int) error 
 	if !a.IsValid(i) {
 		z.nulls++
 		b.nullRows.Add(uint32(off))
+		return nil
+	}
+	if b.item != nil {
 		return nil
 	}
 	var v []byte
@@ -179,6 +201,10 @@ func (b *Builder) Write(ctx context.Context, st storage.Store, name string, v la
 		}
 		fields[i] = lancefile.NewField(c, t, i < 2)
 		out[i] = &lancefile.Array{Type: t, Len: n}
+		if i < 2 && b.item != nil {
+			fields[i].Children = []*lancefile.Field{lancefile.NewField("item", *b.item, true)}
+			out[i] = lancefile.NullLists(t, *b.item, n) // see Builder.item
+		}
 		if i < 2 && b.binary {
 			out[i].Offsets = make([]int64, 1, n+1)
 		}
@@ -192,6 +218,9 @@ func (b *Builder) Write(ctx context.Context, st storage.Store, name string, v la
 			bounds[1], ok[1] = z.nan, true
 		}
 		for c := range 2 {
+			if b.item != nil {
+				continue
+			}
 			if ok[c] {
 				valid[c][zi/8] |= 1 << (zi % 8)
 				out[c].Values = append(out[c].Values, bounds[c]...)
@@ -221,14 +250,14 @@ func (b *Builder) Write(ctx context.Context, st storage.Store, name string, v la
 
 // Details is the ZoneMapIndexDetails message pylance 14.0.2 records for a
 // new index of keys of type t: field 1 the zone size, field 2 set (1) for
-// string, binary, fixed-size binary and decimal keys (the wide ones),
-// field 3 set (1).
+// string, binary, fixed-size binary and decimal keys (the wide ones) and
+// lists, field 3 set (1).
 func Details(t lancefile.DataType, rowsPerZone int) []byte {
 	var b []byte
 	b = protowire.AppendTag(b, 1, protowire.VarintType)
 	b = protowire.AppendVarint(b, uint64(rowsPerZone))
 	b = protowire.AppendTag(b, 2, protowire.VarintType)
-	if lancefile.Wide(t) {
+	if lancefile.Wide(t) || t.Kind == lancefile.KindList || t.Kind == lancefile.KindLargeList {
 		b = protowire.AppendVarint(b, 1)
 	} else {
 		b = protowire.AppendVarint(b, 0)
@@ -256,7 +285,13 @@ func (s *Segment) Covers(z int, rows *lancefile.Array, live func(i int) bool) (s
 	if rows.Type.Kind != s.KeyType.Kind {
 		return fmt.Sprintf("the column holds %s values, the zones %s bounds", rows.Type, s.KeyType), nil
 	}
-	b, err := NewBuilder(s.KeyType, rows.Len+1)
+	var b *Builder
+	var err error
+	if s.boundField != nil && len(s.boundField.Children) == 1 && (s.KeyType.Kind == lancefile.KindList || s.KeyType.Kind == lancefile.KindLargeList) {
+		b, err = NewListBuilder(s.KeyType, s.boundField.Children[0].Type, rows.Len+1)
+	} else {
+		b, err = NewBuilder(s.KeyType, rows.Len+1)
+	}
 	if err != nil {
 		return "", err
 	}

@@ -246,3 +246,65 @@ func TestBloomStreamedEqualsHeld(t *testing.T) {
 		t.Fatal("a closed streamed build left its file")
 	}
 }
+
+// lists64 is a list<int64> column: nil a null list, []int64{} an empty one.
+func lists64(vals ...[]int64) *lancefile.Array {
+	item := lancefile.Primitive(lancefile.KindInt64)
+	a := lancefile.NullLists(lancefile.ListType(), item, len(vals))
+	for i, v := range vals {
+		if v != nil {
+			a.Validity[i/8] |= 1 << (i % 8)
+		}
+		for _, x := range v {
+			a.Items.Values = binary.LittleEndian.AppendUint64(a.Items.Values, uint64(x))
+		}
+		a.Items.Len += len(v)
+		a.Offsets[i+1] = int64(a.Items.Len)
+	}
+	return a
+}
+
+// The zones of a list column hold null bounds and count the null lists
+// (not the empty ones), as pylance 14.0.2 builds them; Covers checks that
+// count against the rows.
+func TestListZones(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	st := storage.NewLocal(root, root)
+	rows := lists64([]int64{1, 2}, nil, []int64{}, nil, []int64{7})
+	b, err := NewListBuilder(rows.Type, rows.Items.Type, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range rows.Len {
+		if err := b.Add(2, uint64(i), rows, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id := uuid.New()
+	if _, err := b.Write(ctx, st, table.IndicesDir+id.String()+"/"+FileName, lancefile.V2_2); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Read(ctx, st, &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: id[:]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Zones != 2 || s.cols[0].NullCount() != 2 || s.cols[1].NullCount() != 2 {
+		t.Fatalf("%d zones, bounds with %d and %d nulls", s.Zones, s.cols[0].NullCount(), s.cols[1].NullCount())
+	}
+	for z, want := range []uint32{1, 1} { // rows 0-2 hold one null list (row 1), rows 3-4 one (row 3)
+		if got := binary.LittleEndian.Uint32(s.cols[2].Values[z*4:]); got != want {
+			t.Errorf("zone %d counts %d null lists, want %d", z, got, want)
+		}
+	}
+	all := func(int) bool { return true }
+	if why, err := s.Covers(0, lists64([]int64{1, 2}, nil, []int64{}), all); err != nil || why != "" {
+		t.Fatalf("the rows it was built from: %q, %v", why, err)
+	}
+	if why, _ := s.Covers(0, lists64(nil, nil, []int64{}), all); !strings.Contains(why, "2 null rows, it counts 1") {
+		t.Fatalf("a null list more: %q", why)
+	}
+	if _, err := NewListBuilder(rows.Type, lancefile.DataType{Kind: lancefile.KindStruct}, 3); err == nil {
+		t.Fatal("a list of structs was taken")
+	}
+}

@@ -78,6 +78,7 @@ type Segment struct {
 	Metadata    map[string][]byte
 	Version     lancefile.Version
 	cols        []*lancefile.Array // in columns order
+	boundField  *lancefile.Field   // the bounds' field as the file declares it (a list's item type)
 	Zones       int
 	Rows        uint64 // rows the zones cover
 	// Nulls are the entries of the segment's null row map (the global
@@ -123,14 +124,16 @@ func ReadKind(ctx context.Context, st storage.Store, im *pb.IndexMetadata, k *Ki
 			return nil, fmt.Errorf("%w: %s segment %s: column %q of type %s, not uint64", errkind.Corrupt, k.Name, u, c, f.Type)
 		}
 		if i < k.bounds {
-			fixed := f.Type.ValueBits() > 0 && f.Type.Kind != lancefile.KindList && f.Type.ValueBits()%8 == 0
-			// Other types (a dictionary) are read when their bounds are all
-			// null, as pylance writes them for a dictionary column: a zone
-			// it cannot prune.
-			if !fixed && f.Type.Kind != lancefile.KindBinary && f.Type.Kind != lancefile.KindUnknown {
+			list := f.Type.Kind == lancefile.KindList || f.Type.Kind == lancefile.KindLargeList
+			fixed := f.Type.ValueBits() > 0 && !list && f.Type.ValueBits()%8 == 0
+			// Other types (a dictionary, a list) are read when their bounds
+			// are all null, as pylance writes them for such a column: a
+			// zone it cannot prune.
+			if !fixed && !list && f.Type.Kind != lancefile.KindBinary && f.Type.Kind != lancefile.KindUnknown {
 				return nil, fmt.Errorf("%w: zonemap segment %s: zone bounds of type %s (merges handle fixed-width, string and binary keys)", errkind.Unsupported, u, f.Type)
 			}
 			s.KeyType = f.Type
+			s.boundField = f
 		}
 		a, err := r.Read(ctx, c, 0, n)
 		if err != nil && i < k.bounds && f.Type.Kind == lancefile.KindUnknown {
@@ -138,6 +141,9 @@ func ReadKind(ctx context.Context, st storage.Store, im *pb.IndexMetadata, k *Ki
 		}
 		if err != nil {
 			return nil, fmt.Errorf("zonemap segment %s: %w", u, err)
+		}
+		if i < k.bounds && (a.Type.Kind == lancefile.KindList || a.Type.Kind == lancefile.KindLargeList) && a.NullCount() != a.Len {
+			return nil, fmt.Errorf("%w: zonemap segment %s: zone bounds of type %s that are not all null (merges handle fixed-width, string and binary keys)", errkind.Unsupported, u, f.Type)
 		}
 		if a.Len != int(n) {
 			return nil, fmt.Errorf("%w: zonemap segment %s: column %s read back %d of %d rows", errkind.Corrupt, u, c, a.Len, n)
@@ -244,6 +250,14 @@ func MergeKind(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata,
 	out := make([]*lancefile.Array, len(k.columns))
 	for i, c := range k.columns {
 		t := first.cols[i].Type
+		if t.Kind == lancefile.KindList || t.Kind == lancefile.KindLargeList {
+			// Null lists only (ReadKind): as many null rows, no items.
+			f := *first.boundField
+			f.Name, f.Nullable = c, true
+			fields = append(fields, &f)
+			out[i] = lancefile.NullLists(t, f.Children[0].Type, len(zones))
+			continue
+		}
 		fields = append(fields, lancefile.NewField(c, t, i < k.bounds))
 		out[i] = &lancefile.Array{Type: t, Len: len(zones)}
 		if t.Kind == lancefile.KindBinary {
@@ -258,6 +272,9 @@ func MergeKind(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata,
 	for zi, zn := range zones {
 		for i := range k.columns {
 			a := zn.seg.cols[i]
+			if out[i].Items != nil {
+				continue // a null list (NullLists)
+			}
 			if a.Type.Kind == lancefile.KindBinary {
 				out[i].Values = append(out[i].Values, a.Values[a.Offsets[zn.z]:a.Offsets[zn.z+1]]...)
 				out[i].Offsets = append(out[i].Offsets, int64(len(out[i].Values)))
@@ -275,7 +292,7 @@ func MergeKind(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata,
 		}
 	}
 	for i := range validity {
-		if nulls[i] {
+		if nulls[i] && out[i].Items == nil {
 			out[i].Validity = validity[i]
 		}
 	}
