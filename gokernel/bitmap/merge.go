@@ -469,21 +469,29 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 	res := &Result{}
 	// reused for every key (a million keys allocated each of them per key)
 	var scratch, keyBuf, rowMap []byte
-	var spans, inputs []int
+	var maps []keyMap
+	var inputs []int
 	var group, joined []RawEntry
 	for len(h.e) > 0 {
 		cur := h.e[0].c.cur
 		keyBuf = append(keyBuf[:0], cur.b...) // the cursor's window moves on
 		cur.b = keyBuf
-		scratch, spans, inputs = scratch[:0], spans[:0], inputs[:0]
+		scratch, maps, inputs = scratch[:0], maps[:0], inputs[:0]
 		for len(h.e) > 0 && compareKeys(&h.e[0].c.cur, &cur, keyType, wide) == 0 {
 			c := h.e[0].c
 			m, err := c.rowMap()
 			if err != nil {
 				return nil, err
 			}
-			scratch = append(scratch, m...)
-			spans = append(spans, len(scratch))
+			if c.i+1 == c.n {
+				// advance replaces the window, whose buffer goes back to
+				// the pool: this one is copied; the others are read where
+				// they are (copying every row map was a tenth of the merge)
+				maps = append(maps, keyMap{lo: len(scratch), hi: len(scratch) + len(m)})
+				scratch = append(scratch, m...)
+			} else {
+				maps = append(maps, keyMap{m: m})
+			}
 			inputs = append(inputs, c.order)
 			res.KeysRead++
 			ok, err := c.advance(ctx)
@@ -501,14 +509,16 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 		// Each input's rows are filtered by its own keep, then the
 		// inputs' entries joined.
 		group = group[:0]
-		lo := 0
-		for j, hi := range spans {
+		for j, km := range maps {
 			start := len(group)
+			m := km.m
+			if m == nil {
+				m = scratch[km.lo:km.hi]
+			}
 			var err error
-			if group, err = AppendRowMapEntries(group, scratch[lo:hi]); err != nil {
+			if group, err = AppendRowMapEntries(group, m); err != nil {
 				return nil, fmt.Errorf("bitmap segment %s: %w", table.IndexUUID(segs[inputs[j]].Meta), err)
 			}
-			lo = hi
 			if k := keep(inputs[j]); k != nil {
 				es, err := joinEntries(nil, group[start:], k)
 				if err != nil {
@@ -564,6 +574,13 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 	}
 	res.Files, res.KeysWritten = files, w.keys
 	return res, nil
+}
+
+// keyMap is one input's row map of the key being merged: m, in the
+// input's window, or scratch[lo:hi], a copy (nil m).
+type keyMap struct {
+	m      []byte
+	lo, hi int
 }
 
 // keyHeap orders a merge's cursors by their current key, then by input.
