@@ -87,6 +87,11 @@ func otherStatsOf(ctx context.Context, st storage.Store, im *pb.IndexMetadata, t
 	if err != nil {
 		return nil, fmt.Errorf("segment %s: %w", table.IndexUUID(im), err)
 	}
+	if len(entries) == 0 && !MergeableTypes[typ] {
+		// a type kept in the manifest alone (the fragment reuse index's
+		// map is inline in its details)
+		return &Stats{IndexType: typ, PartitionRows: []uint32{}, notVector: true}, nil
+	}
 	if len(entries) == 0 {
 		return nil, fmt.Errorf("%w: segment %s (%s): no files under %s", errkind.NotFound, table.IndexUUID(im), typ, dir)
 	}

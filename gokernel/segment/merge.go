@@ -183,6 +183,10 @@ func Merge(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []
 	if err != nil {
 		return nil, err
 	}
+	guard := newRemapGuard(snap)
+	for _, s := range srcs {
+		s.remap = guard
+	}
 	for _, s := range srcs {
 		s.depth = -1
 		if d, ok := opts.Layouts[s.uuid]; ok {
@@ -201,6 +205,9 @@ func Merge(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []
 		return nil, err
 	}
 	out, err := (&merger{st: st, snap: snap, srcs: srcs, m: m, opts: opts, dir: dir}).run(ctx)
+	if err == nil {
+		err = guard.err()
+	}
 	if err != nil {
 		removeOutput(ctx, st, dir, ivf.AuxiliaryFileName, ivf.IndexFileName)
 		return nil, err
@@ -877,6 +884,7 @@ func keptRows(ids *lancefile.Array, s *source) []int {
 		}
 		switch del := s.deleted[f]; {
 		case !s.fragSet[f]:
+			s.remap.gone(uint64(f) << 32)
 			drop(i)
 		case del == nil:
 			s.rows[f] += uint64(j - i)

@@ -105,6 +105,9 @@ func PlanIndex(ctx context.Context, st storage.Store, snap *table.Snapshot, opts
 		if !ok {
 			return nil, fmt.Errorf("%w: segment %s of index %q has no fragment coverage; rebuild the index with pylance", errkind.InvalidInput, table.IndexUUID(im), opts.IndexName)
 		}
+		if err := refuseDeferredRemap(snap, im, ids, func(f uint32) bool { return current[f] }); err != nil {
+			return nil, err
+		}
 		live := slices.ContainsFunc(ids, func(f uint32) bool { return current[f] })
 		if !live {
 			// Deferred, or covering only deleted fragments: nothing to merge.

@@ -127,12 +127,17 @@ func mergeBTree(ctx context.Context, st storage.Store, snap *table.Snapshot, met
 	if err != nil {
 		return nil, err
 	}
+	guard := newRemapGuard(snap)
+	keep = guard.wrap(keep)
 	id, dir, err := outputDir(ctx, st, opts.IndexUUID)
 	if err != nil {
 		return nil, err
 	}
 	opts.Progress.SetStage("merge")
 	res, err := btree.Merge(ctx, st, metas, btree.MergeOptions{IndexUUID: id.String(), Keep: keep})
+	if err == nil {
+		err = guard.err()
+	}
 	if err != nil {
 		removeOutput(ctx, st, dir, btree.DataFile, btree.LookupFile)
 		return nil, err
@@ -200,8 +205,12 @@ func mergeZoneMap(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 		return nil, err
 	}
 	opts.Progress.SetStage("merge")
-	files, _, err := zonemap.MergeKind(ctx, st, metas, kind, id, func(f uint32) bool { return current[f] },
+	guard := newRemapGuard(snap)
+	files, _, err := zonemap.MergeKind(ctx, st, metas, kind, id, func(f uint32) bool { return current[f] && !guard.gone(uint64(f)<<32) },
 		func(im *pb.IndexMetadata) ([]bitmap.RawEntry, error) { return liveNullRows(ctx, st, snap, im) })
+	if err == nil {
+		err = guard.err()
+	}
 	if err != nil {
 		removeOutput(ctx, st, dir, kind.File)
 		return nil, err
@@ -268,6 +277,23 @@ func liveNullRows(ctx context.Context, st storage.Store, snap *table.Snapshot, i
 		err = flush()
 	}
 	return out, err
+}
+
+// guardEach is keep (nil: every row of every input stays), one per input
+// of n, each watched by g.
+func guardEach(g *remapGuard, keep []func(uint64) bool, n int) []func(uint64) bool {
+	if g.present == nil {
+		return keep
+	}
+	out := make([]func(uint64) bool, n)
+	for i := range out {
+		var k func(uint64) bool
+		if keep != nil {
+			k = keep[i]
+		}
+		out[i] = g.wrap(k)
+	}
+	return out
 }
 
 // keepPerInput says, for each input covering frags[i], which of its rows
@@ -371,12 +397,17 @@ func mergeFTS(ctx context.Context, st storage.Store, snap *table.Snapshot, metas
 		k := func(addr uint64) bool { return present[addr>>32] }
 		keep = slices.Repeat([]func(uint64) bool{k}, len(frags))
 	}
+	guard := newRemapGuard(snap)
+	keep = guardEach(guard, keep, len(frags))
 	id, dir, err := outputDir(ctx, st, opts.IndexUUID)
 	if err != nil {
 		return nil, err
 	}
 	opts.Progress.SetStage("merge")
 	res, err := fts.Merge(ctx, st, metas, fts.MergeOptions{IndexUUID: id, Keep: keep, MemoryBytes: opts.MemoryBytes, TempDir: opts.TempDir})
+	if err == nil {
+		err = guard.err()
+	}
 	if err != nil {
 		removeOutput(ctx, st, dir, fts.Names()...)
 		return nil, err
@@ -407,12 +438,17 @@ func mergeByKey(ctx context.Context, st storage.Store, snap *table.Snapshot, met
 	if err != nil {
 		return nil, err
 	}
+	guard := newRemapGuard(snap)
+	keep = guardEach(guard, keep, len(frags))
 	id, dir, err := outputDir(ctx, st, opts.IndexUUID)
 	if err != nil {
 		return nil, err
 	}
 	opts.Progress.SetStage("merge")
 	out, read, written, err := run(id, keep)
+	if err == nil {
+		err = guard.err()
+	}
 	if err != nil {
 		removeOutput(ctx, st, dir, files...)
 		return nil, err

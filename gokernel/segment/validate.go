@@ -9,6 +9,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/RoaringBitmap/roaring/v2/roaring64"
@@ -34,7 +35,8 @@ type source struct {
 	uuid    string
 	frags   []uint32
 	fragSet map[uint32]bool
-	rows    fragRows // rows a merge kept, per fragment
+	remap   *remapGuard // set by Merge: rows of gone fragments it watches for
+	rows    fragRows    // rows a merge kept, per fragment
 	// deleted holds, per covered fragment with a deletion file, the row
 	// offsets deleted at the merge's version (set by liveFilter).
 	deleted map[uint32]*roaring.Bitmap
@@ -90,6 +92,10 @@ func checkEntries(metas []*pb.IndexMetadata, snap *table.Snapshot) error {
 	seen := map[string]bool{}
 	owner := map[uint32]string{}
 	first := metas[0]
+	var current func(uint32) bool
+	if snap != nil {
+		current = currentFragments(snap)
+	}
 	for _, im := range metas {
 		u := table.IndexUUID(im)
 		if seen[u] {
@@ -118,6 +124,9 @@ func checkEntries(metas []*pb.IndexMetadata, snap *table.Snapshot) error {
 		}
 		if !ok {
 			return fmt.Errorf("%w: segment %s has no fragment coverage (rebuild it with pylance)", errkind.InvalidInput, u)
+		}
+		if err := refuseDeferredRemap(snap, im, ids, current); err != nil {
+			return err
 		}
 		for _, f := range ids {
 			if o, dup := owner[f]; dup {
@@ -673,4 +682,100 @@ func sameSchema(a, b []*lancefile.Field) error {
 		}
 	}
 	return nil
+}
+
+// FragReuseIndexName is the system index a compaction with
+// defer_index_remap leaves behind: it maps the rows of the fragments the
+// compaction rewrote to their new addresses, and pylance reads every other
+// index's segments through it until its own optimize applies the map.
+const FragReuseIndexName = "__lance_frag_reuse"
+
+// refuseDeferredRemap refuses segment im, covering fragments ids, when
+// the version has a fragment reuse index and im names a fragment that is
+// gone: its rows may live on at addresses only that index knows, which we
+// do not read (errkind.Unsupported, naming the remedy). Without that index
+// a gone fragment's rows are gone, and merges drop them. (pylance's
+// optimize also points such segments' bitmaps at the compacted fragments
+// without rewriting them; the check before a commit finds their rows of
+// fragments they do not cover.)
+func refuseDeferredRemap(snap *table.Snapshot, im *pb.IndexMetadata, ids []uint32, current func(uint32) bool) error {
+	if snap == nil || !slices.ContainsFunc(snap.Indices, func(x *pb.IndexMetadata) bool { return x.GetName() == FragReuseIndexName }) {
+		return nil
+	}
+	for _, f := range ids {
+		if !current(f) {
+			return fmt.Errorf("%w: segment %s of index %q covers fragment %d, which a compaction with defer_index_remap rewrote: "+
+				"the fragment reuse index (%s) that maps its rows is not read here; pylance's optimize_indices(index_names=[%q], num_indices_to_merge=N) merges it through that map",
+				errkind.Unsupported, table.IndexUUID(im), im.GetName(), f, FragReuseIndexName, im.GetName())
+		}
+	}
+	return nil
+}
+
+// currentFragments is a membership test of the version's fragment ids.
+func currentFragments(snap *table.Snapshot) func(uint32) bool {
+	set := map[uint32]bool{}
+	for _, f := range snap.FragmentIDs() {
+		set[uint32(f)] = true
+	}
+	return func(f uint32) bool { return set[f] }
+}
+
+// remapGuard watches a merge for rows of fragments that are gone while the
+// version has a fragment reuse index: rows whose addresses only that index
+// maps (pylance's optimize points the fragment bitmaps of segments built
+// before a compaction with defer_index_remap at the new fragments, and
+// leaves their row addresses to the map). A merge drops rows of gone
+// fragments as stale; here that would lose every row of such a segment,
+// so the merge is refused instead (err).
+type remapGuard struct {
+	present map[uint64]bool // nil: no fragment reuse index, nothing to watch
+	hit     atomic.Uint64   // the first such address seen, plus one
+}
+
+func newRemapGuard(snap *table.Snapshot) *remapGuard {
+	g := &remapGuard{}
+	if snap.HasStableRowIDs() || !slices.ContainsFunc(snap.Indices, func(x *pb.IndexMetadata) bool { return x.GetName() == FragReuseIndexName }) {
+		return g
+	}
+	g.present = map[uint64]bool{}
+	for _, f := range snap.Manifest.GetFragments() {
+		g.present[f.GetId()] = true
+	}
+	return g
+}
+
+// gone reports whether the row at addr is of a fragment that is gone, and
+// notes it, when the guard watches.
+func (g *remapGuard) gone(addr uint64) bool {
+	if g == nil || g.present == nil || g.present[addr>>32] {
+		return false
+	}
+	g.hit.CompareAndSwap(0, addr+1)
+	return true
+}
+
+// wrap is keep (nil: every row stays), watched.
+func (g *remapGuard) wrap(keep func(uint64) bool) func(uint64) bool {
+	if g.present == nil {
+		return keep
+	}
+	return func(addr uint64) bool {
+		if g.gone(addr) {
+			return false
+		}
+		return keep == nil || keep(addr)
+	}
+}
+
+// err is errkind.Unsupported once a row of a gone fragment was seen.
+func (g *remapGuard) err() error {
+	a := g.hit.Load()
+	if a == 0 {
+		return nil
+	}
+	a--
+	return fmt.Errorf("%w: the merge read row address %d of fragment %d, which a compaction with defer_index_remap rewrote: "+
+		"the fragment reuse index (%s) that maps it is not read here; pylance's optimize_indices(index_names=[...], num_indices_to_merge=N) "+
+		"merges the index through that map; nothing was written", errkind.Unsupported, a, a>>32, FragReuseIndexName)
 }

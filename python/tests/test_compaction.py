@@ -1,0 +1,155 @@
+"""Segments after pylance 14.0.2's ``compact_files``: compaction rewrites
+fragments, and pylance remaps the segments of every index onto the new
+ones (BTREE, BITMAP, LABEL_LIST, NGRAM, INVERTED and vector segments are
+rewritten with the new row addresses; ZONEMAP segments are not, and keep
+naming the fragments that are gone). Our optimize merges the remapped
+segments, pylance answers every filter as a scan does and as after its own
+optimize, and the merged segments verify clean. With
+``defer_index_remap=True`` the segments keep their old row addresses, which
+a fragment reuse index maps until pylance's optimize merges them through
+it; we do not read that map, and refuse such segments with
+UnsupportedError."""
+
+from __future__ import annotations
+
+import shutil
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import lance_segmerge as ls
+
+#: index name -> (column, index type); one each of what compaction remaps
+INDICES = {
+    "k_idx": ("k", "BTREE"),
+    "b_idx": ("b", "BITMAP"),
+    "b_ngram": ("b", "NGRAM"),
+    "t_idx": ("t", "INVERTED"),
+    "tags_idx": ("tags", "LABEL_LIST"),
+    "vec_idx": ("vec", "IVF_PQ"),
+}
+FILTERS = ["k = 5", "k > 990", "k IN (3, 400)", "b = 'c7'", "b IN ('c1', 'c2')", "contains(b, 'c4')",
+           "array_has_any(tags, ['t4'])", "array_has_all(tags, ['t0', 't1'])", "z < 100", "z > 6900"]
+
+
+def _table(start: int, n: int) -> pa.Table:
+    i = np.arange(start, start + n)
+    vec = np.random.default_rng(start).normal(size=n * 8).astype(np.float32)
+    return pa.table({"id": pa.array(i), "k": pa.array(i % 997), "b": pa.array([f"c{x % 50}" for x in i]),
+                     "z": pa.array(i * 2), "t": pa.array([f"w{x % 13} w{x % 7} doc" for x in i]),
+                     "tags": pa.array([[f"t{x % 5}", f"t{x % 3}"] for x in i]),
+                     "vec": pa.FixedSizeListArray.from_arrays(pa.array(vec), 8)})
+
+
+def _compacted(uri: str, defer: bool) -> None:
+    ds = lance.write_dataset(_table(0, 3000), uri, max_rows_per_file=1000)
+    for name, (col, typ) in INDICES.items():
+        if typ == "IVF_PQ":
+            ds.create_index(col, typ, name=name, num_partitions=4, num_sub_vectors=2)
+        else:
+            ds.create_scalar_index(col, typ, name=name)
+    ds.create_scalar_index("z", "ZONEMAP", name="z_idx")
+    for a in range(3):
+        lance.write_dataset(_table(3000 + 500 * a, 500), uri, mode="append")
+        lance.dataset(uri).optimize.optimize_indices(num_indices_to_merge=0)
+    lance.dataset(uri).delete("id % 7 = 0")
+    lance.dataset(uri).optimize.compact_files(target_rows_per_fragment=2000, defer_index_remap=defer)
+
+
+def _ids(uri: str, f: str, **kw: object) -> list[int]:
+    return sorted(lance.dataset(uri).to_table(filter=f, columns=["id"], **kw)["id"].to_pylist())
+
+
+def _fts(uri: str, q: str) -> list[int]:
+    return sorted(lance.dataset(uri).to_table(full_text_query=q, columns=["id"])["id"].to_pylist())
+
+
+def test_remapped_segments_merge_and_answer_as_pylance(tmp_path):
+    uri = str(tmp_path / "c")
+    _compacted(uri, defer=False)
+    live = {f.fragment_id for f in lance.dataset(uri).get_fragments()}
+    before = ls.open(uri)
+    for name in INDICES:
+        segs = before.list_index_segments(name)
+        assert len(segs) == 4 and set().union(*(s.fragment_ids for s in segs)) <= live, name  # remapped by pylance
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    shutil.copytree(uri, ours)
+    shutil.copytree(uri, theirs)
+    lance.dataset(theirs).optimize.optimize_indices(num_indices_to_merge=4)
+    for name in INDICES:
+        ls.optimize(ours, name, progress=False)
+    after = ls.open(ours)
+    for name in INDICES:
+        (seg,) = after.list_index_segments(name)
+        assert set(seg.fragment_ids) == live, name
+        assert [s.verdict for s in ls.verify_index(ours, name).segments] == ["clean"], name
+    for f in FILTERS:
+        got = _ids(ours, f)
+        assert got and got == _ids(theirs, f) == _ids(ours, f, use_scalar_index=False), f
+    assert "ScalarIndexQuery" in lance.dataset(ours).scanner(filter="k = 5").explain_plan()
+    assert _fts(ours, "w3") == _fts(theirs, "w3") and _fts(ours, "w3")
+    q = np.ones(8, np.float32)
+    near = lance.dataset(ours).to_table(nearest={"column": "vec", "q": q, "k": 10, "nprobes": 4}, columns=["id"])
+    assert near.num_rows == 10 and all(i % 7 for i in near["id"].to_pylist())  # no deleted row comes back
+    # pylance does not remap ZONEMAP segments: they keep naming the
+    # compacted fragments, cover none of the new ones, and neither merge
+    # plans them; filters read the data.
+    z = after.list_index_segments("z_idx")
+    assert len(z) == 4 and not set().union(*(s.fragment_ids for s in z)) & live
+    assert ls.plan_index_segment_merge(ours, "z_idx").tasks == ()
+
+
+def test_deferred_remap_is_refused_until_pylance_applies_it(tmp_path, caplog):
+    """A compaction with ``defer_index_remap=True`` leaves the segments'
+    row addresses to a fragment reuse index, which we do not read: every
+    verb that would merge them raises UnsupportedError naming it, and
+    leaves the dataset as it was (our check before a commit had caught the
+    rows of fragments the segment does not cover, as CorruptError, before
+    this refusal). After pylance's optimize without a merge (which points
+    the segments' fragment bitmaps at the new fragments without rewriting
+    them) the check before our commit finds their old addresses, and the
+    refusal is the same; once pylance has merged them through the map, the
+    index's later deltas merge here again."""
+    uri = str(tmp_path / "c")
+    _compacted(uri, defer=True)
+    (fri,) = ls.open(uri).list_index_segments("__lance_frag_reuse")  # its map is inline: no files
+    assert fri.index_type == "FRAGMENTREUSE" and fri.files == ()
+    version = lance.dataset(uri).version
+    for name in [*INDICES, "z_idx"]:
+        with pytest.raises(ls.UnsupportedError, match="__lance_frag_reuse"):
+            ls.plan_index_segment_merge(uri, name)
+        with pytest.raises(ls.UnsupportedError, match="defer_index_remap"):
+            ls.optimize(uri, name, progress=False)
+    segs = ls.open(uri).list_index_segments("k_idx")
+    with pytest.raises(ls.UnsupportedError, match="__lance_frag_reuse"):
+        ls.merge_existing_index_segments(uri, list(segs)[:2])
+    with caplog.at_level("WARNING", logger="lance_segmerge"):
+        assert ls.maintain_all(uri, policy="all", progress=False) == []
+    assert "k_idx: passed over" in caplog.text
+    assert lance.dataset(uri).version == version
+    for f in FILTERS:
+        assert _ids(uri, f) == _ids(uri, f, use_scalar_index=False), f
+    # pylance's optimize without a merge moves the bitmaps only: the check
+    # before our commit finds the old addresses, nothing is committed
+    lance.dataset(uri).optimize.optimize_indices()
+    version = lance.dataset(uri).version
+    live = {f.fragment_id for f in lance.dataset(uri).get_fragments()}
+    for name in ["k_idx", "b_idx", "tags_idx", "b_ngram", "t_idx"]:  # (it merged vec_idx through the map)
+        segs = ls.open(uri).list_index_segments(name)
+        assert len(segs) == 4 and set().union(*(s.fragment_ids for s in segs)) <= live, name  # moved, not rewritten
+        with pytest.raises(ls.UnsupportedError, match="merge read row address .* defer_index_remap"):
+            ls.optimize(uri, name, progress=False)
+    assert lance.dataset(uri).version == version
+    # merged by pylance through the map, then a delta: ours merges them
+    lance.dataset(uri).optimize.optimize_indices(index_names=["k_idx"], num_indices_to_merge=4)
+    lance.write_dataset(_table(9000, 500), uri, mode="append")
+    lance.dataset(uri).optimize.optimize_indices(index_names=["k_idx"], num_indices_to_merge=0)
+    assert len(ls.open(uri).list_index_segments("k_idx")) == 2
+    ls.optimize(uri, "k_idx", progress=False)
+    (seg,) = ls.open(uri).list_index_segments("k_idx")
+    assert set(seg.fragment_ids) == {f.fragment_id for f in lance.dataset(uri).get_fragments()}
+    for f in FILTERS[:3]:
+        assert _ids(uri, f) == _ids(uri, f, use_scalar_index=False), f
+    assert [s.verdict for s in ls.verify_index(uri, "k_idx").segments] == ["clean"]
