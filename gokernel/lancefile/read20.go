@@ -368,7 +368,6 @@ func (r *Reader) readList20(ctx context.Context, cols []int, f *Field, start, en
 	return out, nil
 }
 
-// emptyOf is an array of no rows of field f's type, lists' items too.
 // NullLists returns n null rows of the list type t whose items have type
 // item: what pylance writes for the bounds of a ZONEMAP of a list column.
 func NullLists(t, item DataType, n int) *Array {
@@ -377,6 +376,7 @@ func NullLists(t, item DataType, n int) *Array {
 	return a
 }
 
+// emptyOf is an array of no rows of field f's type, lists' items too.
 func emptyOf(f *Field) *Array {
 	a := &Array{Type: f.Type, Values: []byte{}}
 	if isList(f.Type) || f.Type.Kind == KindBinary {

@@ -206,7 +206,7 @@ func mergeZoneMap(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 	}
 	opts.Progress.SetStage("merge")
 	guard := newRemapGuard(snap)
-	files, _, err := zonemap.MergeKind(ctx, st, metas, kind, id, func(f uint32) bool { return current[f] && !guard.gone(uint64(f)<<32) },
+	files, _, err := zonemap.MergeKind(ctx, st, metas, kind, id, func(f uint32) bool { return !guard.gone(uint64(f)<<32) && current[f] },
 		func(im *pb.IndexMetadata) ([]bitmap.RawEntry, error) { return liveNullRows(ctx, st, snap, im) })
 	if err == nil {
 		err = guard.err()

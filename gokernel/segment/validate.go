@@ -699,7 +699,7 @@ const FragReuseIndexName = "__lance_frag_reuse"
 // without rewriting them; the check before a commit finds their rows of
 // fragments they do not cover.)
 func refuseDeferredRemap(snap *table.Snapshot, im *pb.IndexMetadata, ids []uint32, current func(uint32) bool) error {
-	if snap == nil || !slices.ContainsFunc(snap.Indices, func(x *pb.IndexMetadata) bool { return x.GetName() == FragReuseIndexName }) {
+	if snap == nil || !hasFragReuse(snap) {
 		return nil
 	}
 	for _, f := range ids {
@@ -710,6 +710,11 @@ func refuseDeferredRemap(snap *table.Snapshot, im *pb.IndexMetadata, ids []uint3
 		}
 	}
 	return nil
+}
+
+// hasFragReuse reports whether the version has a fragment reuse index.
+func hasFragReuse(snap *table.Snapshot) bool {
+	return slices.ContainsFunc(snap.Indices, func(x *pb.IndexMetadata) bool { return x.GetName() == FragReuseIndexName })
 }
 
 // currentFragments is a membership test of the version's fragment ids.
@@ -735,7 +740,7 @@ type remapGuard struct {
 
 func newRemapGuard(snap *table.Snapshot) *remapGuard {
 	g := &remapGuard{}
-	if snap.HasStableRowIDs() || !slices.ContainsFunc(snap.Indices, func(x *pb.IndexMetadata) bool { return x.GetName() == FragReuseIndexName }) {
+	if snap.HasStableRowIDs() || !hasFragReuse(snap) {
 		return g
 	}
 	g.present = map[uint64]bool{}
