@@ -136,7 +136,7 @@ def test_deferred_remap_is_refused_until_pylance_applies_it(tmp_path, caplog):
     lance.dataset(uri).optimize.optimize_indices()
     version = lance.dataset(uri).version
     live = {f.fragment_id for f in lance.dataset(uri).get_fragments()}
-    for name in ["k_idx", "b_idx", "tags_idx", "b_ngram", "t_idx"]:  # (it merged vec_idx through the map)
+    for name in ["k_idx", "b_idx", "tags_idx", "b_ngram", "t_idx", "z_idx"]:  # (it merged vec_idx through the map)
         segs = ls.open(uri).list_index_segments(name)
         assert len(segs) == 4 and set().union(*(s.fragment_ids for s in segs)) <= live, name  # moved, not rewritten
         with pytest.raises(ls.UnsupportedError, match="merge read row address .* defer_index_remap"):

@@ -133,6 +133,25 @@ def test_optimize_merges_bloomfilter_segments_and_pylance_answers_as_after_its_o
     assert rep.index_type == "BLOOMFILTER" and [s.verdict for s in rep.segments] == ["clean"]
 
 
+def _merged_both_ways(tmp_path, tab, storage: str, col: str, name: str) -> tuple[str, str]:
+    """A ZONEMAP of ``col`` over ``tab``'s rows in file version ``storage``:
+    a base, two optimize deltas, rows deleted; then merged by pylance (the
+    second path) and by our optimize (the first)."""
+    uri = str(tmp_path / "t")
+    lance.write_dataset(tab(0, 20_000), uri, data_storage_version=storage)
+    lance.dataset(uri).create_scalar_index(col, "ZONEMAP", name=name)
+    for a in range(2):
+        lance.write_dataset(tab(20_000 + 10_000 * a, 10_000), uri, mode="append")
+        lance.dataset(uri).optimize.optimize_indices(num_indices_to_merge=0)
+    lance.dataset(uri).delete("id % 13 = 0")
+    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
+    shutil.copytree(uri, ours)
+    shutil.copytree(uri, theirs)
+    lance.dataset(theirs).optimize.optimize_indices(num_indices_to_merge=3)
+    ls.optimize(ours, name, progress=False)
+    return ours, theirs
+
+
 @pytest.mark.parametrize("storage", ["2.0", "2.2"])
 def test_a_zonemap_of_a_dictionary_column_merges(tmp_path, storage):
     """pylance 14.0.2 builds a ZONEMAP on a dictionary-encoded column with
@@ -143,23 +162,11 @@ def test_a_zonemap_of_a_dictionary_column_merges(tmp_path, storage):
     as after its own merge, with the index in its plan. The keys check
     cannot read dictionary data, so verify says unverified; a build is
     refused, naming the type."""
-    uri = str(tmp_path / "d")
-
     def tab(start: int, n: int) -> pa.Table:
         i = np.arange(start, start + n)
         return pa.table({"id": pa.array(i), "d": pa.array([None if x % 11 == 0 else f"v{x % 7}" for x in i]).dictionary_encode()})
 
-    lance.write_dataset(tab(0, 20_000), uri, data_storage_version=storage)
-    lance.dataset(uri).create_scalar_index("d", "ZONEMAP", name="d_zm")
-    for a in range(2):
-        lance.write_dataset(tab(20_000 + 10_000 * a, 10_000), uri, mode="append")
-        lance.dataset(uri).optimize.optimize_indices(num_indices_to_merge=0)
-    lance.dataset(uri).delete("id % 13 = 0")
-    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
-    shutil.copytree(uri, ours)
-    shutil.copytree(uri, theirs)
-    lance.dataset(theirs).optimize.optimize_indices(num_indices_to_merge=3)
-    ls.optimize(ours, "d_zm", progress=False)
+    ours, theirs = _merged_both_ways(tmp_path, tab, storage, "d", "d_zm")
     (seg,) = ls.open(ours).list_index_segments("d_zm")
     from lance.file import LanceFileReader
 
@@ -187,8 +194,6 @@ def test_a_zonemap_of_a_list_column_merges_builds_and_verifies(tmp_path, storage
     null bounds over, our build writes what pylance's writes (file and
     index details), verify checks each zone's null lists against the data,
     and pylance answers every filter as after its own merge."""
-    uri = str(tmp_path / "l")
-
     def value(x: int) -> object:
         return x % 7 if item == pa.int64() else f"t{x % 7}"
 
@@ -197,17 +202,7 @@ def test_a_zonemap_of_a_list_column_merges_builds_and_verifies(tmp_path, storage
         lists = [None if x % 11 == 0 else [] if x % 17 == 0 else [value(x), value(x + 3)] for x in i]
         return pa.table({"id": pa.array(i), "l": pa.array(lists, pa.list_(item))})
 
-    lance.write_dataset(tab(0, 20_000), uri, data_storage_version=storage)
-    lance.dataset(uri).create_scalar_index("l", "ZONEMAP", name="l_zm")
-    for a in range(2):
-        lance.write_dataset(tab(20_000 + 10_000 * a, 10_000), uri, mode="append")
-        lance.dataset(uri).optimize.optimize_indices(num_indices_to_merge=0)
-    lance.dataset(uri).delete("id % 13 = 0")
-    ours, theirs = str(tmp_path / "ours"), str(tmp_path / "theirs")
-    shutil.copytree(uri, ours)
-    shutil.copytree(uri, theirs)
-    lance.dataset(theirs).optimize.optimize_indices(num_indices_to_merge=3)
-    ls.optimize(ours, "l_zm", progress=False)
+    ours, theirs = _merged_both_ways(tmp_path, tab, storage, "l", "l_zm")
     from lance.file import LanceFileReader
 
     def zones(root: str) -> pa.Table:
