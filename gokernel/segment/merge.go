@@ -205,8 +205,8 @@ func Merge(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []
 		return nil, err
 	}
 	out, err := (&merger{st: st, snap: snap, srcs: srcs, m: m, opts: opts, dir: dir}).run(ctx)
-	if err == nil {
-		err = guard.err()
+	if gerr := guard.err(); gerr != nil {
+		err = gerr // what the merge then failed on, if it failed
 	}
 	if err != nil {
 		removeOutput(ctx, st, dir, ivf.AuxiliaryFileName, ivf.IndexFileName)

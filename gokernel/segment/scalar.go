@@ -135,8 +135,8 @@ func mergeBTree(ctx context.Context, st storage.Store, snap *table.Snapshot, met
 	}
 	opts.Progress.SetStage("merge")
 	res, err := btree.Merge(ctx, st, metas, btree.MergeOptions{IndexUUID: id.String(), Keep: keep})
-	if err == nil {
-		err = guard.err()
+	if gerr := guard.err(); gerr != nil {
+		err = gerr // what the merge then failed on, if it failed
 	}
 	if err != nil {
 		removeOutput(ctx, st, dir, btree.DataFile, btree.LookupFile)
@@ -208,8 +208,8 @@ func mergeZoneMap(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 	guard := newRemapGuard(snap)
 	files, _, err := zonemap.MergeKind(ctx, st, metas, kind, id, func(f uint32) bool { return !guard.gone(uint64(f)<<32) && current[f] },
 		func(im *pb.IndexMetadata) ([]bitmap.RawEntry, error) { return liveNullRows(ctx, st, snap, im) })
-	if err == nil {
-		err = guard.err()
+	if gerr := guard.err(); gerr != nil {
+		err = gerr // what the merge then failed on, if it failed
 	}
 	if err != nil {
 		removeOutput(ctx, st, dir, kind.File)
@@ -405,8 +405,8 @@ func mergeFTS(ctx context.Context, st storage.Store, snap *table.Snapshot, metas
 	}
 	opts.Progress.SetStage("merge")
 	res, err := fts.Merge(ctx, st, metas, fts.MergeOptions{IndexUUID: id, Keep: keep, MemoryBytes: opts.MemoryBytes, TempDir: opts.TempDir})
-	if err == nil {
-		err = guard.err()
+	if gerr := guard.err(); gerr != nil {
+		err = gerr // what the merge then failed on, if it failed
 	}
 	if err != nil {
 		removeOutput(ctx, st, dir, fts.Names()...)
@@ -446,8 +446,8 @@ func mergeByKey(ctx context.Context, st storage.Store, snap *table.Snapshot, met
 	}
 	opts.Progress.SetStage("merge")
 	out, read, written, err := run(id, keep)
-	if err == nil {
-		err = guard.err()
+	if gerr := guard.err(); gerr != nil {
+		err = gerr // what the merge then failed on, if it failed
 	}
 	if err != nil {
 		removeOutput(ctx, st, dir, files...)

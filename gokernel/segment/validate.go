@@ -696,8 +696,7 @@ const FragReuseIndexName = "__lance_frag_reuse"
 // do not read (errkind.Unsupported, naming the remedy). Without that index
 // a gone fragment's rows are gone, and merges drop them. (pylance's
 // optimize also points such segments' bitmaps at the compacted fragments
-// without rewriting them; the check before a commit finds their rows of
-// fragments they do not cover.)
+// without rewriting them: remapGuard finds their rows in the merge.)
 func refuseDeferredRemap(snap *table.Snapshot, im *pb.IndexMetadata, ids []uint32, current func(uint32) bool) error {
 	if snap == nil || !hasFragReuse(snap) {
 		return nil
@@ -773,7 +772,9 @@ func (g *remapGuard) wrap(keep func(uint64) bool) func(uint64) bool {
 	}
 }
 
-// err is errkind.Unsupported once a row of a gone fragment was seen.
+// err is errkind.Unsupported once a row of a gone fragment was seen: it
+// explains a failure of the merge too (the coverage check finds a covered
+// fragment without rows).
 func (g *remapGuard) err() error {
 	a := g.hit.Load()
 	if a == 0 {

@@ -105,12 +105,12 @@ def test_deferred_remap_is_refused_until_pylance_applies_it(tmp_path, caplog):
     """A compaction with ``defer_index_remap=True`` leaves the segments'
     row addresses to a fragment reuse index, which we do not read: every
     verb that would merge them raises UnsupportedError naming it, and
-    leaves the dataset as it was (our check before a commit had caught the
-    rows of fragments the segment does not cover, as CorruptError, before
-    this refusal). After pylance's optimize without a merge (which points
-    the segments' fragment bitmaps at the new fragments without rewriting
-    them) the check before our commit finds their old addresses, and the
-    refusal is the same; once pylance has merged them through the map, the
+    leaves the dataset as it was. After pylance's optimize without a merge
+    (which points the segments' fragment bitmaps at the new fragments
+    without rewriting them) our merges meet their old addresses and refuse
+    the same way (before, a BTREE or BITMAP merge failed its check as
+    CorruptError, and an INVERTED merge dropped every row as stale and
+    verified clean); once pylance has merged them through the map, the
     index's later deltas merge here again."""
     uri = str(tmp_path / "c")
     _compacted(uri, defer=True)
@@ -131,8 +131,14 @@ def test_deferred_remap_is_refused_until_pylance_applies_it(tmp_path, caplog):
     assert lance.dataset(uri).version == version
     for f in FILTERS:
         assert _ids(uri, f) == _ids(uri, f, use_scalar_index=False), f
-    # pylance's optimize without a merge moves the bitmaps only: the check
-    # before our commit finds the old addresses, nothing is committed
+    # a vector index: pylance's optimize with num_indices_to_merge=1 moves
+    # the bitmaps of all but the newest segment, which it merges
+    lance.dataset(uri).optimize.optimize_indices(index_names=["vec_idx"], num_indices_to_merge=1)
+    with pytest.raises(ls.UnsupportedError, match="merge read row address .* defer_index_remap"):
+        ls.optimize(uri, "vec_idx", progress=False)
+    assert lance.dataset(uri).version == version + 1
+    # pylance's optimize moves the other indices' bitmaps without rewriting
+    # them: our merges meet the old addresses and refuse, nothing is written
     lance.dataset(uri).optimize.optimize_indices()
     version = lance.dataset(uri).version
     live = {f.fragment_id for f in lance.dataset(uri).get_fragments()}
