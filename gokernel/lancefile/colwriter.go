@@ -99,7 +99,12 @@ func (c *colWriter) appendCopy(a *Array) error {
 		if n := c.w.opts.ExpectedRows; n > 0 {
 			size = min(size, (n*c.f.Type.ValueBits()+7)/8)
 		}
-		c.own = bufpool.Default.Get(size + len(a.Values))
+		if w := c.rowWidth(); w > 0 {
+			size += w // a page closes with the row that fills it
+		} else {
+			size += len(a.Values) // a's rows are not split: room for all of them
+		}
+		c.own = bufpool.Default.Get(size)
 	}
 	for _, p := range c.pending { // earlier references join the copy
 		c.own = append(c.own, p.Values...)
@@ -110,16 +115,40 @@ func (c *colWriter) appendCopy(a *Array) error {
 }
 
 // appendOwned copies a's values into the column's page buffer, flushing a
-// page once it is full.
+// page once it is full. Rows of whole bytes are copied a page at a time,
+// so the buffer never grows past a page whatever a's length: in a fresh
+// process every byte of it is memory the kernel faults in, and a buffer
+// refilled page after page stays in the cache.
 func (c *colWriter) appendOwned(a *Array) error {
-	c.own = append(c.own, a.Values...)
-	c.ownRows += a.Len
-	c.bytes += len(a.Values)
-	c.rows += a.Len
-	if c.bytes >= c.w.opts.MaxPageBytes {
-		return c.flush()
+	values, rows := a.Values, a.Len
+	for rows > 0 {
+		n, nb := rows, len(values)
+		if per := c.rowWidth(); per > 0 && c.bytes+nb > c.w.opts.MaxPageBytes {
+			n = (c.w.opts.MaxPageBytes - c.bytes + per - 1) / per // the rows that fill the page
+			nb = n * per
+		}
+		c.own = append(c.own, values[:nb]...)
+		values, rows = values[nb:], rows-n
+		c.ownRows += n
+		c.bytes += nb
+		c.rows += n
+		if c.bytes >= c.w.opts.MaxPageBytes {
+			if err := c.flush(); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
+}
+
+// rowWidth is the bytes of one row of the column when its values are
+// whole bytes per row (appendOwned splits such arrays at page
+// boundaries), else 0.
+func (c *colWriter) rowWidth() int {
+	if b := c.f.Type.ValueBits(); b > 0 && b%8 == 0 {
+		return b / 8
+	}
+	return 0
 }
 
 // release hands the column's page buffer back to the pool once the

@@ -747,3 +747,72 @@ func TestNullLists(t *testing.T) {
 		}
 	}
 }
+
+// TestCopiedRowsSplitAtPages: rows handed to WriteChunked in one array far
+// larger than a page are copied a page at a time (the column's buffer
+// never grows past a page), every page holds at most a page of bytes, and
+// the rows read back as written.
+func TestCopiedRowsSplitAtPages(t *testing.T) {
+	const maxPage = 4096
+	for _, tc := range []struct {
+		name  string
+		typ   DataType
+		rows  int
+		width int
+	}{
+		{"int64", Primitive(KindInt64), 5000, 8},
+		{"uint8", Primitive(KindUint8), 9000, 1},
+		{"vector", FixedSizeList(KindFloat32, 24), 700, 96}, // 4096 is not a multiple of 96
+		{"one page", Primitive(KindInt64), 100, 8},
+	} {
+		for _, v := range []Version{V2_0, V2_2} {
+			t.Run(fmt.Sprint(tc.name, "/", v), func(t *testing.T) {
+				r := rand.New(rand.NewPCG(5, 9))
+				vals := make([]byte, tc.rows*tc.width)
+				for i := range vals {
+					vals[i] = byte(r.IntN(256))
+				}
+				a := &Array{Type: tc.typ, Len: tc.rows, Values: vals}
+				var buf bytes.Buffer
+				w, err := NewWriter(&buf, []*Field{NewField("v", tc.typ, false)}, WriterOptions{Version: v, MaxPageBytes: maxPage})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := w.WriteChunked([][]*Array{{a}}); err != nil {
+					t.Fatal(err)
+				}
+				if got := cap(w.cols[0].own); got > 2*maxPage {
+					t.Errorf("the column's buffer holds %d bytes, a page is %d", got, maxPage)
+				}
+				if err := w.Finish(); err != nil {
+					t.Fatal(err)
+				}
+				rd, err := openBytes(t, buf.Bytes())
+				if err != nil {
+					t.Fatal(err)
+				}
+				perPage := (maxPage + tc.width - 1) / tc.width // a page closes once it holds maxPage bytes
+				pages, rows := rd.columns[0].GetPages(), 0
+				if want := (tc.rows + perPage - 1) / perPage; len(pages) != want {
+					t.Errorf("%d pages, want %d", len(pages), want)
+				}
+				for i, p := range pages {
+					if n := int(p.GetLength()); n > perPage {
+						t.Errorf("page %d holds %d rows (%d bytes), more than fill a %d-byte page", i, n, n*tc.width, maxPage)
+					}
+					rows += int(p.GetLength())
+				}
+				if rows != tc.rows {
+					t.Errorf("the pages hold %d rows, want %d", rows, tc.rows)
+				}
+				got, err := rd.Read(context.Background(), "v", 0, uint64(tc.rows))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(got.Values, vals) {
+					t.Error("the rows read back differ")
+				}
+			})
+		}
+	}
+}

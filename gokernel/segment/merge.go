@@ -301,6 +301,14 @@ func (mg *merger) windows() []window {
 	return ws
 }
 
+// auxPageBytes is the page size of a merged auxiliary file. Small pages
+// keep the writer's buffer small: in a fresh process every byte of it is
+// memory the kernel must fault in before the first page is written, and a
+// 1 MiB buffer refilled page after page stays in the cache (measured on
+// the default preset of bench_optimize's IVF_PQ and IVF_RQ deltas, cold
+// merges: 10-18% faster than 8 MiB pages, a third fewer page faults).
+const auxPageBytes = 1 << 20
+
 func (mg *merger) writeAux(ctx context.Context) (int64, error) {
 	m := mg.m
 	sw, err := mg.st.Create(ctx, mg.dir+ivf.AuxiliaryFileName)
@@ -317,7 +325,7 @@ func (mg *merger) writeAux(ctx context.Context) (int64, error) {
 	for _, s := range mg.srcs {
 		inRows += int(s.files.Aux.NumRows())
 	}
-	w, err := lancefile.NewWriter(counted, fields, lancefile.WriterOptions{Version: m.version, ExpectedRows: inRows})
+	w, err := lancefile.NewWriter(counted, fields, lancefile.WriterOptions{Version: m.version, ExpectedRows: inRows, MaxPageBytes: auxPageBytes})
 	if err != nil {
 		return 0, err
 	}
