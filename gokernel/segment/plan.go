@@ -77,6 +77,7 @@ func PlanIndex(ctx context.Context, st storage.Store, snap *table.Snapshot, opts
 	if err := opts.check(); err != nil {
 		return nil, err
 	}
+	compacted := compactedTest(snap)
 	current := map[uint32]bool{}
 	for _, f := range snap.FragmentIDs() {
 		current[uint32(f)] = true
@@ -105,7 +106,7 @@ func PlanIndex(ctx context.Context, st storage.Store, snap *table.Snapshot, opts
 		if !ok {
 			return nil, fmt.Errorf("%w: segment %s of index %q has no fragment coverage; rebuild the index with pylance", errkind.InvalidInput, table.IndexUUID(im), opts.IndexName)
 		}
-		if err := refuseDeferredRemap(snap, im, ids, func(f uint32) bool { return current[f] }); err != nil {
+		if err := refuseDeferredRemap(compacted, im, ids, func(f uint32) bool { return current[f] }); err != nil {
 			return nil, err
 		}
 		live := slices.ContainsFunc(ids, func(f uint32) bool { return current[f] })

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/fragreuse"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/ivf"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
@@ -96,6 +97,7 @@ func checkEntries(metas []*pb.IndexMetadata, snap *table.Snapshot) error {
 	if snap != nil {
 		current = currentFragments(snap)
 	}
+	compacted := compactedTest(snap)
 	for _, im := range metas {
 		u := table.IndexUUID(im)
 		if seen[u] {
@@ -125,7 +127,7 @@ func checkEntries(metas []*pb.IndexMetadata, snap *table.Snapshot) error {
 		if !ok {
 			return fmt.Errorf("%w: segment %s has no fragment coverage (rebuild it with pylance)", errkind.InvalidInput, u)
 		}
-		if err := refuseDeferredRemap(snap, im, ids, current); err != nil {
+		if err := refuseDeferredRemap(compacted, im, ids, current); err != nil {
 			return err
 		}
 		for _, f := range ids {
@@ -688,32 +690,44 @@ func sameSchema(a, b []*lancefile.Field) error {
 // defer_index_remap leaves behind: it maps the rows of the fragments the
 // compaction rewrote to their new addresses, and pylance reads every other
 // index's segments through it until its own optimize applies the map.
-const FragReuseIndexName = "__lance_frag_reuse"
+const FragReuseIndexName = fragreuse.IndexName
 
-// refuseDeferredRemap refuses segment im, covering fragments ids, when
-// the version has a fragment reuse index and im names a fragment that is
-// gone: its rows may live on at addresses only that index knows, which we
-// do not read (errkind.Unsupported, naming the remedy). Without that index
-// a gone fragment's rows are gone, and merges drop them. (pylance's
+// compactedTest says which fragments a compaction with defer_index_remap
+// rewrote, from the version's fragment reuse index (nil: it has none).
+// A map this cannot read (its content in a file, or not understood)
+// counts every fragment as rewritten: a gone fragment is then refused
+// rather than its rows dropped.
+func compactedTest(snap *table.Snapshot) func(uint32) bool {
+	if snap == nil || fragreuse.Find(snap) == nil {
+		return nil
+	}
+	m, err := fragreuse.Inline(snap)
+	if err != nil {
+		return func(uint32) bool { return true }
+	}
+	return m.Compacted
+}
+
+// refuseDeferredRemap refuses segment im, covering fragments ids, when it
+// names a fragment that is gone because a compaction with
+// defer_index_remap rewrote it: its rows live on at addresses only the
+// fragment reuse index knows, which merges here do not apply
+// (errkind.Unsupported, naming the remedy). The rows of a fragment gone
+// otherwise (deleted whole) are gone, and merges drop them. (pylance's
 // optimize also points such segments' bitmaps at the compacted fragments
 // without rewriting them: remapGuard finds their rows in the merge.)
-func refuseDeferredRemap(snap *table.Snapshot, im *pb.IndexMetadata, ids []uint32, current func(uint32) bool) error {
-	if snap == nil || !hasFragReuse(snap) {
+func refuseDeferredRemap(compacted func(uint32) bool, im *pb.IndexMetadata, ids []uint32, current func(uint32) bool) error {
+	if compacted == nil {
 		return nil
 	}
 	for _, f := range ids {
-		if !current(f) {
+		if !current(f) && compacted(f) {
 			return fmt.Errorf("%w: segment %s of index %q covers fragment %d, which a compaction with defer_index_remap rewrote: "+
-				"the fragment reuse index (%s) that maps its rows is not read here; pylance's optimize_indices(index_names=[%q], num_indices_to_merge=N) merges it through that map",
+				"the fragment reuse index (%s) that maps its rows is not applied here; pylance's optimize_indices(index_names=[%q], num_indices_to_merge=N) merges it through that map",
 				errkind.Unsupported, table.IndexUUID(im), im.GetName(), f, FragReuseIndexName, im.GetName())
 		}
 	}
 	return nil
-}
-
-// hasFragReuse reports whether the version has a fragment reuse index.
-func hasFragReuse(snap *table.Snapshot) bool {
-	return slices.ContainsFunc(snap.Indices, func(x *pb.IndexMetadata) bool { return x.GetName() == FragReuseIndexName })
 }
 
 // currentFragments is a membership test of the version's fragment ids.
@@ -725,21 +739,25 @@ func currentFragments(snap *table.Snapshot) func(uint32) bool {
 	return func(f uint32) bool { return set[f] }
 }
 
-// remapGuard watches a merge for rows of fragments that are gone while the
-// version has a fragment reuse index: rows whose addresses only that index
-// maps (pylance's optimize points the fragment bitmaps of segments built
-// before a compaction with defer_index_remap at the new fragments, and
-// leaves their row addresses to the map). A merge drops rows of gone
-// fragments as stale; here that would lose every row of such a segment,
-// so the merge is refused instead (err).
+// remapGuard watches a merge for rows of fragments that a compaction with
+// defer_index_remap rewrote: rows whose addresses only the fragment reuse
+// index maps (pylance's optimize points the fragment bitmaps of segments
+// built before such a compaction at the new fragments, and leaves their
+// row addresses to the map). A merge drops rows of gone fragments as
+// stale; here that would lose every row of such a segment, so the merge
+// is refused instead (err).
 type remapGuard struct {
-	present map[uint64]bool // nil: no fragment reuse index, nothing to watch
-	hit     atomic.Uint64   // the first such address seen, plus one
+	present   map[uint64]bool   // nil: no fragment reuse index, nothing to watch
+	compacted func(uint32) bool // of the gone fragments, those rewritten
+	hit       atomic.Uint64     // the first such address seen, plus one
 }
 
 func newRemapGuard(snap *table.Snapshot) *remapGuard {
 	g := &remapGuard{}
-	if snap.HasStableRowIDs() || !hasFragReuse(snap) {
+	if snap.HasStableRowIDs() {
+		return g
+	}
+	if g.compacted = compactedTest(snap); g.compacted == nil {
 		return g
 	}
 	g.present = map[uint64]bool{}
@@ -749,10 +767,10 @@ func newRemapGuard(snap *table.Snapshot) *remapGuard {
 	return g
 }
 
-// gone reports whether the row at addr is of a fragment that is gone, and
-// notes it, when the guard watches.
+// gone reports whether the row at addr is of a fragment that a compaction
+// rewrote, and notes it, when the guard watches.
 func (g *remapGuard) gone(addr uint64) bool {
-	if g == nil || g.present == nil || g.present[addr>>32] {
+	if g == nil || g.present == nil || g.present[addr>>32] || !g.compacted(uint32(addr>>32)) {
 		return false
 	}
 	g.hit.CompareAndSwap(0, addr+1)
@@ -782,6 +800,6 @@ func (g *remapGuard) err() error {
 	}
 	a--
 	return fmt.Errorf("%w: the merge read row address %d of fragment %d, which a compaction with defer_index_remap rewrote: "+
-		"the fragment reuse index (%s) that maps it is not read here; pylance's optimize_indices(index_names=[...], num_indices_to_merge=N) "+
+		"the fragment reuse index (%s) that maps it is not applied here; pylance's optimize_indices(index_names=[...], num_indices_to_merge=N) "+
 		"merges the index through that map; nothing was written", errkind.Unsupported, a, a>>32, FragReuseIndexName)
 }

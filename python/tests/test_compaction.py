@@ -7,11 +7,14 @@ segments, pylance answers every filter as a scan does and as after its own
 optimize, and the merged segments verify clean. With
 ``defer_index_remap=True`` the segments keep their old row addresses, which
 a fragment reuse index maps until pylance's optimize merges them through
-it; we do not read that map, and refuse such segments with
-UnsupportedError."""
+it; we read that map (its row addresses match where pylance put every
+row) but do not apply it in merges: segments of compacted fragments are
+refused with UnsupportedError, while fragments deleted whole are still
+dropped as stale."""
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import lance
@@ -20,6 +23,7 @@ import pyarrow as pa
 import pytest
 
 import lance_segmerge as ls
+from lance_segmerge import _ffi
 
 #: index name -> (column, index type); one each of what compaction remaps
 INDICES = {
@@ -148,14 +152,52 @@ def test_deferred_remap_is_refused_until_pylance_applies_it(tmp_path, caplog):
         with pytest.raises(ls.UnsupportedError, match="merge read row address .* defer_index_remap"):
             ls.optimize(uri, name, progress=False)
     assert lance.dataset(uri).version == version
-    # merged by pylance through the map, then a delta: ours merges them
+    # merged by pylance through the map, then a delta over two fragments,
+    # one of which is then deleted whole: ours merges them (the map stays,
+    # but says that fragment was not compacted: its rows are dropped as
+    # stale, as they are without a map)
     lance.dataset(uri).optimize.optimize_indices(index_names=["k_idx"], num_indices_to_merge=4)
-    lance.write_dataset(_table(9000, 500), uri, mode="append")
+    lance.write_dataset(_table(9000, 500), uri, mode="append", max_rows_per_file=250)
     lance.dataset(uri).optimize.optimize_indices(index_names=["k_idx"], num_indices_to_merge=0)
+    lance.dataset(uri).delete("id >= 9000 AND id < 9250")
     assert len(ls.open(uri).list_index_segments("k_idx")) == 2
+    assert ls.open(uri).list_index_segments("__lance_frag_reuse")
     ls.optimize(uri, "k_idx", progress=False)
     (seg,) = ls.open(uri).list_index_segments("k_idx")
-    assert set(seg.fragment_ids) == {f.fragment_id for f in lance.dataset(uri).get_fragments()}
-    for f in FILTERS[:3]:
+    live = {f.fragment_id for f in lance.dataset(uri).get_fragments()}
+    assert live < set(seg.fragment_ids)  # the union of its inputs' bitmaps, the deleted fragment too, as pylance's merge
+    for f in [*FILTERS[:3], "k > 900", "id >= 9000"]:
         assert _ids(uri, f) == _ids(uri, f, use_scalar_index=False), f
     assert [s.verdict for s in ls.verify_index(uri, "k_idx").segments] == ["clean"]
+
+
+def _addresses(uri: str, version: int) -> dict[int, int]:
+    t = lance.dataset(uri, version=version).to_table(columns=["id"], with_row_address=True)
+    return dict(zip(t["id"].to_pylist(), t["_rowaddr"].to_pylist()))
+
+
+def test_the_fragment_reuse_map_puts_every_row_where_pylance_did(tmp_path):
+    """The fragment reuse index as we read it (lance.table.
+    FragmentReuseIndexDetails: a version per compaction, its groups' old
+    and new fragments and the carried-over row addresses) maps every row
+    address from before two compactions with ``defer_index_remap=True`` to
+    the address pylance's compactions gave the row, through both, and the
+    rows deleted before either to nothing."""
+    uri = str(tmp_path / "c")
+    _compacted(uri, defer=True)
+    first = lance.dataset(uri).version
+    lance.dataset(uri).delete("id % 3 = 0")
+    lance.write_dataset(_table(9000, 700), uri, mode="append", max_rows_per_file=350)
+    lance.dataset(uri).optimize.compact_files(target_rows_per_fragment=5000, defer_index_remap=True)
+    now = _addresses(uri, lance.dataset(uri).version)
+    for before in (first - 1, first):  # through both compactions, and the second alone
+        old = _addresses(uri, before)
+        got = _ffi.call_json("RemapRowAddresses", uri, "{}", 0, json.dumps(list(old.values())))
+        assert [g for i, g in zip(old, got) if i in now] == [now[i] for i in old if i in now], before
+        # a row deleted since maps to nothing where a compaction dropped
+        # it, else to where it lies deleted (not a live row's address)
+        gone = [g for i, g in zip(old, got) if i not in now]
+        assert None in gone and not set(gone) & set(now.values()), before
+        assert sum(i in now for i in old) > 2000 and any(old[i] != now[i] for i in old if i in now), before
+    (fri,) = ls.open(uri).list_index_segments("__lance_frag_reuse")
+    assert fri.dataset_version == lance.dataset(uri).version - 1  # the version the compaction read
