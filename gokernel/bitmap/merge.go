@@ -398,6 +398,12 @@ type MergeOptions struct {
 	// in a newer fragment that only a newer input covers. Other rows are
 	// dropped, and keys left without rows with them.
 	Keep []func(rowID uint64) bool
+	// Remap, when set, gives a kept row's id in the output for the rows
+	// of the fragments Moves names (rows of fragments a compaction
+	// rewrote move to their new addresses); the rows of other fragments
+	// stay where they are, their row maps copied.
+	Remap func(rowID uint64) uint64
+	Moves func(frag uint32) bool
 }
 
 // Result is what Merge wrote.
@@ -526,6 +532,13 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 				}
 				group = append(group[:start], es...)
 			}
+			if opts.Remap != nil {
+				es, err := remapEntries(group[start:], opts.Moves, opts.Remap)
+				if err != nil {
+					return nil, err
+				}
+				group = append(group[:start], es...)
+			}
 		}
 		var err error
 		if joined, err = joinEntries(joined[:0], group, nil); err != nil {
@@ -553,6 +566,12 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 			if k := keep(i); k != nil {
 				var err error
 				if es, err = joinEntries(nil, es, k); err != nil {
+					return nil, err
+				}
+			}
+			if opts.Remap != nil {
+				var err error
+				if es, err = remapEntries(es, opts.Moves, opts.Remap); err != nil {
 					return nil, err
 				}
 			}
@@ -699,6 +718,50 @@ func joinEntries(dst, es []RawEntry, keep func(uint64) bool) ([]RawEntry, error)
 			return nil, err
 		}
 		out = append(out, RawEntry{frag, b})
+	}
+	return out, nil
+}
+
+// remapEntries returns es with the entries of the fragments moves names
+// replaced by entries of where remap puts their rows (a fragment's rows
+// may land in several fragments, and several fragments' rows in one: the
+// caller joins entries of one fragment). Other entries are kept as they
+// are. es is not modified.
+func remapEntries(es []RawEntry, moves func(uint32) bool, remap func(uint64) uint64) ([]RawEntry, error) {
+	if !slices.ContainsFunc(es, func(e RawEntry) bool { return moves(e.Frag) }) {
+		return es, nil
+	}
+	out := make([]RawEntry, 0, len(es))
+	moved := map[uint32]*roaring.Bitmap{}
+	for _, e := range es {
+		if !moves(e.Frag) {
+			out = append(out, e)
+			continue
+		}
+		if len(e.Bits) == 0 {
+			return nil, fmt.Errorf("%w: a row map entry for all of fragment %d (whole-fragment entries are not merged)", errkind.Unsupported, e.Frag)
+		}
+		b := roaring.New()
+		if err := b.UnmarshalBinary(e.Bits); err != nil {
+			return nil, fmt.Errorf("%w: row map entry of fragment %d: %v", errkind.Corrupt, e.Frag, err)
+		}
+		hi := uint64(e.Frag) << 32
+		for it := b.Iterator(); it.HasNext(); {
+			n := remap(hi | uint64(it.Next()))
+			to := moved[uint32(n>>32)]
+			if to == nil {
+				to = roaring.New()
+				moved[uint32(n>>32)] = to
+			}
+			to.Add(uint32(n))
+		}
+	}
+	for f, b := range moved {
+		bits, err := b.ToBytes()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, RawEntry{f, bits})
 	}
 	return out, nil
 }

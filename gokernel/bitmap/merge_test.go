@@ -342,3 +342,66 @@ func TestNumberKeysOutOfOrder(t *testing.T) {
 		t.Fatalf("merge of a number key listed twice: %v, want Corrupt", err)
 	}
 }
+
+// TestRemapEntries: the entries of moved fragments become entries of
+// where their rows went (one fragment's rows may land in two, two
+// fragments' rows in one); other entries are kept byte for byte; the
+// joined row map holds each row once, at its new address.
+func TestRemapEntries(t *testing.T) {
+	entry := func(frag uint32, offs ...uint32) RawEntry {
+		b, err := roaring.BitmapOf(offs...).ToBytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return RawEntry{frag, b}
+	}
+	// fragments 1 and 2 were compacted: 1's rows 0-3 into 7 (rows 0-3),
+	// 1's rows 4-5 into 8 (rows 0-1), 2's rows into 8 (from row 2)
+	remap := func(a uint64) uint64 {
+		f, o := uint32(a>>32), uint32(a)
+		switch {
+		case f == 1 && o < 4:
+			return 7<<32 | uint64(o)
+		case f == 1:
+			return 8<<32 | uint64(o-4)
+		case f == 2:
+			return 8<<32 | uint64(o+2)
+		}
+		t.Fatalf("row %#x of a fragment that did not move was remapped", a)
+		return a
+	}
+	moves := func(f uint32) bool { return f == 1 || f == 2 }
+	kept := entry(3, 5, 9)
+	es := []RawEntry{entry(1, 0, 2, 4, 5), kept, entry(2, 0, 1)}
+	before := slices.Clone(es)
+	got, err := remapEntries(es, moves, remap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.EqualFunc(es, before, func(a, b RawEntry) bool { return a.Frag == b.Frag && bytes.Equal(a.Bits, b.Bits) }) {
+		t.Fatal("remapEntries modified its input")
+	}
+	joined, err := joinEntries(nil, append(got, entry(8, 7)), nil) // another input's row of fragment 8
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[uint32][]uint32{3: {5, 9}, 7: {0, 2}, 8: {0, 1, 2, 3, 7}}
+	if len(joined) != len(want) {
+		t.Fatalf("%d entries, want %d", len(joined), len(want))
+	}
+	for _, e := range joined {
+		b := roaring.New()
+		if err := b.UnmarshalBinary(e.Bits); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(b.ToArray(), want[e.Frag]) {
+			t.Errorf("fragment %d: rows %v, want %v", e.Frag, b.ToArray(), want[e.Frag])
+		}
+		if e.Frag == 3 && !bytes.Equal(e.Bits, kept.Bits) {
+			t.Error("the entry of a fragment that did not move was rewritten")
+		}
+	}
+	if same, err := remapEntries([]RawEntry{kept}, moves, remap); err != nil || len(same) != 1 || !bytes.Equal(same[0].Bits, kept.Bits) {
+		t.Fatalf("nothing to move: %v %v", same, err)
+	}
+}

@@ -264,7 +264,7 @@ func (s *source) peek(ctx context.Context) (*window, error) {
 
 // mergeFixed merges segments of fixed-width keys into w by blocks, each
 // input decoded ahead by a goroutine of its own.
-func mergeFixed(ctx context.Context, segs []*Segment, w *pageWriter, keep func(uint64) bool, rows, blockRows int, res *Result) (err error) {
+func mergeFixed(ctx context.Context, segs []*Segment, sink *pageSink, rows, blockRows int) (err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() {
@@ -283,7 +283,7 @@ func mergeFixed(ctx context.Context, segs []*Segment, w *pageWriter, keep func(u
 			}()
 		}
 	}
-	return blockMerge(ctx, srcs, &pageSink{ctx: ctx, w: w, kind: segs[0].KeyType.Kind, keep: keep, res: res}, max(1, blockRows/max(rows, 1)))
+	return blockMerge(ctx, srcs, sink, max(1, blockRows/max(rows, 1)))
 }
 
 // blockSink takes a block merge's output: first every null row's id, then
@@ -296,18 +296,22 @@ type blockSink interface {
 }
 
 // pageSink writes a merge's rows into pages, dropping the row ids keep
-// refuses.
+// refuses and writing the others as remap gives them (nil: as they are).
 type pageSink struct {
-	ctx  context.Context
-	w    *pageWriter
-	kind lancefile.Kind
-	keep func(uint64) bool
-	res  *Result
+	ctx   context.Context
+	w     *pageWriter
+	kind  lancefile.Kind
+	keep  func(uint64) bool
+	remap func(uint64) uint64
+	res   *Result
 }
 
 func (p *pageSink) null(id uint64) error {
 	p.res.RowsRead++
 	if p.keep == nil || p.keep(id) {
+		if p.remap != nil {
+			id = p.remap(id)
+		}
 		return p.w.add(p.ctx, true, nil, id)
 	}
 	return nil
@@ -315,12 +319,12 @@ func (p *pageSink) null(id uint64) error {
 
 func (p *pageSink) packed(sorted []uint64, ib int, lo uint64, ids []uint64) error {
 	p.res.RowsRead += uint64(len(sorted))
-	return p.w.addPacked(p.kind, sorted, ib, lo, ids, p.keep)
+	return p.w.addPacked(p.kind, sorted, ib, lo, ids, p.keep, p.remap)
 }
 
 func (p *pageSink) pairs(keys, ids []uint64) error {
 	p.res.RowsRead += uint64(len(keys))
-	return p.w.addKeys(p.kind, keys, ids, p.keep)
+	return p.w.addKeys(p.kind, keys, ids, p.keep, p.remap)
 }
 
 // blockRows is about the rows of a block. Its bound is the last key of

@@ -244,14 +244,34 @@ func TestBlockBoundsAcrossWindows(t *testing.T) {
 	}
 	total := func(a, b row) int { return cmp.Or(byKey(a, b), cmp.Compare(a.id, b.id)) }
 	slices.SortFunc(want, total)
-	for _, c := range []struct{ window, block int }{
-		{64, 64},       // k = 1: the first input to run out bounds the block
-		{64, 5 * 64},   // k = 5
-		{100, 1 << 16}, // k above the inputs: the last to run out bounds it
-		{0, 0},         // the budget's windows: one per input
+	// rows of odd fragments move (a compaction's map), after keep
+	moved := func(id uint64) uint64 {
+		if id>>32%2 == 1 {
+			return id + 1000<<32
+		}
+		return id
+	}
+	wantMoved := make([]row, len(want))
+	for i, x := range want {
+		wantMoved[i] = row{v: x.v, null: x.null, id: moved(x.id)}
+	}
+	slices.SortFunc(wantMoved, total)
+	for _, c := range []struct {
+		window, block int
+		remap         func(uint64) uint64
+	}{
+		{64, 64, nil},       // k = 1: the first input to run out bounds the block
+		{64, 5 * 64, nil},   // k = 5
+		{100, 1 << 16, nil}, // k above the inputs: the last to run out bounds it
+		{0, 0, nil},         // the budget's windows: one per input
+		{64, 5 * 64, moved}, // rows moved by Remap
 	} {
+		want := want
+		if c.remap != nil {
+			want = wantMoved
+		}
 		out := uuid.New()
-		res, err := Merge(ctx, st, metas, MergeOptions{IndexUUID: out.String(), Keep: keep, windowRows: c.window, blockRows: c.block})
+		res, err := Merge(ctx, st, metas, MergeOptions{IndexUUID: out.String(), Keep: keep, Remap: c.remap, windowRows: c.window, blockRows: c.block})
 		if err != nil {
 			t.Fatal(c, err)
 		}

@@ -276,6 +276,9 @@ type MergeOptions struct {
 	// Keep, when set, says which row ids stay (the live rows of the
 	// dataset version); rows of other ids are dropped.
 	Keep func(rowID uint64) bool
+	// Remap, when set, gives a kept row's id in the output (rows of
+	// fragments a compaction rewrote move to their new addresses).
+	Remap func(rowID uint64) uint64
 
 	// windowRows and blockRows, when set (tests), replace the rows of an
 	// input's window and of a block.
@@ -335,7 +338,8 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 		// (one merged, one decoded ahead), the block and the sort's
 		// buffers
 		window := min(maxWindowRows, max(minWindowRows, windowBudget/(segs[0].KeyType.ValueBits()/8+8+32+48)/len(segs)))
-		if err := mergeFixed(ctx, segs, w, opts.Keep, cmp.Or(opts.windowRows, window), cmp.Or(opts.blockRows, blockRows), res); err != nil {
+		sink := &pageSink{ctx: ctx, w: w, kind: segs[0].KeyType.Kind, keep: opts.Keep, remap: opts.Remap, res: res}
+		if err := mergeFixed(ctx, segs, sink, cmp.Or(opts.windowRows, window), cmp.Or(opts.blockRows, blockRows)); err != nil {
 			return nil, err
 		}
 		return finishMerge(ctx, w, res)
@@ -365,6 +369,9 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 		c := h[0]
 		res.RowsRead++
 		if rid := c.rowID(); opts.Keep == nil || opts.Keep(rid) {
+			if opts.Remap != nil {
+				rid = opts.Remap(rid)
+			}
 			if err := w.add(ctx, !c.valid, c.value(), rid); err != nil {
 				return nil, err
 			}

@@ -177,9 +177,12 @@ func (pw *pageWriter) add(ctx context.Context, null bool, value []byte, rowID ui
 
 // addKeys appends sorted non-null rows of fixed-width keys (fixedKeys
 // order) and their row ids, skipping the ids keep refuses.
-func (pw *pageWriter) addKeys(kind lancefile.Kind, keys, ids []uint64, keep func(uint64) bool) error {
+func (pw *pageWriter) addKeys(kind lancefile.Kind, keys, ids []uint64, keep func(uint64) bool, remap func(uint64) uint64) error {
 	for i, k := range keys {
 		if id := ids[i]; keep == nil || keep(id) {
+			if remap != nil {
+				id = remap(id)
+			}
 			if err := pw.putKey(kind, k, id); err != nil {
 				return err
 			}
@@ -193,13 +196,16 @@ func (pw *pageWriter) addKeys(kind lancefile.Kind, keys, ids []uint64, keep func
 // ids. Integer keys of a page without nulls, all kept, are written a
 // page's run at a time (the merge's thread spent a fifth of its time
 // here, a call and a switch per row).
-func (pw *pageWriter) addPacked(kind lancefile.Kind, sorted []uint64, ib int, lo uint64, ids []uint64, keep func(uint64) bool) error {
+func (pw *pageWriter) addPacked(kind lancefile.Kind, sorted []uint64, ib int, lo uint64, ids []uint64, keep func(uint64) bool, remap func(uint64) uint64) error {
 	mask := uint64(1)<<ib - 1
 	for len(sorted) > 0 {
 		n := min(len(sorted), pw.batchSize-pw.n)
-		if keep != nil || pw.nulls > 0 || !pw.appendPacked(kind, sorted[:n], ib, lo, ids) {
+		if keep != nil || remap != nil || pw.nulls > 0 || !pw.appendPacked(kind, sorted[:n], ib, lo, ids) {
 			for _, p := range sorted[:n] {
 				if id := ids[p&mask]; keep == nil || keep(id) {
+					if remap != nil {
+						id = remap(id)
+					}
 					if err := pw.putKey(kind, p>>ib+lo, id); err != nil {
 						return err
 					}

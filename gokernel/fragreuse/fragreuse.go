@@ -386,6 +386,19 @@ func (m *Map) Compacted(f uint32) bool {
 	return false
 }
 
+// Rewritten returns the fragments some compaction of the map rewrote,
+// ascending.
+func (m *Map) Rewritten() []uint32 {
+	var out []uint32
+	for _, v := range m.Versions {
+		for f := range v.byOld {
+			out = append(out, f)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
 // Remap returns where the row at addr lives now, through every version in
 // order: ok is false when a compaction dropped it (it was deleted). An
 // address of a fragment no compaction rewrote is its own.

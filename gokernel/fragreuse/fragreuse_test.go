@@ -158,6 +158,9 @@ func TestRemap(t *testing.T) {
 			t.Errorf("NewFragments(%v) = %v %v, want %v %v", tc.old, got, complete, tc.want, tc.complete)
 		}
 	}
+	if got := m.Rewritten(); !slices.Equal(got, []uint32{0, 1, 2, 3, 6}) {
+		t.Errorf("Rewritten() = %v", got)
+	}
 	var nilMap *Map
 	if got, ok := nilMap.Remap(9); !ok || got != 9 || nilMap.Compacted(0) {
 		t.Error("a nil map is not the identity")

@@ -32,6 +32,9 @@ type MergeOptions struct {
 	// Keep, when set, says for each input which of its rows stay (nil
 	// entries keep every row).
 	Keep []func(rowID uint64) bool
+	// Remap, when set, gives a kept document's row id in the output (rows
+	// of fragments a compaction rewrote move to their new addresses).
+	Remap func(rowID uint64) uint64
 	// MemoryBytes bounds the stored posting lists held at once (default
 	// DefaultMemoryBytes): the output tokens are merged in buckets of
 	// about this many bytes, spilled to a temporary file when there is
@@ -131,6 +134,9 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 			pt.remap[d] = -1
 			if l.keep == nil || l.keep(id) {
 				pt.remap[d] = 0 // numbered below
+				if opts.Remap != nil {
+					pt.docs.RowIDs[d] = opts.Remap(id)
+				}
 			}
 		}
 		parts[i] = pt

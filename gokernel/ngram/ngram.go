@@ -149,6 +149,11 @@ type MergeOptions struct {
 	// input keeps the live ids of its own fragments, since an updated row
 	// keeps its id in a newer fragment). Nil entries keep every row.
 	Keep []func(rowID uint64) bool
+	// Remap, when set, gives a kept row's id in the output for the rows
+	// of the fragments Moves names (rows of fragments a compaction
+	// rewrote move to their new addresses).
+	Remap func(rowID uint64) uint64
+	Moves func(frag uint32) bool
 }
 
 // Result is what Merge wrote.
@@ -305,7 +310,7 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 		parts = parts[:0]
 		for len(h) > 0 && h[0].token() == tok {
 			// Copied: the cursor's window is replaced when it refills.
-			p := part{b: append([]byte(nil), h[0].posting()...)}
+			p := part{b: append([]byte(nil), h[0].posting()...), remap: opts.Remap, moves: opts.Moves}
 			if opts.Keep != nil {
 				p.keep = opts.Keep[h[0].order]
 			}
@@ -337,8 +342,10 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 // part is one input's posting list of a token, and which of its rows
 // stay (nil: all).
 type part struct {
-	b    []byte
-	keep func(uint64) bool
+	b     []byte
+	keep  func(uint64) bool
+	remap func(uint64) uint64 // nil: every row where it is
+	moves func(uint32) bool   // the fragments whose rows remap moves
 }
 
 // joinPostings joins one token's posting lists, each without the rows its
@@ -350,18 +357,24 @@ func joinPostings(parts []part) ([]byte, uint64, error) {
 		if err != nil {
 			return nil, 0, err
 		}
-		if len(parts) == 1 && p.keep == nil {
+		if len(parts) == 1 && p.keep == nil && p.remap == nil {
 			return p.b, bm.GetCardinality(), nil
 		}
-		if p.keep != nil {
-			drop := roaring64.New()
+		if p.keep != nil || p.remap != nil {
+			drop, moved := roaring64.New(), roaring64.New()
 			it := bm.Iterator()
 			for it.HasNext() {
-				if id := it.Next(); !p.keep(id) {
+				id := it.Next()
+				switch {
+				case p.keep != nil && !p.keep(id):
 					drop.Add(id)
+				case p.remap != nil && p.moves(uint32(id>>32)):
+					drop.Add(id)
+					moved.Add(p.remap(id))
 				}
 			}
 			bm.AndNot(drop)
+			bm.Or(moved)
 		}
 		acc.Or(bm)
 	}

@@ -132,3 +132,39 @@ func TestMergeJoinsTokensAndDropsRows(t *testing.T) {
 		t.Fatalf("bad segment: %v %+v", err, chk)
 	}
 }
+
+// TestJoinPostingsMovesRows: a posting list's rows of moved fragments
+// land at their new addresses, after the rows keep refuses are dropped;
+// the rows of other fragments stay, and a lone list with nothing to move
+// or drop is copied as it is.
+func TestJoinPostingsMovesRows(t *testing.T) {
+	posting := func(ids ...uint64) []byte {
+		b, err := roaring64.BitmapOf(ids...).ToBytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	moves := func(f uint32) bool { return f == 1 }
+	remap := func(a uint64) uint64 { return 5<<32 | uint64(uint32(a)+10) } // fragment 1's rows into 5, shifted
+	keep := func(a uint64) bool { return a != 1<<32|3 }                      // row 3 of fragment 1 deleted
+	parts := []part{
+		{b: posting(1<<32|1, 1<<32|3, 2<<32|4), keep: keep, remap: remap, moves: moves},
+		{b: posting(5<<32|1), remap: remap, moves: moves}, // a newer input's row of fragment 5
+	}
+	out, rows, err := joinPostings(parts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bm, err := DecodePosting(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []uint64{2<<32 | 4, 5<<32 | 1, 5<<32 | 11}; !slices.Equal(bm.ToArray(), want) || rows != 3 {
+		t.Fatalf("rows %v (%d), want %v", bm.ToArray(), rows, want)
+	}
+	lone := posting(2<<32 | 4)
+	if out, _, err := joinPostings([]part{{b: lone}}); err != nil || &out[0] != &lone[0] {
+		t.Fatalf("a lone list to keep whole was not copied as it is (%v)", err)
+	}
+}

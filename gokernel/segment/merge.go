@@ -184,9 +184,14 @@ func Merge(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []
 		return nil, err
 	}
 	guard := newRemapGuard(snap)
+	if !m.typ.HNSW() { // a graph's rows are not moved here: refused
+		guard = newRowRemap(ctx, st, snap)
+	}
 	for _, s := range srcs {
 		s.remap = guard
 	}
+	// A lone input whose rows may need moving is rewritten, not returned.
+	stale = stale || guard.movedTest() != nil
 	for _, s := range srcs {
 		s.depth = -1
 		if d, ok := opts.Layouts[s.uuid]; ok {
@@ -891,6 +896,14 @@ func keptRows(ids *lancefile.Array, s *source) []int {
 			j++
 		}
 		switch del := s.deleted[f]; {
+		case s.remap.moved(f):
+			for k := i; k < j; k++ {
+				if !s.moveRow(ids.Values[8*k:]) {
+					drop(k)
+				} else if keep != nil {
+					keep = append(keep, k)
+				}
+			}
 		case !s.fragSet[f]:
 			s.remap.gone(uint64(f) << 32)
 			drop(i)
@@ -914,6 +927,22 @@ func keptRows(ids *lancefile.Array, s *source) []int {
 		i = j
 	}
 	return keep
+}
+
+// moveRow rewrites the row id at id (8 bytes, little endian), of a
+// fragment a compaction rewrote, to the row's new address, and reports
+// whether the row stays: the compaction kept it, its new fragment is one
+// the input covers, and it is not deleted there. A kept row is counted
+// for the coverage check under its new fragment.
+func (s *source) moveRow(id []byte) bool {
+	n, ok := s.remap.m.Remap(binary.LittleEndian.Uint64(id))
+	f := uint32(n >> 32)
+	if !ok || !s.fragSet[f] || s.deleted[f] != nil && s.deleted[f].Contains(uint32(n)) {
+		return false
+	}
+	binary.LittleEndian.PutUint64(id, n)
+	s.rows[f]++
+	return true
 }
 
 // liveFilter restricts every source's fragments to those snap still has

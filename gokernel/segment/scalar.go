@@ -127,14 +127,14 @@ func mergeBTree(ctx context.Context, st storage.Store, snap *table.Snapshot, met
 	if err != nil {
 		return nil, err
 	}
-	guard := newRemapGuard(snap)
+	guard := newRowRemap(ctx, st, snap)
 	keep = guard.wrap(keep)
 	id, dir, err := outputDir(ctx, st, opts.IndexUUID)
 	if err != nil {
 		return nil, err
 	}
 	opts.Progress.SetStage("merge")
-	res, err := btree.Merge(ctx, st, metas, btree.MergeOptions{IndexUUID: id.String(), Keep: keep})
+	res, err := btree.Merge(ctx, st, metas, btree.MergeOptions{IndexUUID: id.String(), Keep: keep, Remap: guard.remap()})
 	if gerr := guard.err(); gerr != nil {
 		err = gerr // what the merge then failed on, if it failed
 	}
@@ -323,8 +323,8 @@ func keepPerInput(ctx context.Context, st storage.Store, snap *table.Snapshot, f
 // bitmap.Merge): a k-way merge by key that drops keys left without rows.
 func mergeBitmap(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, opts MergeOptions) (*pb.IndexMetadata, error) {
 	im, err := mergeByKey(ctx, st, snap, metas, opts, OtherType(metas[0]), []string{bitmap.FileName},
-		func(id uuid.UUID, keep []func(uint64) bool) ([]*pb.IndexFile, uint64, uint64, error) {
-			res, err := bitmap.Merge(ctx, st, metas, bitmap.MergeOptions{IndexUUID: id, Keep: keep})
+		func(id uuid.UUID, keep []func(uint64) bool, g *remapGuard) ([]*pb.IndexFile, uint64, uint64, error) {
+			res, err := bitmap.Merge(ctx, st, metas, bitmap.MergeOptions{IndexUUID: id, Keep: keep, Remap: g.remap(), Moves: g.movedTest()})
 			if err != nil {
 				return nil, 0, 0, err
 			}
@@ -362,8 +362,8 @@ func newestLayout(im *pb.IndexMetadata, metas []*pb.IndexMetadata) *pb.IndexMeta
 // merge by token that drops tokens left without rows.
 func mergeNgram(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, opts MergeOptions) (*pb.IndexMetadata, error) {
 	return mergeByKey(ctx, st, snap, metas, opts, "NGRAM", []string{ngram.FileName},
-		func(id uuid.UUID, keep []func(uint64) bool) ([]*pb.IndexFile, uint64, uint64, error) {
-			res, err := ngram.Merge(ctx, st, metas, ngram.MergeOptions{IndexUUID: id, Keep: keep})
+		func(id uuid.UUID, keep []func(uint64) bool, g *remapGuard) ([]*pb.IndexFile, uint64, uint64, error) {
+			res, err := ngram.Merge(ctx, st, metas, ngram.MergeOptions{IndexUUID: id, Keep: keep, Remap: g.remap(), Moves: g.movedTest()})
 			if err != nil {
 				return nil, 0, 0, err
 			}
@@ -397,14 +397,14 @@ func mergeFTS(ctx context.Context, st storage.Store, snap *table.Snapshot, metas
 		k := func(addr uint64) bool { return present[addr>>32] }
 		keep = slices.Repeat([]func(uint64) bool{k}, len(frags))
 	}
-	guard := newRemapGuard(snap)
+	guard := newRowRemap(ctx, st, snap)
 	keep = guardEach(guard, keep, len(frags))
 	id, dir, err := outputDir(ctx, st, opts.IndexUUID)
 	if err != nil {
 		return nil, err
 	}
 	opts.Progress.SetStage("merge")
-	res, err := fts.Merge(ctx, st, metas, fts.MergeOptions{IndexUUID: id, Keep: keep, MemoryBytes: opts.MemoryBytes, TempDir: opts.TempDir})
+	res, err := fts.Merge(ctx, st, metas, fts.MergeOptions{IndexUUID: id, Keep: keep, Remap: guard.remap(), MemoryBytes: opts.MemoryBytes, TempDir: opts.TempDir})
 	if gerr := guard.err(); gerr != nil {
 		err = gerr // what the merge then failed on, if it failed
 	}
@@ -423,13 +423,13 @@ func mergeFTS(ctx context.Context, st storage.Store, snap *table.Snapshot, metas
 }
 
 // mergeByKey runs a merge whose segments list rows by key (BITMAP,
-// LABEL_LIST, NGRAM, INVERTED): the checks every merge applies, the live
-// rows of snap each input keeps (keepPerInput: these segments hold stable
-// row ids on datasets that have them), then run, whose output files are
-// removed if it fails. run returns the files written and the keys (or
-// documents) read and written.
+// LABEL_LIST, NGRAM): the checks every merge applies, the live rows of
+// snap each input keeps (keepPerInput: these segments hold stable row ids
+// on datasets that have them), then run, whose output files are removed
+// if it fails. run applies the guard's map of rows of rewritten fragments
+// and returns the files written and the keys read and written.
 func mergeByKey(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, opts MergeOptions, typ string, files []string,
-	run func(id uuid.UUID, keep []func(uint64) bool) ([]*pb.IndexFile, uint64, uint64, error)) (*pb.IndexMetadata, error) {
+	run func(id uuid.UUID, keep []func(uint64) bool, g *remapGuard) ([]*pb.IndexFile, uint64, uint64, error)) (*pb.IndexMetadata, error) {
 	frags, err := checkedRows(snap, metas, typ)
 	if err != nil {
 		return nil, err
@@ -438,14 +438,14 @@ func mergeByKey(ctx context.Context, st storage.Store, snap *table.Snapshot, met
 	if err != nil {
 		return nil, err
 	}
-	guard := newRemapGuard(snap)
+	guard := newRowRemap(ctx, st, snap)
 	keep = guardEach(guard, keep, len(frags))
 	id, dir, err := outputDir(ctx, st, opts.IndexUUID)
 	if err != nil {
 		return nil, err
 	}
 	opts.Progress.SetStage("merge")
-	out, read, written, err := run(id, keep)
+	out, read, written, err := run(id, keep, guard)
 	if gerr := guard.err(); gerr != nil {
 		err = gerr // what the merge then failed on, if it failed
 	}

@@ -710,21 +710,23 @@ func compactedTest(snap *table.Snapshot) func(uint32) bool {
 
 // refuseDeferredRemap refuses segment im, covering fragments ids, when it
 // names a fragment that is gone because a compaction with
-// defer_index_remap rewrote it: its rows live on at addresses only the
-// fragment reuse index knows, which merges here do not apply
-// (errkind.Unsupported, naming the remedy). The rows of a fragment gone
-// otherwise (deleted whole) are gone, and merges drop them. (pylance's
-// optimize also points such segments' bitmaps at the compacted fragments
-// without rewriting them: remapGuard finds their rows in the merge.)
+// defer_index_remap rewrote it: its rows live on in fragments it does not
+// cover, and a merged segment claiming those would need the whole rewrite
+// group (errkind.Unsupported, naming the remedy: pylance's optimize
+// points such segments' bitmaps at the new fragments, without rewriting
+// them, after which remapGuard moves their rows in our merges). The rows
+// of a fragment gone otherwise (deleted whole) are gone, and merges drop
+// them.
 func refuseDeferredRemap(compacted func(uint32) bool, im *pb.IndexMetadata, ids []uint32, current func(uint32) bool) error {
 	if compacted == nil {
 		return nil
 	}
 	for _, f := range ids {
 		if !current(f) && compacted(f) {
-			return fmt.Errorf("%w: segment %s of index %q covers fragment %d, which a compaction with defer_index_remap rewrote: "+
-				"the fragment reuse index (%s) that maps its rows is not applied here; pylance's optimize_indices(index_names=[%q], num_indices_to_merge=N) merges it through that map",
-				errkind.Unsupported, table.IndexUUID(im), im.GetName(), f, FragReuseIndexName, im.GetName())
+			return fmt.Errorf("%w: segment %s of index %q covers fragment %d, which a compaction with defer_index_remap rewrote, and not the fragments that replaced it: "+
+				"pylance's optimize_indices(index_names=[%q]) points the segments at them (after which merges here move their rows through the fragment reuse index, %s), "+
+				"or with num_indices_to_merge=N merges them through it",
+				errkind.Unsupported, table.IndexUUID(im), im.GetName(), f, im.GetName(), FragReuseIndexName)
 		}
 	}
 	return nil
@@ -743,13 +745,16 @@ func currentFragments(snap *table.Snapshot) func(uint32) bool {
 // defer_index_remap rewrote: rows whose addresses only the fragment reuse
 // index maps (pylance's optimize points the fragment bitmaps of segments
 // built before such a compaction at the new fragments, and leaves their
-// row addresses to the map). A merge drops rows of gone fragments as
-// stale; here that would lose every row of such a segment, so the merge
-// is refused instead (err).
+// row addresses to the map). Where the merge applies the map (m set: the
+// merges of BTREE, BITMAP, LABEL_LIST, NGRAM, INVERTED and IVF segments
+// without graphs), such rows move to their new addresses; elsewhere a
+// merge would drop them as stale and lose every row of such a segment, so
+// it is refused instead (err).
 type remapGuard struct {
 	present   map[uint64]bool   // nil: no fragment reuse index, nothing to watch
 	compacted func(uint32) bool // of the gone fragments, those rewritten
-	hit       atomic.Uint64     // the first such address seen, plus one
+	m         *fragreuse.Map    // the map, where the merge applies it
+	hit       atomic.Uint64     // the first address refused, plus one
 }
 
 func newRemapGuard(snap *table.Snapshot) *remapGuard {
@@ -767,27 +772,73 @@ func newRemapGuard(snap *table.Snapshot) *remapGuard {
 	return g
 }
 
+// newRowRemap is newRemapGuard for a merge that applies the map: the rows
+// of rewritten fragments move (the map read from st when its content is in
+// a file). A map that does not read leaves the guard refusing them.
+func newRowRemap(ctx context.Context, st storage.Store, snap *table.Snapshot) *remapGuard {
+	g := newRemapGuard(snap)
+	if g.present == nil {
+		return g
+	}
+	if m, err := fragreuse.Load(ctx, st, snap); err == nil && m != nil {
+		g.m, g.compacted = m, m.Compacted
+	}
+	return g
+}
+
+// moved reports whether the rows of fragment f live on at other
+// addresses, where the merge maps them.
+func (g *remapGuard) moved(f uint32) bool {
+	return g != nil && g.m != nil && !g.present[uint64(f)] && g.compacted(f)
+}
+
 // gone reports whether the row at addr is of a fragment that a compaction
-// rewrote, and notes it, when the guard watches.
+// rewrote, where the merge does not map it, and notes it.
 func (g *remapGuard) gone(addr uint64) bool {
-	if g == nil || g.present == nil || g.present[addr>>32] || !g.compacted(uint32(addr>>32)) {
+	if g == nil || g.present == nil || g.m != nil || g.present[addr>>32] || !g.compacted(uint32(addr>>32)) {
 		return false
 	}
 	g.hit.CompareAndSwap(0, addr+1)
 	return true
 }
 
-// wrap is keep (nil: every row stays), watched.
+// wrap is keep (nil: every row stays), watched: a row of a rewritten
+// fragment stays where its new address does (keep sees new addresses).
 func (g *remapGuard) wrap(keep func(uint64) bool) func(uint64) bool {
 	if g.present == nil {
 		return keep
 	}
 	return func(addr uint64) bool {
+		if g.moved(uint32(addr >> 32)) {
+			n, ok := g.m.Remap(addr)
+			return ok && (keep == nil || keep(n))
+		}
 		if g.gone(addr) {
 			return false
 		}
 		return keep == nil || keep(addr)
 	}
+}
+
+// remap is where a kept row lives now (nil: every row where it is).
+func (g *remapGuard) remap() func(uint64) uint64 {
+	if g.m == nil {
+		return nil
+	}
+	return func(addr uint64) uint64 {
+		if g.moved(uint32(addr >> 32)) {
+			addr, _ = g.m.Remap(addr)
+		}
+		return addr
+	}
+}
+
+// movedTest is moved where the merge maps rows (nil: nothing moves).
+func (g *remapGuard) movedTest() func(uint32) bool {
+	if g.m == nil {
+		return nil
+	}
+	return g.moved
 }
 
 // err is errkind.Unsupported once a row of a gone fragment was seen: it
@@ -800,6 +851,6 @@ func (g *remapGuard) err() error {
 	}
 	a--
 	return fmt.Errorf("%w: the merge read row address %d of fragment %d, which a compaction with defer_index_remap rewrote: "+
-		"the fragment reuse index (%s) that maps it is not applied here; pylance's optimize_indices(index_names=[...], num_indices_to_merge=N) "+
+		"the fragment reuse index (%s) that maps it is not applied to this index type here (ZONEMAP, BLOOMFILTER, IVF_HNSW_*); pylance's optimize_indices(index_names=[...], num_indices_to_merge=N) "+
 		"merges the index through that map; nothing was written", errkind.Unsupported, a, a>>32, FragReuseIndexName)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/lance-segmerge/lance-segmerge/gokernel/bitmap"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/btree"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/fragreuse"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/fts"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
@@ -45,7 +46,7 @@ func verifyBTree(ctx context.Context, st storage.Store, snap *table.Snapshot, im
 	if !checkFiles(ctx, ist, im, sr) {
 		return sr, nil
 	}
-	covered := coverage(sr)
+	covered := coverage(ctx, st, snap, sr)
 	opts := btree.CheckOptions{Covered: func(id uint64) bool { return covered(uint32(id >> 32)) }}
 	if cheap {
 		opts.Pages = cheapPages
@@ -211,22 +212,40 @@ func showKey(null bool, b []byte) string {
 	return "0x" + hex.EncodeToString(b)
 }
 
-// coverage says whether a fragment is one the segment covers.
-func coverage(sr *SegmentReport) func(uint32) bool {
+// coverage says whether a fragment is one the segment covers (or one a
+// compaction rewrote into fragments it covers).
+func coverage(ctx context.Context, st storage.Store, snap *table.Snapshot, sr *SegmentReport) func(uint32) bool {
+	ids := sr.FragmentIDs
+	if m, err := fragreuse.Load(ctx, st, snap); err == nil && m != nil {
+		// pylance's optimize points a segment's bitmap at the fragments a
+		// compaction with defer_index_remap wrote, and leaves its rows at
+		// the old addresses, for the fragment reuse index to map: rows of
+		// a fragment rewritten into one the segment covers are its own.
+		own := make(map[uint32]bool, len(ids))
+		for _, f := range ids {
+			own[f] = true
+		}
+		ids = slices.Clone(ids)
+		for _, f := range m.Rewritten() {
+			if nf, _ := m.NewFragments([]uint32{f}); slices.ContainsFunc(nf, func(n uint32) bool { return own[n] }) {
+				ids = append(ids, f)
+			}
+		}
+	}
 	// dense by fragment id where ids are small (a check asks once per row)
 	var top uint32
-	for _, f := range sr.FragmentIDs {
+	for _, f := range ids {
 		top = max(top, f)
 	}
 	if top < 1<<20 {
 		dense := make([]bool, int(top)+1)
-		for _, f := range sr.FragmentIDs {
+		for _, f := range ids {
 			dense[f] = true
 		}
 		return func(f uint32) bool { return int(f) < len(dense) && dense[f] }
 	}
-	frags := make(map[uint32]bool, len(sr.FragmentIDs))
-	for _, f := range sr.FragmentIDs {
+	frags := make(map[uint32]bool, len(ids))
+	for _, f := range ids {
 		frags[f] = true
 	}
 	return func(f uint32) bool { return frags[f] }
@@ -284,7 +303,7 @@ func verifyZoneMap(ctx context.Context, st storage.Store, snap *table.Snapshot, 
 	if !checkFiles(ctx, ist, im, sr) {
 		return sr, nil
 	}
-	z, problems, err := zonemap.Check(ctx, ist, im, kind, coverage(sr))
+	z, problems, err := zonemap.Check(ctx, ist, im, kind, coverage(ctx, st, snap, sr))
 	if done, err := checkError(ctx, sr, err); done {
 		return sr, err
 	}
@@ -391,7 +410,7 @@ func verifyBitmap(ctx context.Context, st storage.Store, snap *table.Snapshot, i
 	}
 	var covered func(uint32) bool
 	if !snap.HasStableRowIDs() { // else row maps hold stable ids, whose high halves are not fragments
-		covered = coverage(sr)
+		covered = coverage(ctx, st, snap, sr)
 	}
 	opts := bitmap.CheckOptions{Covered: covered, Unique: typ == "BITMAP"}
 	if cheap {
@@ -459,7 +478,7 @@ func verifyNgram(ctx context.Context, st storage.Store, snap *table.Snapshot, im
 	}
 	var covered func(uint32) bool
 	if !snap.HasStableRowIDs() {
-		covered = coverage(sr)
+		covered = coverage(ctx, st, snap, sr)
 	}
 	res, err := ngram.Check(ctx, ist, im, covered)
 	if done, err := checkError(ctx, sr, err); done {
@@ -554,7 +573,7 @@ func verifyFTS(ctx context.Context, st storage.Store, snap *table.Snapshot, im *
 	}
 	var covered func(uint32) bool
 	if !snap.HasStableRowIDs() {
-		covered = coverage(sr)
+		covered = coverage(ctx, st, snap, sr)
 	}
 	opts := fts.CheckOptions{Covered: covered, Sample: docSample}
 	if cheap {

@@ -7,10 +7,11 @@ segments, pylance answers every filter as a scan does and as after its own
 optimize, and the merged segments verify clean. With
 ``defer_index_remap=True`` the segments keep their old row addresses, which
 a fragment reuse index maps until pylance's optimize merges them through
-it; we read that map (its row addresses match where pylance put every
-row) but do not apply it in merges: segments of compacted fragments are
-refused with UnsupportedError, while fragments deleted whole are still
-dropped as stale."""
+it. We read that map (its row addresses match where pylance put every
+row): while the segments' bitmaps name the compacted fragments they are
+refused with UnsupportedError; once pylance's optimize has pointed them at
+the new fragments, our merges move their rows through the map. Fragments
+deleted whole are still dropped as stale."""
 
 from __future__ import annotations
 
@@ -105,17 +106,26 @@ def test_remapped_segments_merge_and_answer_as_pylance(tmp_path):
     assert ls.plan_index_segment_merge(ours, "z_idx").tasks == ()
 
 
-def test_deferred_remap_is_refused_until_pylance_applies_it(tmp_path, caplog):
+def _nearest(uri: str) -> list[int]:
+    q = np.ones(8, np.float32)
+    t = lance.dataset(uri).to_table(nearest={"column": "vec", "q": q, "k": 10, "nprobes": 4}, columns=["id"])
+    return t["id"].to_pylist()
+
+
+def test_deferred_remap_is_applied_once_pylance_points_the_segments_at_the_new_fragments(tmp_path, caplog):
     """A compaction with ``defer_index_remap=True`` leaves the segments'
-    row addresses to a fragment reuse index, which we do not read: every
-    verb that would merge them raises UnsupportedError naming it, and
-    leaves the dataset as it was. After pylance's optimize without a merge
-    (which points the segments' fragment bitmaps at the new fragments
-    without rewriting them) our merges meet their old addresses and refuse
-    the same way (before, a BTREE or BITMAP merge failed its check as
-    CorruptError, and an INVERTED merge dropped every row as stale and
-    verified clean); once pylance has merged them through the map, the
-    index's later deltas merge here again."""
+    row addresses to a fragment reuse index. While their fragment bitmaps
+    still name the compacted fragments, every verb that would merge them
+    raises UnsupportedError and leaves the dataset as it was. pylance's
+    optimize points the bitmaps at the new fragments without rewriting the
+    files (with ``num_indices_to_merge=1`` it merges the newest segment
+    through the map); from then on our merges move every row of a
+    compacted fragment to the address the map gives it, and pylance
+    answers every filter, full-text and vector query on our merged
+    segments as on its own merge and as a scan. verify_index calls the
+    moved segments clean before the merge (their rows are the map's to
+    move) and the merged ones after. ZONEMAP segments (zones of rows that
+    moved) are still refused."""
     uri = str(tmp_path / "c")
     _compacted(uri, defer=True)
     (fri,) = ls.open(uri).list_index_segments("__lance_frag_reuse")  # its map is inline: no files
@@ -133,30 +143,45 @@ def test_deferred_remap_is_refused_until_pylance_applies_it(tmp_path, caplog):
         assert ls.maintain_all(uri, policy="all", progress=False) == []
     assert "k_idx: passed over" in caplog.text
     assert lance.dataset(uri).version == version
-    for f in FILTERS:
-        assert _ids(uri, f) == _ids(uri, f, use_scalar_index=False), f
-    # a vector index: pylance's optimize with num_indices_to_merge=1 moves
-    # the bitmaps of all but the newest segment, which it merges
+    # pylance's optimize: with num_indices_to_merge=1 it moves the bitmaps
+    # of all but the newest vector segment, which it merges; by default
+    # it moves the other indices' bitmaps
     lance.dataset(uri).optimize.optimize_indices(index_names=["vec_idx"], num_indices_to_merge=1)
-    with pytest.raises(ls.UnsupportedError, match="merge read row address .* defer_index_remap"):
-        ls.optimize(uri, "vec_idx", progress=False)
-    assert lance.dataset(uri).version == version + 1
-    # pylance's optimize moves the other indices' bitmaps without rewriting
-    # them: our merges meet the old addresses and refuse, nothing is written
     lance.dataset(uri).optimize.optimize_indices()
-    version = lance.dataset(uri).version
     live = {f.fragment_id for f in lance.dataset(uri).get_fragments()}
-    for name in ["k_idx", "b_idx", "tags_idx", "b_ngram", "t_idx", "z_idx"]:  # (it merged vec_idx through the map)
+    for name in ["k_idx", "b_idx", "tags_idx", "b_ngram", "t_idx", "z_idx"]:
         segs = ls.open(uri).list_index_segments(name)
         assert len(segs) == 4 and set().union(*(s.fragment_ids for s in segs)) <= live, name  # moved, not rewritten
-        with pytest.raises(ls.UnsupportedError, match="merge read row address .* defer_index_remap"):
-            ls.optimize(uri, name, progress=False)
+        # rows at the old addresses, for the map: pylance's state, not damage
+        assert {s.verdict for s in ls.verify_index(uri, name).segments} == {"clean"}, name
+    theirs = str(tmp_path / "theirs")
+    shutil.copytree(uri, theirs)
+    lance.dataset(theirs).optimize.optimize_indices(num_indices_to_merge=4)
+    for name in INDICES:
+        ls.optimize(uri, name, progress=False)
+        (seg,) = ls.open(uri).list_index_segments(name)
+        assert set(seg.fragment_ids) == live, name
+        assert [s.verdict for s in ls.verify_index(uri, name).segments] == ["clean"], name
+    version = lance.dataset(uri).version
+    with pytest.raises(ls.UnsupportedError, match="merge read row address .* defer_index_remap"):
+        ls.optimize(uri, "z_idx", progress=False)
     assert lance.dataset(uri).version == version
-    # merged by pylance through the map, then a delta over two fragments,
-    # one of which is then deleted whole: ours merges them (the map stays,
-    # but says that fragment was not compacted: its rows are dropped as
-    # stale, as they are without a map)
-    lance.dataset(uri).optimize.optimize_indices(index_names=["k_idx"], num_indices_to_merge=4)
+    for f in FILTERS:
+        got = _ids(uri, f)
+        assert got and got == _ids(theirs, f) == _ids(uri, f, use_scalar_index=False), f
+    assert "ScalarIndexQuery" in lance.dataset(uri).scanner(filter="k = 5").explain_plan()
+    assert _fts(uri, "w3") == _fts(theirs, "w3") and _fts(uri, "w3")
+    near = _nearest(uri)
+    assert near == _nearest(theirs) and len(near) == 10 and all(i % 7 for i in near)  # no deleted row comes back
+
+
+def test_a_fragment_deleted_whole_is_not_a_compacted_one(tmp_path):
+    """With a fragment reuse index in the table, a segment covering a
+    fragment that was deleted whole (not compacted) merges: that
+    fragment's rows are dropped as stale, as they are without a map."""
+    uri = str(tmp_path / "c")
+    _compacted(uri, defer=True)
+    lance.dataset(uri).optimize.optimize_indices(index_names=["k_idx"], num_indices_to_merge=4)  # through the map
     lance.write_dataset(_table(9000, 500), uri, mode="append", max_rows_per_file=250)
     lance.dataset(uri).optimize.optimize_indices(index_names=["k_idx"], num_indices_to_merge=0)
     lance.dataset(uri).delete("id >= 9000 AND id < 9250")

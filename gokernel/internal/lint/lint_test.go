@@ -54,7 +54,8 @@ var allowed = map[string][]string{
 	"gokernel/search":             {"gokernel/errkind", "gokernel/encode", "gokernel/ivf", "gokernel/lancefile", "gokernel/vecmath"},
 	"gokernel/verify": {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table",
 		"gokernel/ivf", "gokernel/internal/pb", "gokernel/vecmath", "gokernel/encode", "gokernel/vecdata",
-		"gokernel/modelio", "gokernel/search", "gokernel/segment", "gokernel/btree", "gokernel/zonemap", "gokernel/bitmap", "gokernel/ngram", "gokernel/fts"},
+		"gokernel/modelio", "gokernel/search", "gokernel/segment", "gokernel/btree", "gokernel/zonemap", "gokernel/bitmap", "gokernel/ngram", "gokernel/fts",
+		"gokernel/fragreuse"},
 }
 
 func repoRoot(t *testing.T) string {
