@@ -724,7 +724,7 @@ func refuseDeferredRemap(compacted func(uint32) bool, im *pb.IndexMetadata, ids 
 	for _, f := range ids {
 		if !current(f) && compacted(f) {
 			return fmt.Errorf("%w: segment %s of index %q covers fragment %d, which a compaction with defer_index_remap rewrote, and not the fragments that replaced it: "+
-				"pylance's optimize_indices(index_names=[%q]) points the segments at them (after which merges here move their rows through the fragment reuse index, %s), "+
+				"pylance's optimize_indices(index_names=[%q]) points the segments at them (after which merges here, but those of ZONEMAP, BLOOMFILTER and IVF_HNSW_*, move their rows through the fragment reuse index, %s), "+
 				"or with num_indices_to_merge=N merges them through it",
 				errkind.Unsupported, table.IndexUUID(im), im.GetName(), f, im.GetName(), FragReuseIndexName)
 		}
