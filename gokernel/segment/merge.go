@@ -135,6 +135,7 @@ func Merge(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []
 	opts = opts.withDefaults()
 	prog := opts.Progress
 	prog.SetStage("validate")
+	metas = movedView(ctx, st, snap, metas)
 	if len(metas) > 0 {
 		switch OtherType(metas[0]) {
 		case "BTREE":

@@ -89,7 +89,7 @@ func PlanIndex(ctx context.Context, st storage.Store, snap *table.Snapshot, opts
 	var cands []cand
 	var untouched []string
 	found := false
-	for pos, im := range snap.Indices {
+	for pos, im := range movedView(ctx, st, snap, snap.Indices) {
 		if im.GetName() != opts.IndexName {
 			continue
 		}
@@ -196,6 +196,7 @@ func PlanSegments(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 	if err := opts.check(); err != nil {
 		return nil, err
 	}
+	metas = movedView(ctx, st, snap, metas)
 	p := &Plan{FormatVersion: PlanFormatVersion, URI: st.URI(), ReadVersion: snap.Ref.Version, IndexName: opts.IndexName, Tasks: []Task{}, Untouched: []string{}, Policy: cmp.Or(opts.Policy, PolicyAll)}
 	if len(metas) < 2 && (opts.Policy != PolicyTiered || len(metas) == 0) {
 		p.PlanID = planID(p)

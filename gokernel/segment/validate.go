@@ -708,6 +708,52 @@ func compactedTest(snap *table.Snapshot) func(uint32) bool {
 	return m.Compacted
 }
 
+// movedView returns metas with the fragment bitmap of every segment that
+// names fragments a compaction with defer_index_remap rewrote pointed at
+// the fragments that replaced them, as pylance's optimize does before it
+// merges: the segment's rows stay at their old addresses, which the merge
+// moves through the fragment reuse index (remapGuard). Segments of types
+// whose merges do not move rows (ZONEMAP, BLOOMFILTER), and segments whose
+// rewritten fragments do not make whole rewrite groups (a merged segment
+// would claim fragments holding rows it never had; pylance refuses them
+// too), are left as they are, for refuseDeferredRemap. The entries in
+// metas are not modified.
+func movedView(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata) []*pb.IndexMetadata {
+	if snap == nil || snap.HasStableRowIDs() || fragreuse.Find(snap) == nil {
+		return metas
+	}
+	m, err := fragreuse.Load(ctx, st, snap)
+	if err != nil || m == nil {
+		return metas
+	}
+	current := currentFragments(snap)
+	out, cloned := metas, false
+	for i, im := range metas {
+		if t := OtherType(im); t == "ZONEMAP" || t == "BLOOMFILTER" {
+			continue
+		}
+		ids, ok, err := table.DecodeFragmentBitmap(im.GetFragmentBitmap())
+		if err != nil || !ok || !slices.ContainsFunc(ids, func(f uint32) bool { return !current(f) && m.Compacted(f) }) {
+			continue
+		}
+		moved, complete := m.NewFragments(ids)
+		if !complete {
+			continue
+		}
+		bm, err := table.EncodeFragmentBitmap(moved)
+		if err != nil {
+			continue
+		}
+		if !cloned {
+			out, cloned = slices.Clone(metas), true
+		}
+		c := proto.Clone(im).(*pb.IndexMetadata)
+		c.FragmentBitmap = bm
+		out[i] = c
+	}
+	return out
+}
+
 // refuseDeferredRemap refuses segment im, covering fragments ids, when it
 // names a fragment that is gone because a compaction with
 // defer_index_remap rewrote it: its rows live on in fragments it does not

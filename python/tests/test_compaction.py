@@ -8,10 +8,10 @@ optimize, and the merged segments verify clean. With
 ``defer_index_remap=True`` the segments keep their old row addresses, which
 a fragment reuse index maps until pylance's optimize merges them through
 it. We read that map (its row addresses match where pylance put every
-row): while the segments' bitmaps name the compacted fragments they are
-refused with UnsupportedError; once pylance's optimize has pointed them at
-the new fragments, our merges move their rows through the map. Fragments
-deleted whole are still dropped as stale."""
+row) and our merges move the segments' rows through it, whether their
+bitmaps still name the compacted fragments or pylance's optimize has
+pointed them at the new ones; ZONEMAP merges refuse such segments with
+UnsupportedError. Fragments deleted whole are still dropped as stale."""
 
 from __future__ import annotations
 
@@ -112,40 +112,64 @@ def _nearest(uri: str) -> list[int]:
     return t["id"].to_pylist()
 
 
-def test_deferred_remap_is_applied_once_pylance_points_the_segments_at_the_new_fragments(tmp_path, caplog):
-    """A compaction with ``defer_index_remap=True`` leaves the segments'
-    row addresses to a fragment reuse index. While their fragment bitmaps
-    still name the compacted fragments, every verb that would merge them
-    raises UnsupportedError and leaves the dataset as it was. pylance's
-    optimize points the bitmaps at the new fragments without rewriting the
-    files (with ``num_indices_to_merge=1`` it merges the newest segment
-    through the map); from then on our merges move every row of a
-    compacted fragment to the address the map gives it, and pylance
-    answers every filter, full-text and vector query on our merged
-    segments as on its own merge and as a scan. verify_index calls the
-    moved segments clean before the merge (their rows are the map's to
-    move) and the merged ones after. ZONEMAP segments (zones of rows that
-    moved) are still refused."""
+def _agree(ours: str, theirs: str) -> None:
+    """pylance answers every filter, full-text and vector query on ours as
+    on theirs and as a scan."""
+    for f in FILTERS:
+        got = _ids(ours, f)
+        assert got and got == _ids(theirs, f) == _ids(ours, f, use_scalar_index=False), f
+    assert "ScalarIndexQuery" in lance.dataset(ours).scanner(filter="k = 5").explain_plan()
+    assert _fts(ours, "w3") == _fts(theirs, "w3") and _fts(ours, "w3")
+    near = _nearest(ours)
+    assert near == _nearest(theirs) and len(near) == 10 and all(i % 7 for i in near)  # no deleted row comes back
+
+
+def test_deferred_remap_is_applied_by_maintain_right_after_the_compaction(tmp_path, caplog):
+    """Right after a compaction with ``defer_index_remap=True`` the
+    segments' fragment bitmaps name the compacted fragments and their rows
+    the old addresses. One ``maintain_all`` merges every index whose merge
+    moves rows (BTREE, BITMAP, LABEL_LIST, NGRAM, INVERTED, IVF_PQ) through
+    the fragment reuse index: each becomes one segment over the new
+    fragments, verifies clean, and pylance answers as after its own merge
+    through the map and as a scan. The ZONEMAP index is passed over with a
+    warning, and its plan and optimize say why."""
     uri = str(tmp_path / "c")
     _compacted(uri, defer=True)
     (fri,) = ls.open(uri).list_index_segments("__lance_frag_reuse")  # its map is inline: no files
     assert fri.index_type == "FRAGMENTREUSE" and fri.files == ()
-    version = lance.dataset(uri).version
-    for name in [*INDICES, "z_idx"]:
-        with pytest.raises(ls.UnsupportedError, match="__lance_frag_reuse"):
-            ls.plan_index_segment_merge(uri, name)
-        with pytest.raises(ls.UnsupportedError, match="defer_index_remap"):
-            ls.optimize(uri, name, progress=False)
-    segs = ls.open(uri).list_index_segments("k_idx")
-    with pytest.raises(ls.UnsupportedError, match="__lance_frag_reuse"):
-        ls.merge_existing_index_segments(uri, list(segs)[:2])
+    theirs = str(tmp_path / "theirs")
+    shutil.copytree(uri, theirs)
+    lance.dataset(theirs).optimize.optimize_indices(num_indices_to_merge=4)
+    live = {f.fragment_id for f in lance.dataset(uri).get_fragments()}
+    assert not live & set(ls.open(uri).list_index_segments("k_idx")[0].fragment_ids)  # the old fragments
     with caplog.at_level("WARNING", logger="lance_segmerge"):
-        assert ls.maintain_all(uri, policy="all", progress=False) == []
-    assert "k_idx: passed over" in caplog.text
+        reports = ls.maintain_all(uri, policy="all", progress=False)
+    assert sorted(r.index_name for r in reports) == sorted(INDICES)
+    assert "z_idx: passed over" in caplog.text and "defer_index_remap" in caplog.text
+    for name in INDICES:
+        (seg,) = ls.open(uri).list_index_segments(name)
+        assert set(seg.fragment_ids) == live, name
+        assert [s.verdict for s in ls.verify_index(uri, name).segments] == ["clean"], name
+    version = lance.dataset(uri).version
+    with pytest.raises(ls.UnsupportedError, match="__lance_frag_reuse"):
+        ls.plan_index_segment_merge(uri, "z_idx")
+    with pytest.raises(ls.UnsupportedError, match="defer_index_remap"):
+        ls.optimize(uri, "z_idx", progress=False)
     assert lance.dataset(uri).version == version
-    # pylance's optimize: with num_indices_to_merge=1 it moves the bitmaps
-    # of all but the newest vector segment, which it merges; by default
-    # it moves the other indices' bitmaps
+    _agree(uri, theirs)
+
+
+def test_deferred_remap_is_applied_once_pylance_points_the_segments_at_the_new_fragments(tmp_path):
+    """pylance's optimize points the segments' fragment bitmaps at the
+    fragments a deferred compaction wrote without rewriting their files
+    (with ``num_indices_to_merge=1`` it merges the newest vector segment
+    through the map). verify_index calls these segments clean (their rows
+    are the map's to move); our merges move every row of a compacted
+    fragment to the address the map gives it, and pylance answers on the
+    merged segments as on its own merge and as a scan. A ZONEMAP merge
+    (zones of rows that moved) meets their rows and refuses."""
+    uri = str(tmp_path / "c")
+    _compacted(uri, defer=True)
     lance.dataset(uri).optimize.optimize_indices(index_names=["vec_idx"], num_indices_to_merge=1)
     lance.dataset(uri).optimize.optimize_indices()
     live = {f.fragment_id for f in lance.dataset(uri).get_fragments()}
@@ -166,13 +190,7 @@ def test_deferred_remap_is_applied_once_pylance_points_the_segments_at_the_new_f
     with pytest.raises(ls.UnsupportedError, match="merge read row address .* defer_index_remap"):
         ls.optimize(uri, "z_idx", progress=False)
     assert lance.dataset(uri).version == version
-    for f in FILTERS:
-        got = _ids(uri, f)
-        assert got and got == _ids(theirs, f) == _ids(uri, f, use_scalar_index=False), f
-    assert "ScalarIndexQuery" in lance.dataset(uri).scanner(filter="k = 5").explain_plan()
-    assert _fts(uri, "w3") == _fts(theirs, "w3") and _fts(uri, "w3")
-    near = _nearest(uri)
-    assert near == _nearest(theirs) and len(near) == 10 and all(i % 7 for i in near)  # no deleted row comes back
+    _agree(uri, theirs)
 
 
 def test_a_fragment_deleted_whole_is_not_a_compacted_one(tmp_path):
