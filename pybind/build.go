@@ -273,6 +273,26 @@ func trainedModel(m *encode.Model, stats train.Stats, ptrs modelio.ArrayPtrs) (s
 	return string(b), tagged(err)
 }
 
+// CoveredFragments returns, as a JSON list, the fragments the segments of
+// an index cover as merges see them (fragments a compaction with
+// defer_index_remap rewrote count as the ones that replaced them).
+func CoveredFragments(uri, optionsJSON string, version int, indexName string) (out string, err error) {
+	defer recoverTo(&err)
+	ctx := context.Background()
+	st, snap, err := openSnapshot(ctx, uri, optionsJSON, version)
+	if err != nil {
+		return "", tagged(err)
+	}
+	ids, err := segment.CoveredFragments(ctx, st, snap, indexName)
+	if err != nil {
+		return "", tagged(err)
+	}
+	if ids == nil {
+		ids = []uint32{}
+	}
+	return jsonReply(ids, nil)
+}
+
 // FragmentRows lists the fragments of a dataset version: JSON
 // [[id, live rows], ...] in id order.
 func FragmentRows(uri, optionsJSON string, version int) (string, error) {

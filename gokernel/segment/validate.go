@@ -754,6 +754,26 @@ func movedView(ctx context.Context, st storage.Store, snap *table.Snapshot, meta
 	return out
 }
 
+// CoveredFragments returns the fragments the segments of index name cover
+// as merges see them (movedView: fragments a deferred compaction rewrote
+// count as the ones that replaced them), ascending: the fragments a build
+// of new rows must leave alone.
+func CoveredFragments(ctx context.Context, st storage.Store, snap *table.Snapshot, name string) ([]uint32, error) {
+	var out []uint32
+	for _, im := range movedView(ctx, st, snap, snap.Indices) {
+		if im.GetName() != name {
+			continue
+		}
+		ids, _, err := snap.DecodeCoverage(im)
+		if err != nil {
+			return nil, fmt.Errorf("segment %s of index %q: %w", table.IndexUUID(im), name, err)
+		}
+		out = append(out, ids...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
 // refuseDeferredRemap refuses segment im, covering fragments ids, when it
 // names a fragment that is gone because a compaction with
 // defer_index_remap rewrote it: its rows live on in fragments it does not

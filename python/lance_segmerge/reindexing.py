@@ -415,10 +415,10 @@ def _catch_up(
 
 def _uncovered(ds: Dataset, index_name: str) -> list[tuple[int, int]]:
     """The fragments (id, rows) with rows that no segment of the index
-    covers."""
-    covered: set[int] = set()
-    for s in _list(ds, index_name, False):
-        covered.update(s.fragment_ids)
+    covers (the fragments a compaction with ``defer_index_remap`` wrote
+    count as covered by the segments of those it replaced, whose rows the
+    merges move there)."""
+    covered = set(_ffi.call_json("CoveredFragments", ds.uri, ds.options_json, ds.version, index_name))
     return [(f, n) for f, n in fragment_rows(ds) if f not in covered and n > 0]
 
 

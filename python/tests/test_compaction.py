@@ -129,9 +129,10 @@ def test_deferred_remap_is_applied_by_maintain_right_after_the_compaction(tmp_pa
     segments' fragment bitmaps name the compacted fragments and their rows
     the old addresses. One ``maintain_all`` merges every index whose merge
     moves rows (BTREE, BITMAP, LABEL_LIST, NGRAM, INVERTED, IVF_PQ) through
-    the fragment reuse index: each becomes one segment over the new
-    fragments, verifies clean, and pylance answers as after its own merge
-    through the map and as a scan. The ZONEMAP index is passed over with a
+    the fragment reuse index (with ``index_new``, the new fragments count
+    as indexed: their rows are the compacted ones): each becomes one
+    segment over the new fragments, verifies clean, and pylance answers as
+    after its own merge through the map and as a scan. The ZONEMAP index is passed over with a
     warning, and its plan and optimize say why."""
     uri = str(tmp_path / "c")
     _compacted(uri, defer=True)
@@ -143,8 +144,11 @@ def test_deferred_remap_is_applied_by_maintain_right_after_the_compaction(tmp_pa
     live = {f.fragment_id for f in lance.dataset(uri).get_fragments()}
     assert not live & set(ls.open(uri).list_index_segments("k_idx")[0].fragment_ids)  # the old fragments
     with caplog.at_level("WARNING", logger="lance_segmerge"):
-        reports = ls.maintain_all(uri, policy="all", progress=False)
+        reports = ls.maintain_all(uri, policy="all", index_new=True, progress=False)
     assert sorted(r.index_name for r in reports) == sorted(INDICES)
+    # the new fragments hold the compacted rows: nothing to index afresh
+    assert [r.indexed_rows for r in reports] == [0] * len(INDICES)
+    assert ls.open(uri).list_index_segments("k_idx")[0].num_rows == lance.dataset(uri).count_rows()
     assert "z_idx: passed over" in caplog.text and "defer_index_remap" in caplog.text
     for name in INDICES:
         (seg,) = ls.open(uri).list_index_segments(name)
