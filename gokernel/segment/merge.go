@@ -184,10 +184,9 @@ func Merge(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []
 	if err != nil {
 		return nil, err
 	}
-	guard := newRemapGuard(snap)
-	if !m.typ.HNSW() { // a graph's rows are not moved here: refused
-		guard = newRowRemap(ctx, st, snap)
-	}
+	// (A graph names its vertices by position, not row id: moving the
+	// row ids does not touch it.)
+	guard := newRowRemap(ctx, st, snap)
 	for _, s := range srcs {
 		s.remap = guard
 	}

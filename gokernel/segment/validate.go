@@ -790,7 +790,7 @@ func refuseDeferredRemap(compacted func(uint32) bool, im *pb.IndexMetadata, ids 
 	for _, f := range ids {
 		if !current(f) && compacted(f) {
 			return fmt.Errorf("%w: segment %s of index %q covers fragment %d, which a compaction with defer_index_remap rewrote, and not the fragments that replaced it: "+
-				"pylance's optimize_indices(index_names=[%q]) points the segments at them (after which merges here, but those of ZONEMAP, BLOOMFILTER and IVF_HNSW_*, move their rows through the fragment reuse index, %s), "+
+				"pylance's optimize_indices(index_names=[%q]) points the segments at them (after which merges here, but those of ZONEMAP and BLOOMFILTER, move their rows through the fragment reuse index, %s), "+
 				"or with num_indices_to_merge=N merges them through it",
 				errkind.Unsupported, table.IndexUUID(im), im.GetName(), f, im.GetName(), FragReuseIndexName)
 		}
@@ -812,8 +812,8 @@ func currentFragments(snap *table.Snapshot) func(uint32) bool {
 // index maps (pylance's optimize points the fragment bitmaps of segments
 // built before such a compaction at the new fragments, and leaves their
 // row addresses to the map). Where the merge applies the map (m set: the
-// merges of BTREE, BITMAP, LABEL_LIST, NGRAM, INVERTED and IVF segments
-// without graphs), such rows move to their new addresses; elsewhere a
+// merges of BTREE, BITMAP, LABEL_LIST, NGRAM, INVERTED and vector
+// segments), such rows move to their new addresses; elsewhere a
 // merge would drop them as stale and lose every row of such a segment, so
 // it is refused instead (err).
 type remapGuard struct {
@@ -917,6 +917,6 @@ func (g *remapGuard) err() error {
 	}
 	a--
 	return fmt.Errorf("%w: the merge read row address %d of fragment %d, which a compaction with defer_index_remap rewrote: "+
-		"the fragment reuse index (%s) that maps it is not applied to this index type here (ZONEMAP, BLOOMFILTER, IVF_HNSW_*); pylance's optimize_indices(index_names=[...], num_indices_to_merge=N) "+
+		"the fragment reuse index (%s) that maps it is not applied to ZONEMAP and BLOOMFILTER segments here; pylance's optimize_indices(index_names=[...], num_indices_to_merge=N) "+
 		"merges the index through that map; nothing was written", errkind.Unsupported, a, a>>32, FragReuseIndexName)
 }
