@@ -147,10 +147,10 @@ func TestJoinPostingsMovesRows(t *testing.T) {
 	}
 	moves := func(f uint32) bool { return f == 1 }
 	remap := func(a uint64) uint64 { return 5<<32 | uint64(uint32(a)+10) } // fragment 1's rows into 5, shifted
-	keep := func(a uint64) bool { return a != 1<<32|3 }                      // row 3 of fragment 1 deleted
+	keep := func(a uint64) bool { return a != 1<<32|3 }                    // row 3 of fragment 1 deleted
 	parts := []part{
 		{b: posting(1<<32|1, 1<<32|3, 2<<32|4), keep: keep, remap: remap, moves: moves},
-		{b: posting(5<<32|1), remap: remap, moves: moves}, // a newer input's row of fragment 5
+		{b: posting(5<<32 | 1), remap: remap, moves: moves}, // a newer input's row of fragment 5
 	}
 	out, rows, err := joinPostings(parts)
 	if err != nil {
