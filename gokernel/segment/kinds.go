@@ -56,16 +56,27 @@ func OtherType(im *pb.IndexMetadata) string {
 }
 
 // RequireVector refuses an index entry that is not a vector index, as
-// errkind.Unsupported naming its type: its segments are listed, but
-// merges, plans, commits, verification and builds handle vector indices
-// only.
+// errkind.Unsupported naming its type (callers that handle the scalar and
+// full-text types we merge ask MergeableTypes first): its segments are
+// listed, and nothing more.
 func RequireVector(im *pb.IndexMetadata) error {
 	t := OtherType(im)
-	if t == "" {
+	switch {
+	case t == "":
 		return nil
+	case IsSystemIndex(im):
+		return fmt.Errorf("%w: index %q is Lance's %s system index, which pylance maintains: lance-segmerge lists it, and has nothing to merge",
+			errkind.Unsupported, im.GetName(), t)
 	}
-	return fmt.Errorf("%w: index %q is a %s index: lance-segmerge lists its segments, but plans, merges, commits, verifies and builds vector indices only (pylance's optimize_indices merges %s segments)",
+	return fmt.Errorf("%w: index %q is a %s index: lance-segmerge lists its segments, but does not plan, merge, commit, verify or build %s indices (pylance's optimize_indices merges them)",
 		errkind.Unsupported, im.GetName(), t, t)
+}
+
+// IsSystemIndex reports whether an index entry is one of Lance's own
+// (the fragment reuse index, the MemWAL index: names that begin with
+// "__lance_"), which pylance writes and maintains.
+func IsSystemIndex(im *pb.IndexMetadata) bool {
+	return strings.HasPrefix(im.GetName(), "__lance_")
 }
 
 // otherStats is what a listing says of a segment of another index type:

@@ -30,6 +30,10 @@ from .types import MergePlan
 
 logger = logging.getLogger(__name__)
 
+#: Names of Lance's own indices (the fragment reuse index, the MemWAL
+#: index), which pylance writes and maintains: maintain_all passes over them.
+SYSTEM_INDEX_PREFIX = "__lance_"
+
 __all__ = ["maintain", "maintain_all", "MaintainReport"]
 
 
@@ -411,7 +415,9 @@ def maintain_all(
         the latest version, in manifest order; those of a type merges do
         not handle (RTREE, JSON...) are then passed over, each with a
         warning naming it and its type, where naming one here raises
-        :class:`UnsupportedError`.
+        :class:`UnsupportedError`. Lance's own indices (``__lance_*``, such
+        as the fragment reuse index a compaction with
+        ``defer_index_remap`` leaves) are passed over without one.
     policy, segments_per_tier, max_segment_rows, floor_rows, deletes_pct_allowed, max_segments
         The merge policy (see :func:`maintain`); ``policy="all"`` brings
         each index to one segment.
@@ -430,6 +436,9 @@ def maintain_all(
     names = list(index_names) if index_names is not None else ds.checkout().index_names
     reports = []
     for name in names:
+        if index_names is None and name.startswith(SYSTEM_INDEX_PREFIX):
+            logger.debug("%s: Lance's own index (pylance maintains it): passed over", name)
+            continue
         try:
             rep = maintain(
                 ds, name, policy=policy, segments_per_tier=segments_per_tier, max_segment_rows=max_segment_rows,
