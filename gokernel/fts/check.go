@@ -28,6 +28,9 @@ type CheckResult struct {
 	// Sample are documents evenly spread over the partitions, each with
 	// the tokens its postings give it: to check against the text.
 	Sample []SampledDoc
+	// FragmentDocs counts the documents of each fragment (when
+	// CheckOptions.Covered is set).
+	FragmentDocs map[uint32]uint64
 }
 
 // SampledDoc is a document as a segment's postings have it.
@@ -84,10 +87,15 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, opts Che
 			return nil, err
 		}
 		if opts.Covered != nil && docs != nil {
+			if res.FragmentDocs == nil {
+				res.FragmentDocs = map[uint32]uint64{}
+			}
+			foreign := false
 			for _, r := range docs.RowIDs {
-				if !opts.Covered(uint32(r >> 32)) {
+				res.FragmentDocs[uint32(r>>32)]++
+				if !foreign && !opts.Covered(uint32(r>>32)) {
 					problem("row_ids", "partition %d holds row %d of fragment %d, which the segment does not cover", part, r, r>>32)
-					break
+					foreign = true
 				}
 			}
 		}

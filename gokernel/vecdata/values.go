@@ -27,6 +27,10 @@ func (w *ValueWindow) Live(i int) bool {
 	return w.Deleted == nil || !w.Deleted.Contains(uint32(w.Start)+uint32(i))
 }
 
+// Value is row i of the window (null, a list of values, or a value), its
+// bytes copied.
+func (w *ValueWindow) Value(i int) Value { return valueAt(w.Values, i) }
+
 // Addr is the row address of row i of the window.
 func (w *ValueWindow) Addr(i int) uint64 { return w.Fragment<<32 | (w.Start + uint64(i)) }
 

@@ -592,14 +592,141 @@ func verifyFTS(ctx context.Context, st storage.Store, snap *table.Snapshot, im *
 			res.Docs, res.Tokens, res.Partitions, cheapTokens)
 	}
 	addChecks(sr, structure, ids, covered == nil, DamageFTS, nums, okMsg, "every document is a row of a fragment the segment covers")
+	if len(structure) > 0 || covered == nil {
+		if cheap {
+			sr.add(Check{Name: "keys", Verdict: Skipped, Message: "the text is not read before a commit"})
+		}
+		return sr, nil // stable ids are not addresses
+	}
+	if err := checkFTSCoverage(ctx, st, snap, sr, columnOf(snap, im), res); err != nil {
+		return sr, err
+	}
 	if cheap {
 		sr.add(Check{Name: "keys", Verdict: Skipped, Message: "the text is not read before a commit"})
 		return sr, nil
 	}
-	if len(structure) > 0 || covered == nil {
-		return sr, nil // stable ids are not addresses
-	}
 	return sr, checkDocs(ctx, st, snap, sr, columnOf(snap, im), res)
+}
+
+// DamageMissingRows: a segment claims a fragment but holds none of its
+// rows that it should: queries trust the claim and never search the
+// fragment's rows, in the index or by a scan.
+const DamageMissingRows = "missing_rows"
+
+// checkFTSCoverage checks that an INVERTED segment holds documents of
+// every fragment it claims that the version still has, where that
+// fragment has text that analyzes to tokens (a row whose text is null or
+// yields none, stop words only, is no document: pylance indexes it as
+// none). Only fragments without a single document are read, up to their
+// first row with tokens; a merge that lost a fragment's rows fails here,
+// before its commit too.
+func checkFTSCoverage(ctx context.Context, st storage.Store, snap *table.Snapshot, sr *SegmentReport, column string, res *fts.CheckResult) error {
+	present := map[uint32]bool{}
+	for _, f := range snap.FragmentIDs() {
+		present[uint32(f)] = true
+	}
+	hasDocs := map[uint32]bool{}
+	for f := range res.FragmentDocs {
+		hasDocs[f] = true
+	}
+	if m, err := fragreuse.Load(ctx, st, snap); err == nil && m != nil {
+		// documents still at the addresses of fragments a deferred
+		// compaction rewrote are documents of the fragments it wrote
+		for f := range res.FragmentDocs {
+			if m.Compacted(f) {
+				moved, _ := m.NewFragments([]uint32{f})
+				for _, n := range moved {
+					hasDocs[n] = true
+				}
+			}
+		}
+	}
+	var empty []uint64
+	for _, f := range sr.FragmentIDs {
+		if present[f] && !hasDocs[f] {
+			empty = append(empty, uint64(f))
+		}
+	}
+	if len(empty) == 0 {
+		sr.add(Check{Name: "coverage", Verdict: OK, Message: fmt.Sprintf("documents of every one of the %d fragments it covers", len(sr.FragmentIDs))})
+		return nil
+	}
+	params, err := fts.ParseParams(res.Params)
+	var an *fts.Analyzer
+	if err == nil {
+		an, err = fts.NewAnalyzer(params)
+	}
+	if err != nil {
+		sr.add(Check{Name: "coverage", Verdict: Skipped, Message: fmt.Sprintf("fragments %v have no document, and their texts are not analyzed here: %v", empty, err)})
+		return nil
+	}
+	rd, err := vecdata.NewValueReader(st, snap, column)
+	if errors.Is(err, errkind.Unsupported) {
+		sr.add(Check{Name: "coverage", Verdict: Skipped, Message: fmt.Sprintf("fragments %v have no document, and their texts are not read here: %v", empty, err)})
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var bad []string
+	for _, f := range empty {
+		found := errors.New("a document")
+		var row uint64
+		var tokens uint32
+		err := rd.ScanValues(ctx, []uint64{f}, 0, func(w *vecdata.ValueWindow) error {
+			for i := range w.Values.Len {
+				if !w.Live(i) {
+					continue
+				}
+				n := uint32(0)
+				if _, err := analyzeValue(an, w.Value(i), func([]byte, uint32) error { n++; return nil }); err == nil && n > 0 {
+					row, tokens = w.Addr(i), n
+					return found
+				}
+			}
+			return nil
+		})
+		switch {
+		case errors.Is(err, found):
+			if len(bad) < maxKeyProblems {
+				bad = append(bad, fmt.Sprintf("it covers fragment %d but holds none of its documents, while row %d (offset %d) has text of %d tokens", f, row, uint32(row), tokens))
+			}
+		case errors.Is(err, errkind.Unsupported):
+			sr.add(Check{Name: "coverage", Verdict: Skipped, Message: fmt.Sprintf("fragment %d has no document, and its text is not read here: %v", f, err)})
+			return nil
+		case err != nil:
+			return err
+		}
+	}
+	if len(bad) > 0 {
+		sr.add(Check{Name: "coverage", Verdict: Failed, Damage: DamageMissingRows, Message: strings.Join(bad, "; ") + ": queries would never find those rows"})
+		return nil
+	}
+	sr.add(Check{Name: "coverage", Verdict: OK, Message: fmt.Sprintf("documents of every fragment it covers whose text has tokens (fragments %v: none)", empty)})
+	return nil
+}
+
+// analyzeValue analyzes a text value as the build does (a list of texts
+// in turn, positions running on) and returns the text shown in messages.
+func analyzeValue(an *fts.Analyzer, v vecdata.Value, visit func(tok []byte, pos uint32) error) ([]byte, error) {
+	switch {
+	case v.Null:
+		return nil, nil
+	case v.Items == nil:
+		return v.Bytes, an.Analyze(v.Bytes, visit)
+	}
+	var parts [][]byte
+	pos := uint32(0)
+	for _, it := range v.Items {
+		if !it.Null {
+			var err error
+			if pos, err = an.AnalyzeAt(it.Bytes, pos, visit); err != nil {
+				return nil, err
+			}
+			parts = append(parts, it.Bytes)
+		}
+	}
+	return bytes.Join(parts, []byte(" | ")), nil
 }
 
 // docSample is how many of an INVERTED segment's documents the keys
@@ -649,22 +776,7 @@ func checkDocs(ctx context.Context, st storage.Store, snap *table.Snapshot, sr *
 		got := map[string]uint32{}
 		n := uint32(0)
 		count := func(tok []byte, _ uint32) error { got[string(tok)]++; n++; return nil }
-		text := v.Bytes
-		switch {
-		case v.Null:
-		case v.Items == nil:
-			err = an.Analyze(v.Bytes, count)
-		default: // a list of texts: analyzed in turn, as the build does
-			var parts [][]byte
-			pos := uint32(0)
-			for _, it := range v.Items {
-				if !it.Null && err == nil {
-					pos, err = an.AnalyzeAt(it.Bytes, pos, count)
-					parts = append(parts, it.Bytes)
-				}
-			}
-			text = bytes.Join(parts, []byte(" | "))
-		}
+		text, err := analyzeValue(an, v, count)
 		if err != nil {
 			skipped++
 			continue

@@ -44,6 +44,11 @@ const (
 	// FlipFlag toggles the layout flag (transposed, packed) in the
 	// quantizer metadata, leaving the codes as they are.
 	FlipFlag = "flip_flag"
+	// ClaimFragment adds a fragment to the segment's fragment bitmap
+	// (Fragment, default the version's last fragment), its files as they
+	// are: a merge that lost a fragment's rows and claimed it all the
+	// same. Any index type.
+	ClaimFragment = "claim_fragment"
 )
 
 // DamageSpec says what Damage does.
@@ -55,6 +60,8 @@ type DamageSpec struct {
 	// rows).
 	Partition *int   `json:"partition"`
 	Seed      uint64 `json:"seed"`
+	// Fragment ClaimFragment claims.
+	Fragment *uint32 `json:"fragment"`
 }
 
 // Damage damages one segment of an index for a test or a drill, the way
@@ -64,12 +71,15 @@ type DamageSpec struct {
 // original (with the new files' sizes), as the damaged segments a buggy
 // writer committed. Never run it on data you care about.
 func Damage(ctx context.Context, st storage.Store, snap *table.Snapshot, indexName, segUUID string, spec DamageSpec) (*pb.IndexMetadata, error) {
-	im, err := findSegment(snap, indexName, segUUID)
+	im, err := findSegmentOf(snap, indexName, segUUID, spec.Kind != ClaimFragment)
 	if err != nil {
 		return nil, err
 	}
 	if im.BaseId != nil {
 		return nil, fmt.Errorf("%w: damage: segment %s lives under a base path", errkind.Unsupported, segUUID)
+	}
+	if spec.Kind == ClaimFragment {
+		return claimFragment(ctx, st, snap, im, spec.Fragment)
 	}
 	dir := table.IndexDir(im)
 	f, err := ivf.OpenFiles(ctx, st, dir, lancefile.Options{})
@@ -194,6 +204,31 @@ func Damage(ctx context.Context, st storage.Store, snap *table.Snapshot, indexNa
 	out := proto.Clone(im).(*pb.IndexMetadata)
 	out.Uuid = &pb.UUID{Uuid: id[:]}
 	out.Files = []*pb.IndexFile{{Path: ivf.AuxiliaryFileName, SizeBytes: uint64(auxSize)}, {Path: ivf.IndexFileName, SizeBytes: uint64(idxSize)}}
+	if err := publishReplacement(ctx, st, snap, im, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// claimFragment publishes a version whose entry of im claims fragment f
+// too (nil: the version's last fragment).
+func claimFragment(ctx context.Context, st storage.Store, snap *table.Snapshot, im *pb.IndexMetadata, f *uint32) (*pb.IndexMetadata, error) {
+	ids, _, err := table.DecodeFragmentBitmap(im.GetFragmentBitmap())
+	if err != nil {
+		return nil, err
+	}
+	if f == nil {
+		frags := snap.FragmentIDs()
+		if len(frags) == 0 {
+			return nil, fmt.Errorf("%w: damage: the version has no fragment to claim", errkind.InvalidInput)
+		}
+		last := uint32(frags[len(frags)-1])
+		f = &last
+	}
+	out := proto.Clone(im).(*pb.IndexMetadata)
+	if out.FragmentBitmap, err = table.EncodeFragmentBitmap(append(ids, *f)); err != nil {
+		return nil, err
+	}
 	if err := publishReplacement(ctx, st, snap, im, out); err != nil {
 		return nil, err
 	}

@@ -96,12 +96,17 @@ func FindSegment(snap *table.Snapshot, indexName, segUUID string) (*pb.IndexMeta
 
 // findSegment returns the manifest entry of a segment of an index.
 func findSegment(snap *table.Snapshot, indexName, segUUID string) (*pb.IndexMetadata, error) {
+	return findSegmentOf(snap, indexName, segUUID, true)
+}
+
+// findSegmentOf is findSegment; vectorOnly refuses other index types.
+func findSegmentOf(snap *table.Snapshot, indexName, segUUID string, vectorOnly bool) (*pb.IndexMetadata, error) {
 	found := false
 	for _, im := range snap.Indices {
 		if im.GetName() != indexName {
 			continue
 		}
-		if err := segment.RequireVector(im); err != nil {
+		if err := segment.RequireVector(im); err != nil && vectorOnly {
 			return nil, err
 		}
 		found = true

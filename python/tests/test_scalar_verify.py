@@ -175,3 +175,41 @@ def test_the_check_before_a_commit_samples_bitmaps(tmp_path):
     assert structure["cheap"].numbers["rows"] == n and structure["cheap"].numbers["keys"] == 6_000
     assert "3000 keys' bitmaps decoded (a sample" in structure["cheap"].message, structure["cheap"].message
     assert "decoded" not in structure["full"].message
+
+
+def test_an_inverted_segment_claiming_a_fragment_it_lost_is_damage(tmp_path):
+    """An INVERTED segment that claims a fragment but holds none of its
+    documents (what a merge that lost a fragment's rows would commit:
+    queries trust the claim and never find them) fails the coverage check
+    as ``missing_rows``. A claimed fragment whose texts yield no tokens
+    (null or stop words only: pylance indexes no document for them) is
+    not damage. A merge of such a segment fails the same check before its
+    commit (CorruptError), and nothing is committed."""
+    from damage import damage_segment
+
+    uri = str(tmp_path / "f")
+
+    def texts(start: int, words: list) -> pa.Table:
+        return pa.table({"id": pa.array(range(start, start + len(words))), "t": pa.array(words)})
+
+    ds = lance.write_dataset(texts(0, [f"w{i % 5} doc" for i in range(100)]), uri)
+    ds.create_scalar_index("t", "INVERTED", name="t_idx")
+    lance.write_dataset(texts(100, [f"y{i} doc" for i in range(30)]), uri, mode="append")
+    lance.dataset(uri).optimize.optimize_indices(num_indices_to_merge=0)  # a delta
+    lance.write_dataset(texts(200, [None, "the", "a", None] * 5), uri, mode="append")  # no tokens
+    lance.write_dataset(texts(300, [f"x{i} doc" for i in range(50)]), uri, mode="append")
+    frags = [f.fragment_id for f in lance.dataset(uri).get_fragments()]
+    base = min(ls.open(uri).list_index_segments("t_idx"), key=lambda s: s.dataset_version)
+    assert {c.verdict for s in ls.verify_index(uri, "t_idx").segments for c in s.checks if c.name == "coverage"} == {"ok"}
+    quiet = damage_segment(uri, "t_idx", base.uuid, "claim_fragment", fragment=frags[2])
+    assert {s.verdict for s in ls.verify_index(uri, "t_idx").segments} == {"clean"}  # its texts have no tokens
+    lying = damage_segment(uri, "t_idx", quiet, "claim_fragment", fragment=frags[3])
+    (s,) = [s for s in ls.verify_index(uri, "t_idx").segments if s.uuid == lying]
+    cov = {c.name: c for c in s.checks}["coverage"]
+    assert s.verdict == "damaged" and s.damage == ("missing_rows",), s
+    assert f"fragment {frags[3]} but holds none of its documents" in cov.message and "tokens" in cov.message, cov.message
+    assert "rebuild" in s.advice
+    version = lance.dataset(uri).version
+    with pytest.raises(ls.CorruptError, match="missing_rows|none of its documents"):
+        ls.optimize(uri, "t_idx", progress=False)
+    assert lance.dataset(uri).version == version
