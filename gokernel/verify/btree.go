@@ -47,7 +47,8 @@ func verifyBTree(ctx context.Context, st storage.Store, snap *table.Snapshot, im
 		return sr, nil
 	}
 	covered := coverage(ctx, st, snap, sr)
-	opts := btree.CheckOptions{Covered: func(id uint64) bool { return covered(uint32(id >> 32)) }}
+	seen := newFragmentSet(sr.FragmentIDs)
+	opts := btree.CheckOptions{Covered: func(id uint64) bool { seen.add(uint32(id >> 32)); return covered(uint32(id >> 32)) }}
 	if cheap {
 		opts.Pages = cheapPages
 	}
@@ -76,6 +77,9 @@ func verifyBTree(ctx context.Context, st storage.Store, snap *table.Snapshot, im
 		sr.add(Check{Name: "row_ids", Verdict: OK, Message: "the row ids of the pages read are unique and of fragments the segment covers"})
 	default:
 		sr.add(Check{Name: "row_ids", Verdict: OK, Message: "every row id is unique and of a fragment the segment covers"})
+	}
+	if len(order) == 0 && (!cheap || res.Pages <= cheapPages) && !snap.HasStableRowIDs() { // every row seen
+		checkRowCoverage(ctx, st, snap, sr, seen)
 	}
 	sample, err := btree.Sample(ctx, ist, im, keySample)
 	if err != nil {
@@ -409,8 +413,10 @@ func verifyBitmap(ctx context.Context, st storage.Store, snap *table.Snapshot, i
 		return sr, nil
 	}
 	var covered func(uint32) bool
+	seen := newFragmentSet(sr.FragmentIDs)
 	if !snap.HasStableRowIDs() { // else row maps hold stable ids, whose high halves are not fragments
-		covered = coverage(ctx, st, snap, sr)
+		in := coverage(ctx, st, snap, sr)
+		covered = func(f uint32) bool { seen.add(f); return in(f) }
 	}
 	opts := bitmap.CheckOptions{Covered: covered, Unique: typ == "BITMAP"}
 	if cheap {
@@ -454,6 +460,9 @@ func verifyBitmap(ctx context.Context, st storage.Store, snap *table.Snapshot, i
 	if covered == nil {
 		// stable ids are not addresses
 		return sr, nil
+	}
+	if typ == "BITMAP" && len(order) == 0 { // (a LABEL_LIST row of an empty list is under no key)
+		checkRowCoverage(ctx, st, snap, sr, seen)
 	}
 	sample, err := bitmap.Sample(ctx, ist, im, keySample, 4)
 	if err != nil {
@@ -704,6 +713,74 @@ func checkFTSCoverage(ctx context.Context, st storage.Store, snap *table.Snapsho
 	}
 	sr.add(Check{Name: "coverage", Verdict: OK, Message: fmt.Sprintf("documents of every fragment it covers whose text has tokens (fragments %v: none)", empty)})
 	return nil
+}
+
+// fragmentSet notes the fragments a check meets, densely where the ids
+// are small (a BTREE check asks once per row).
+type fragmentSet struct {
+	dense []bool
+	other map[uint32]bool
+}
+
+func newFragmentSet(claimed []uint32) *fragmentSet {
+	var top uint32
+	for _, f := range claimed {
+		top = max(top, f)
+	}
+	return &fragmentSet{dense: make([]bool, min(int(top)+1, 1<<20)), other: map[uint32]bool{}}
+}
+
+func (s *fragmentSet) add(f uint32) {
+	if int(f) < len(s.dense) {
+		s.dense[f] = true
+	} else {
+		s.other[f] = true
+	}
+}
+
+func (s *fragmentSet) has(f uint32) bool {
+	if int(f) < len(s.dense) {
+		return s.dense[f]
+	}
+	return s.other[f]
+}
+
+// checkRowCoverage checks that a segment holding a row of every live row
+// (BTREE, BITMAP: nulls included) holds rows of every fragment it claims
+// that the version still has with live rows (its physical rows less its
+// deleted ones, from the manifest: nothing is read). seen holds the
+// fragments of the rows the check met; rows at addresses a deferred
+// compaction moved count for the fragments it wrote.
+func checkRowCoverage(ctx context.Context, st storage.Store, snap *table.Snapshot, sr *SegmentReport, seen *fragmentSet) {
+	if m, err := fragreuse.Load(ctx, st, snap); err == nil && m != nil {
+		for _, f := range m.Rewritten() {
+			if seen.has(f) {
+				moved, _ := m.NewFragments([]uint32{f})
+				for _, n := range moved {
+					seen.add(n)
+				}
+			}
+		}
+	}
+	live := map[uint32]uint64{}
+	for _, f := range snap.Manifest.GetFragments() {
+		d := f.GetDeletionFile()
+		if f.GetId() > 1<<32-1 || d != nil && d.GetNumDeletedRows() == 0 {
+			continue // a deletion file that does not say how many it deletes: not provable
+		}
+		live[uint32(f.GetId())] = f.GetPhysicalRows() - min(f.GetPhysicalRows(), d.GetNumDeletedRows())
+	}
+	var bad []string
+	for _, f := range sr.FragmentIDs {
+		if n := live[f]; n > 0 && !seen.has(f) && len(bad) < maxKeyProblems {
+			bad = append(bad, fmt.Sprintf("it covers fragment %d but holds none of its %d live rows", f, n))
+		}
+	}
+	if len(bad) > 0 {
+		sr.add(Check{Name: "coverage", Verdict: Failed, Damage: DamageMissingRows, Message: strings.Join(bad, "; ") + ": queries would never find those rows"})
+		return
+	}
+	sr.add(Check{Name: "coverage", Verdict: OK, Message: "rows of every fragment it covers that has live rows"})
 }
 
 // analyzeValue analyzes a text value as the build does (a list of texts

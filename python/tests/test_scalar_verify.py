@@ -213,3 +213,32 @@ def test_an_inverted_segment_claiming_a_fragment_it_lost_is_damage(tmp_path):
     with pytest.raises(ls.CorruptError, match="missing_rows|none of its documents"):
         ls.optimize(uri, "t_idx", progress=False)
     assert lance.dataset(uri).version == version
+
+
+@pytest.mark.parametrize("typ", ["BTREE", "BITMAP"])
+def test_a_segment_claiming_a_fragment_it_holds_no_row_of_is_damage(tmp_path, typ):
+    """BTREE and BITMAP segments hold every live row of the fragments they
+    cover (nulls too). One that claims a fragment with live rows it holds
+    none of is ``missing_rows`` (the manifest's row and deletion counts
+    say so: nothing is read); one that claims a fragment deleted whole
+    since is not damage."""
+    from damage import damage_segment
+
+    uri = str(tmp_path / "d")
+    part = lambda a, n: pa.table({"id": pa.array(range(a, a + n)), "k": pa.array([None if i % 9 == 0 else i % 40 for i in range(a, a + n)])})
+    ds = lance.write_dataset(part(0, 500), uri)
+    ds.create_scalar_index("k", typ, name="k_idx")
+    lance.write_dataset(part(500, 200), uri, mode="append")
+    lance.write_dataset(part(700, 200), uri, mode="append")
+    gone, last = sorted(f.fragment_id for f in lance.dataset(uri).get_fragments())[1:]
+    lance.dataset(uri).delete("id >= 500 AND id < 700")  # the second fragment, whole
+    (seg,) = ls.open(uri).list_index_segments("k_idx")
+    checks = {c.name: c for c in ls.verify_index(uri, "k_idx").segments[0].checks}
+    assert checks["coverage"].verdict == "ok", checks["coverage"]
+    quiet = damage_segment(uri, "k_idx", seg.uuid, "claim_fragment", fragment=gone)
+    assert [s.verdict for s in ls.verify_index(uri, "k_idx").segments] == ["clean"]
+    lying = damage_segment(uri, "k_idx", quiet, "claim_fragment", fragment=last)
+    (s,) = ls.verify_index(uri, "k_idx").segments
+    cov = {c.name: c for c in s.checks}["coverage"]
+    assert s.uuid == lying and s.verdict == "damaged" and s.damage == ("missing_rows",), s
+    assert f"fragment {last} but holds none of its 200 live rows" in cov.message, cov.message
