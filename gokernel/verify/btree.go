@@ -634,25 +634,14 @@ func checkFTSCoverage(ctx context.Context, st storage.Store, snap *table.Snapsho
 	for _, f := range snap.FragmentIDs() {
 		present[uint32(f)] = true
 	}
-	hasDocs := map[uint32]bool{}
+	hasDocs := newFragmentSet(sr.FragmentIDs)
 	for f := range res.FragmentDocs {
-		hasDocs[f] = true
+		hasDocs.add(f)
 	}
-	if m, err := fragreuse.Load(ctx, st, snap); err == nil && m != nil {
-		// documents still at the addresses of fragments a deferred
-		// compaction rewrote are documents of the fragments it wrote
-		for f := range res.FragmentDocs {
-			if m.Compacted(f) {
-				moved, _ := m.NewFragments([]uint32{f})
-				for _, n := range moved {
-					hasDocs[n] = true
-				}
-			}
-		}
-	}
+	hasDocs.addMoved(ctx, st, snap)
 	var empty []uint64
 	for _, f := range sr.FragmentIDs {
-		if present[f] && !hasDocs[f] {
+		if present[f] && !hasDocs.has(f) {
 			empty = append(empty, uint64(f))
 		}
 	}
@@ -745,6 +734,24 @@ func (s *fragmentSet) has(f uint32) bool {
 	return s.other[f]
 }
 
+// addMoved adds the fragments a compaction with defer_index_remap wrote
+// in place of fragments of the set: rows still at the old addresses are
+// rows of the new fragments, for the fragment reuse index to map.
+func (s *fragmentSet) addMoved(ctx context.Context, st storage.Store, snap *table.Snapshot) {
+	m, err := fragreuse.Load(ctx, st, snap)
+	if err != nil || m == nil {
+		return
+	}
+	for _, f := range m.Rewritten() {
+		if s.has(f) {
+			moved, _ := m.NewFragments([]uint32{f})
+			for _, n := range moved {
+				s.add(n)
+			}
+		}
+	}
+}
+
 // checkRowCoverage checks that a segment holding a row of every live row
 // (BTREE, BITMAP: nulls included) holds rows of every fragment it claims
 // that the version still has with live rows (its physical rows less its
@@ -752,16 +759,7 @@ func (s *fragmentSet) has(f uint32) bool {
 // fragments of the rows the check met; rows at addresses a deferred
 // compaction moved count for the fragments it wrote.
 func checkRowCoverage(ctx context.Context, st storage.Store, snap *table.Snapshot, sr *SegmentReport, seen *fragmentSet) {
-	if m, err := fragreuse.Load(ctx, st, snap); err == nil && m != nil {
-		for _, f := range m.Rewritten() {
-			if seen.has(f) {
-				moved, _ := m.NewFragments([]uint32{f})
-				for _, n := range moved {
-					seen.add(n)
-				}
-			}
-		}
-	}
+	seen.addMoved(ctx, st, snap)
 	live := map[uint32]uint64{}
 	for _, f := range snap.Manifest.GetFragments() {
 		d := f.GetDeletionFile()
