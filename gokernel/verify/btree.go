@@ -307,7 +307,9 @@ func verifyZoneMap(ctx context.Context, st storage.Store, snap *table.Snapshot, 
 	if !checkFiles(ctx, ist, im, sr) {
 		return sr, nil
 	}
-	z, problems, err := zonemap.Check(ctx, ist, im, kind, coverage(ctx, st, snap, sr))
+	in := coverage(ctx, st, snap, sr)
+	seen := newFragmentSet(sr.FragmentIDs)
+	z, problems, err := zonemap.Check(ctx, ist, im, kind, func(f uint32) bool { seen.add(f); return in(f) })
 	if done, err := checkError(ctx, sr, err); done {
 		return sr, err
 	}
@@ -320,6 +322,9 @@ func verifyZoneMap(ctx context.Context, st storage.Store, snap *table.Snapshot, 
 	}
 	if len(problems) > 0 {
 		return sr, nil
+	}
+	if !snap.HasStableRowIDs() { // zones span every row of their fragment
+		checkRowCoverage(ctx, st, snap, sr, seen)
 	}
 	return sr, checkZones(ctx, st, snap, sr, columnOf(snap, im), z)
 }
@@ -753,7 +758,8 @@ func (s *fragmentSet) addMoved(ctx context.Context, st storage.Store, snap *tabl
 }
 
 // checkRowCoverage checks that a segment holding a row of every live row
-// (BTREE, BITMAP: nulls included) holds rows of every fragment it claims
+// (BTREE, BITMAP: nulls included; ZONEMAP and BLOOMFILTER zones span
+// every row of their fragment) holds rows of every fragment it claims
 // that the version still has with live rows (its physical rows less its
 // deleted ones, from the manifest: nothing is read). seen holds the
 // fragments of the rows the check met; rows at addresses a deferred

@@ -215,10 +215,11 @@ def test_an_inverted_segment_claiming_a_fragment_it_lost_is_damage(tmp_path):
     assert lance.dataset(uri).version == version
 
 
-@pytest.mark.parametrize("typ", ["BTREE", "BITMAP"])
+@pytest.mark.parametrize("typ", ["BTREE", "BITMAP", "ZONEMAP", "BLOOMFILTER"])
 def test_a_segment_claiming_a_fragment_it_holds_no_row_of_is_damage(tmp_path, typ):
     """BTREE and BITMAP segments hold every live row of the fragments they
-    cover (nulls too). One that claims a fragment with live rows it holds
+    cover (nulls too), ZONEMAP and BLOOMFILTER zones span every row of
+    their fragments. One that claims a fragment with live rows it holds
     none of is ``missing_rows`` (the manifest's row and deletion counts
     say so: nothing is read); one that claims a fragment deleted whole
     since is not damage."""
