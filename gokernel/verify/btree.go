@@ -466,8 +466,21 @@ func verifyBitmap(ctx context.Context, st storage.Store, snap *table.Snapshot, i
 		// stable ids are not addresses
 		return sr, nil
 	}
-	if typ == "BITMAP" && len(order) == 0 { // (a LABEL_LIST row of an empty list is under no key)
+	switch {
+	case len(order) > 0:
+	case typ == "BITMAP":
 		checkRowCoverage(ctx, st, snap, sr, seen)
+	default: // LABEL_LIST: a row of a null or empty list is under no label
+		if err := checkReadCoverage(ctx, st, snap, sr, columnOf(snap, im), seen, "rows", func(v vecdata.Value) string {
+			for _, it := range v.Items {
+				if !it.Null {
+					return "has labels"
+				}
+			}
+			return ""
+		}, nil); err != nil {
+			return sr, err
+		}
 	}
 	sample, err := bitmap.Sample(ctx, ist, im, keySample, 4)
 	if err != nil {
@@ -491,8 +504,10 @@ func verifyNgram(ctx context.Context, st storage.Store, snap *table.Snapshot, im
 		return sr, nil
 	}
 	var covered func(uint32) bool
+	seen := newFragmentSet(sr.FragmentIDs)
 	if !snap.HasStableRowIDs() {
-		covered = coverage(ctx, st, snap, sr)
+		in := coverage(ctx, st, snap, sr)
+		covered = func(f uint32) bool { seen.add(f); return in(f) }
 	}
 	res, err := ngram.Check(ctx, ist, im, covered)
 	if done, err := checkError(ctx, sr, err); done {
@@ -505,6 +520,23 @@ func verifyNgram(ctx context.Context, st storage.Store, snap *table.Snapshot, im
 		"every row is of a fragment the segment covers")
 	if len(order) > 0 || covered == nil {
 		return sr, nil // stable ids are not addresses
+	}
+	// a null text is under the null token; a text of fewer than three
+	// characters has no trigram, and is under none
+	err = checkReadCoverage(ctx, st, snap, sr, columnOf(snap, im), seen, "rows", func(v vecdata.Value) string {
+		n := 0
+		switch {
+		case v.Null:
+			return "is null (the null token's)"
+		case v.Items != nil:
+			return ""
+		case ngram.Tokens(v.Bytes, func(uint32) error { n++; return nil }) != nil || n == 0:
+			return ""
+		}
+		return fmt.Sprintf("has text of %d trigrams", n)
+	}, nil)
+	if err != nil {
+		return sr, err
 	}
 	sample, err := ngram.Sample(ctx, ist, im, keySample, 4)
 	if err != nil {
@@ -631,41 +663,58 @@ const DamageMissingRows = "missing_rows"
 // every fragment it claims that the version still has, where that
 // fragment has text that analyzes to tokens (a row whose text is null or
 // yields none, stop words only, is no document: pylance indexes it as
-// none). Only fragments without a single document are read, up to their
-// first row with tokens; a merge that lost a fragment's rows fails here,
-// before its commit too.
+// none). A merge that lost a fragment's rows fails here, before its commit
+// too.
 func checkFTSCoverage(ctx context.Context, st storage.Store, snap *table.Snapshot, sr *SegmentReport, column string, res *fts.CheckResult) error {
-	present := map[uint32]bool{}
-	for _, f := range snap.FragmentIDs() {
-		present[uint32(f)] = true
-	}
 	hasDocs := newFragmentSet(sr.FragmentIDs)
 	for f := range res.FragmentDocs {
 		hasDocs.add(f)
-	}
-	hasDocs.addMoved(ctx, st, snap)
-	var empty []uint64
-	for _, f := range sr.FragmentIDs {
-		if present[f] && !hasDocs.has(f) {
-			empty = append(empty, uint64(f))
-		}
-	}
-	if len(empty) == 0 {
-		sr.add(Check{Name: "coverage", Verdict: OK, Message: fmt.Sprintf("documents of every one of the %d fragments it covers", len(sr.FragmentIDs))})
-		return nil
 	}
 	params, err := fts.ParseParams(res.Params)
 	var an *fts.Analyzer
 	if err == nil {
 		an, err = fts.NewAnalyzer(params)
 	}
-	if err != nil {
-		sr.add(Check{Name: "coverage", Verdict: Skipped, Message: fmt.Sprintf("fragments %v have no document, and their texts are not analyzed here: %v", empty, err)})
+	return checkReadCoverage(ctx, st, snap, sr, column, hasDocs, "documents", func(v vecdata.Value) string {
+		n := 0
+		if _, err := analyzeValue(an, v, func([]byte, uint32) error { n++; return nil }); err != nil || n == 0 {
+			return ""
+		}
+		return fmt.Sprintf("has text of %d tokens", n)
+	}, err)
+}
+
+// checkReadCoverage checks that a segment holds rows of every fragment it
+// claims that the version still has, where that fragment has a live row
+// the index must hold (must says why, "" for a row it need not). Only the
+// fragments the check met no row of (seen; rows at addresses a deferred
+// compaction moved count for the fragments it wrote) are read, up to
+// their first such row. notRead, when set, is why the rows cannot be
+// judged here (the check is then skipped).
+func checkReadCoverage(ctx context.Context, st storage.Store, snap *table.Snapshot, sr *SegmentReport, column string, seen *fragmentSet,
+	what string, must func(vecdata.Value) string, notRead error) error {
+	seen.addMoved(ctx, st, snap)
+	present := map[uint32]bool{}
+	for _, f := range snap.FragmentIDs() {
+		present[uint32(f)] = true
+	}
+	var empty []uint64
+	for _, f := range sr.FragmentIDs {
+		if present[f] && !seen.has(f) {
+			empty = append(empty, uint64(f))
+		}
+	}
+	if len(empty) == 0 {
+		sr.add(Check{Name: "coverage", Verdict: OK, Message: fmt.Sprintf("%s of every one of the %d fragments it covers", what, len(sr.FragmentIDs))})
+		return nil
+	}
+	if notRead != nil {
+		sr.add(Check{Name: "coverage", Verdict: Skipped, Message: fmt.Sprintf("fragments %v have no %s, and their rows are not judged here: %v", empty, what, notRead)})
 		return nil
 	}
 	rd, err := vecdata.NewValueReader(st, snap, column)
 	if errors.Is(err, errkind.Unsupported) {
-		sr.add(Check{Name: "coverage", Verdict: Skipped, Message: fmt.Sprintf("fragments %v have no document, and their texts are not read here: %v", empty, err)})
+		sr.add(Check{Name: "coverage", Verdict: Skipped, Message: fmt.Sprintf("fragments %v have no %s, and their rows are not read here: %v", empty, what, err)})
 		return nil
 	}
 	if err != nil {
@@ -673,18 +722,16 @@ func checkFTSCoverage(ctx context.Context, st storage.Store, snap *table.Snapsho
 	}
 	var bad []string
 	for _, f := range empty {
-		found := errors.New("a document")
+		found := errors.New("a row the index must hold")
 		var row uint64
-		var tokens uint32
+		var why string
 		err := rd.ScanValues(ctx, []uint64{f}, 0, func(w *vecdata.ValueWindow) error {
 			for i := range w.Values.Len {
-				if !w.Live(i) {
-					continue
-				}
-				n := uint32(0)
-				if _, err := analyzeValue(an, w.Value(i), func([]byte, uint32) error { n++; return nil }); err == nil && n > 0 {
-					row, tokens = w.Addr(i), n
-					return found
+				if w.Live(i) {
+					if why = must(w.Value(i)); why != "" {
+						row = w.Addr(i)
+						return found
+					}
 				}
 			}
 			return nil
@@ -692,10 +739,10 @@ func checkFTSCoverage(ctx context.Context, st storage.Store, snap *table.Snapsho
 		switch {
 		case errors.Is(err, found):
 			if len(bad) < maxKeyProblems {
-				bad = append(bad, fmt.Sprintf("it covers fragment %d but holds none of its documents, while row %d (offset %d) has text of %d tokens", f, row, uint32(row), tokens))
+				bad = append(bad, fmt.Sprintf("it covers fragment %d but holds none of its %s, while row %d (offset %d) %s", f, what, row, uint32(row), why))
 			}
 		case errors.Is(err, errkind.Unsupported):
-			sr.add(Check{Name: "coverage", Verdict: Skipped, Message: fmt.Sprintf("fragment %d has no document, and its text is not read here: %v", f, err)})
+			sr.add(Check{Name: "coverage", Verdict: Skipped, Message: fmt.Sprintf("fragment %d has no %s, and its rows are not read here: %v", f, what, err)})
 			return nil
 		case err != nil:
 			return err
@@ -705,7 +752,7 @@ func checkFTSCoverage(ctx context.Context, st storage.Store, snap *table.Snapsho
 		sr.add(Check{Name: "coverage", Verdict: Failed, Damage: DamageMissingRows, Message: strings.Join(bad, "; ") + ": queries would never find those rows"})
 		return nil
 	}
-	sr.add(Check{Name: "coverage", Verdict: OK, Message: fmt.Sprintf("documents of every fragment it covers whose text has tokens (fragments %v: none)", empty)})
+	sr.add(Check{Name: "coverage", Verdict: OK, Message: fmt.Sprintf("%s of every fragment it covers that has rows it must hold (fragments %v: none)", what, empty)})
 	return nil
 }
 

@@ -215,20 +215,34 @@ def test_an_inverted_segment_claiming_a_fragment_it_lost_is_damage(tmp_path):
     assert lance.dataset(uri).version == version
 
 
-@pytest.mark.parametrize("typ", ["BTREE", "BITMAP", "ZONEMAP", "BLOOMFILTER"])
-def test_a_segment_claiming_a_fragment_it_holds_no_row_of_is_damage(tmp_path, typ):
-    """BTREE and BITMAP segments hold every live row of the fragments they
-    cover (nulls too), ZONEMAP and BLOOMFILTER zones span every row of
-    their fragments. One that claims a fragment with live rows it holds
-    none of is ``missing_rows`` (the manifest's row and deletion counts
-    say so: nothing is read); one that claims a fragment deleted whole
-    since is not damage."""
+@pytest.mark.parametrize("typ, column, shown", [
+    ("BTREE", "k", "none of its 200 live rows"),
+    ("BITMAP", "k", "none of its 200 live rows"),
+    ("ZONEMAP", "k", "none of its 200 live rows"),
+    ("BLOOMFILTER", "k", "none of its 200 live rows"),
+    ("LABEL_LIST", "tags", "none of its rows, while row"),
+    ("NGRAM", "s", "none of its rows, while row"),
+])
+def test_a_segment_claiming_a_fragment_it_holds_no_row_of_is_damage(tmp_path, typ, column, shown):
+    """A segment that claims a fragment with rows it must hold, and holds
+    none of them, is ``missing_rows``. BTREE and BITMAP hold every live row
+    (nulls too) and ZONEMAP and BLOOMFILTER zones span every row: the
+    manifest's counts say so, nothing is read. LABEL_LIST holds the rows
+    of non-empty lists and NGRAM null texts and texts with a trigram: the
+    fragment is read up to its first such row. A segment claiming a
+    fragment deleted whole since is not damage."""
     from damage import damage_segment
 
     uri = str(tmp_path / "d")
-    part = lambda a, n: pa.table({"id": pa.array(range(a, a + n)), "k": pa.array([None if i % 9 == 0 else i % 40 for i in range(a, a + n)])})
+
+    def part(a: int, n: int) -> pa.Table:
+        i = range(a, a + n)
+        return pa.table({"id": pa.array(i), "k": pa.array([None if x % 9 == 0 else x % 40 for x in i]),
+                         "tags": pa.array([[f"t{x % 4}"] if x % 3 else [] for x in i], pa.list_(pa.string())),
+                         "s": pa.array([f"word{x % 30}" if x % 5 else "ab" for x in i])})
+
     ds = lance.write_dataset(part(0, 500), uri)
-    ds.create_scalar_index("k", typ, name="k_idx")
+    ds.create_scalar_index(column, typ, name="k_idx")
     lance.write_dataset(part(500, 200), uri, mode="append")
     lance.write_dataset(part(700, 200), uri, mode="append")
     gone, last = sorted(f.fragment_id for f in lance.dataset(uri).get_fragments())[1:]
@@ -242,4 +256,29 @@ def test_a_segment_claiming_a_fragment_it_holds_no_row_of_is_damage(tmp_path, ty
     (s,) = ls.verify_index(uri, "k_idx").segments
     cov = {c.name: c for c in s.checks}["coverage"]
     assert s.uuid == lying and s.verdict == "damaged" and s.damage == ("missing_rows",), s
-    assert f"fragment {last} but holds none of its 200 live rows" in cov.message, cov.message
+    assert f"fragment {last} but holds {shown}" in cov.message, cov.message
+
+
+@pytest.mark.parametrize("typ, column", [("LABEL_LIST", "tags"), ("NGRAM", "s")])
+def test_a_claimed_fragment_without_rows_to_index_is_not_damage(tmp_path, typ, column):
+    """A LABEL_LIST segment claiming a fragment of empty lists, or an NGRAM
+    segment one of texts too short for a trigram, holds nothing of it and
+    misses nothing: pylance indexes no row of such a fragment."""
+    from damage import damage_segment
+
+    uri = str(tmp_path / "e")
+    full = pa.table({"tags": pa.array([[f"t{x % 4}"] for x in range(300)], pa.list_(pa.string())),
+                     "s": pa.array([f"word{x % 30}" for x in range(300)])})
+    bare = pa.table({"tags": pa.array([[] for _ in range(100)], pa.list_(pa.string())), "s": pa.array(["ab"] * 100)})
+    ds = lance.write_dataset(full, uri)
+    ds.create_scalar_index(column, typ, name="x_idx")
+    lance.write_dataset(bare, uri, mode="append")
+    lance.dataset(uri).optimize.optimize_indices(num_indices_to_merge=0)  # pylance's delta over it
+    bare_frag = max(f.fragment_id for f in lance.dataset(uri).get_fragments())
+    segs = ls.open(uri).list_index_segments("x_idx")
+    assert bare_frag in {f for s in segs for f in s.fragment_ids}  # pylance claims it too
+    assert {s.verdict for s in ls.verify_index(uri, "x_idx").segments} == {"clean"}
+    base = min(segs, key=lambda s: s.dataset_version)
+    if bare_frag not in base.fragment_ids:
+        damage_segment(uri, "x_idx", base.uuid, "claim_fragment", fragment=bare_frag)
+    assert {s.verdict for s in ls.verify_index(uri, "x_idx").segments} == {"clean"}
