@@ -698,12 +698,9 @@ func joinEntries(dst, es []RawEntry, keep func(uint64) bool) ([]RawEntry, error)
 		frag := run[0].Frag
 		u := roaring.New()
 		for _, e := range run {
-			if len(e.Bits) == 0 {
-				return nil, fmt.Errorf("%w: a row map entry for all of fragment %d (whole-fragment entries are not merged)", errkind.Unsupported, frag)
-			}
-			b := roaring.New()
-			if err := b.UnmarshalBinary(e.Bits); err != nil {
-				return nil, fmt.Errorf("%w: row map entry of fragment %d: %v", errkind.Corrupt, frag, err)
+			b, err := e.decode()
+			if err != nil {
+				return nil, err
 			}
 			u.Or(b)
 		}
@@ -722,6 +719,19 @@ func joinEntries(dst, es []RawEntry, keep func(uint64) bool) ([]RawEntry, error)
 	return out, nil
 }
 
+// decode reads an entry's rows for a merge (a whole-fragment entry is
+// not merged).
+func (e RawEntry) decode() (*roaring.Bitmap, error) {
+	if len(e.Bits) == 0 {
+		return nil, fmt.Errorf("%w: a row map entry for all of fragment %d (whole-fragment entries are not merged)", errkind.Unsupported, e.Frag)
+	}
+	b := roaring.New()
+	if err := b.UnmarshalBinary(e.Bits); err != nil {
+		return nil, fmt.Errorf("%w: row map entry of fragment %d: %v", errkind.Corrupt, e.Frag, err)
+	}
+	return b, nil
+}
+
 // remapEntries returns es with the entries of the fragments moves names
 // replaced by entries of where remap puts their rows (a fragment's rows
 // may land in several fragments, and several fragments' rows in one: the
@@ -738,12 +748,9 @@ func remapEntries(es []RawEntry, moves func(uint32) bool, remap func(uint64) uin
 			out = append(out, e)
 			continue
 		}
-		if len(e.Bits) == 0 {
-			return nil, fmt.Errorf("%w: a row map entry for all of fragment %d (whole-fragment entries are not merged)", errkind.Unsupported, e.Frag)
-		}
-		b := roaring.New()
-		if err := b.UnmarshalBinary(e.Bits); err != nil {
-			return nil, fmt.Errorf("%w: row map entry of fragment %d: %v", errkind.Corrupt, e.Frag, err)
+		b, err := e.decode()
+		if err != nil {
+			return nil, err
 		}
 		hi := uint64(e.Frag) << 32
 		for it := b.Iterator(); it.HasNext(); {

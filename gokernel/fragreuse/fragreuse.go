@@ -24,6 +24,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -120,7 +121,7 @@ func Load(ctx context.Context, st storage.Store, snap *table.Snapshot) (*Map, er
 			return nil, err
 		}
 	}
-	return Parse(inline)
+	return parseCached(inline)
 }
 
 // Inline is Load for a map held in the manifest: errkind.Unsupported when
@@ -133,7 +134,43 @@ func Inline(snap *table.Snapshot) (*Map, error) {
 	if ext != nil {
 		return nil, fmt.Errorf("%w: the fragment reuse index's content is in %s, not in the manifest", errkind.Unsupported, ext.path)
 	}
-	return Parse(inline)
+	return parseCached(inline)
+}
+
+// parsed holds the maps read last, by their content: a plan, its merges
+// and a verify of many segments each ask for the version's map, and it
+// is one map until the next compaction. Maps are never modified once
+// parsed.
+var parsed struct {
+	sync.Mutex
+	keys []string
+	maps []*Map
+}
+
+// parsedHeld bounds parsed (maps of a few tables in one process).
+const parsedHeld = 4
+
+// parseCached is Parse, by content.
+func parseCached(b []byte) (*Map, error) {
+	key := string(b)
+	parsed.Lock()
+	if i := slices.Index(parsed.keys, key); i >= 0 {
+		m := parsed.maps[i]
+		parsed.Unlock()
+		return m, nil
+	}
+	parsed.Unlock()
+	m, err := Parse(b)
+	if err != nil {
+		return nil, err
+	}
+	parsed.Lock()
+	defer parsed.Unlock()
+	if len(parsed.keys) == parsedHeld {
+		parsed.keys, parsed.maps = parsed.keys[1:], parsed.maps[1:]
+	}
+	parsed.keys, parsed.maps = append(parsed.keys, key), append(parsed.maps, m)
+	return m, nil
 }
 
 // details returns snap's fragment reuse index entry (nil: none) and its

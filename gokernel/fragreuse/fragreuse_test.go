@@ -246,3 +246,30 @@ func TestParseRefusesInconsistentMaps(t *testing.T) {
 		t.Fatalf("the good map: %v", err)
 	}
 }
+
+// TestParsedMapsAreShared: a map read again from the same content is the
+// same map; other content is read afresh, and the oldest of more than
+// parsedHeld contents is dropped.
+func TestParsedMapsAreShared(t *testing.T) {
+	var contents [][]byte
+	for i := range parsedHeld + 1 {
+		g, _ := group(t, []frag{{id: uint64(i), rows: 3}}, []frag{{id: uint64(100 + i), rows: 3}})
+		contents = append(contents, content(version(uint64(i), g)))
+	}
+	first, err := parseCached(contents[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := parseCached(bytes.Clone(contents[0])); again != first {
+		t.Error("the same content was parsed again")
+	}
+	for _, c := range contents[1:] {
+		m, err := parseCached(c)
+		if err != nil || m == first {
+			t.Fatalf("other content: %v", err)
+		}
+	}
+	if again, _ := parseCached(contents[0]); again == first || !again.Compacted(0) {
+		t.Error("the oldest content was not dropped, or was read back wrong")
+	}
+}

@@ -820,6 +820,7 @@ type remapGuard struct {
 	present   map[uint64]bool   // nil: no fragment reuse index, nothing to watch
 	compacted func(uint32) bool // of the gone fragments, those rewritten
 	m         *fragreuse.Map    // the map, where the merge applies it
+	moves     map[uint32]bool   // with m: the gone fragments it rewrote
 	hit       atomic.Uint64     // the first address refused, plus one
 }
 
@@ -847,7 +848,10 @@ func newRowRemap(ctx context.Context, st storage.Store, snap *table.Snapshot) *r
 		return g
 	}
 	if m, err := fragreuse.Load(ctx, st, snap); err == nil && m != nil {
-		g.m, g.compacted = m, m.Compacted
+		g.m, g.compacted, g.moves = m, m.Compacted, map[uint32]bool{}
+		for _, f := range m.Rewritten() {
+			g.moves[f] = !g.present[uint64(f)]
+		}
 	}
 	return g
 }
@@ -855,7 +859,7 @@ func newRowRemap(ctx context.Context, st storage.Store, snap *table.Snapshot) *r
 // moved reports whether the rows of fragment f live on at other
 // addresses, where the merge maps them.
 func (g *remapGuard) moved(f uint32) bool {
-	return g != nil && g.m != nil && !g.present[uint64(f)] && g.compacted(f)
+	return g != nil && g.moves[f]
 }
 
 // gone reports whether the row at addr is of a fragment that a compaction

@@ -98,7 +98,6 @@ func TestBuilderZonesBoundsAndNulls(t *testing.T) {
 }
 
 func TestCoversTellsBoundsThatDoNotHold(t *testing.T) {
-	ctx := context.Background()
 	root := t.TempDir()
 	st := storage.NewLocal(root, root)
 	rows := f64s([]any{1.0, 2.0, nil, 3.0})
@@ -106,19 +105,7 @@ func TestCoversTellsBoundsThatDoNotHold(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range 4 {
-		if err := b.Add(0, uint64(i), rows, i); err != nil {
-			t.Fatal(err)
-		}
-	}
-	id := uuid.New()
-	if _, err := b.Write(ctx, st, table.IndicesDir+id.String()+"/"+FileName, lancefile.V2_2); err != nil {
-		t.Fatal(err)
-	}
-	s, err := Read(ctx, st, &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: id[:]}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := buildZones(t, st, b, 0, rows)
 	all := func(int) bool { return true }
 	for _, tc := range []struct {
 		name string
@@ -268,7 +255,6 @@ func lists64(vals ...[]int64) *lancefile.Array {
 // (not the empty ones), as pylance 14.0.2 builds them; Covers checks that
 // count against the rows.
 func TestListZones(t *testing.T) {
-	ctx := context.Background()
 	root := t.TempDir()
 	st := storage.NewLocal(root, root)
 	rows := lists64([]int64{1, 2}, nil, []int64{}, nil, []int64{7})
@@ -276,19 +262,7 @@ func TestListZones(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range rows.Len {
-		if err := b.Add(2, uint64(i), rows, i); err != nil {
-			t.Fatal(err)
-		}
-	}
-	id := uuid.New()
-	if _, err := b.Write(ctx, st, table.IndicesDir+id.String()+"/"+FileName, lancefile.V2_2); err != nil {
-		t.Fatal(err)
-	}
-	s, err := Read(ctx, st, &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: id[:]}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := buildZones(t, st, b, 2, rows)
 	if s.Zones != 2 || s.cols[0].NullCount() != 2 || s.cols[1].NullCount() != 2 {
 		t.Fatalf("%d zones, bounds with %d and %d nulls", s.Zones, s.cols[0].NullCount(), s.cols[1].NullCount())
 	}
@@ -307,4 +281,25 @@ func TestListZones(t *testing.T) {
 	if _, err := NewListBuilder(rows.Type, lancefile.DataType{Kind: lancefile.KindStruct}, 3); err == nil {
 		t.Fatal("a list of structs was taken")
 	}
+}
+
+// buildZones adds every row of rows to b as fragment frag's, writes the
+// segment (2.2) and reads it back.
+func buildZones(t *testing.T, st storage.Store, b *Builder, frag uint32, rows *lancefile.Array) *Segment {
+	t.Helper()
+	ctx := context.Background()
+	for i := range rows.Len {
+		if err := b.Add(frag, uint64(i), rows, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id := uuid.New()
+	if _, err := b.Write(ctx, st, table.IndicesDir+id.String()+"/"+FileName, lancefile.V2_2); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Read(ctx, st, &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: id[:]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

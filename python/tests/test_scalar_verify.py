@@ -259,17 +259,21 @@ def test_a_segment_claiming_a_fragment_it_holds_no_row_of_is_damage(tmp_path, ty
     assert f"fragment {last} but holds {shown}" in cov.message, cov.message
 
 
-@pytest.mark.parametrize("typ, column", [("LABEL_LIST", "tags"), ("NGRAM", "s")])
-def test_a_claimed_fragment_without_rows_to_index_is_not_damage(tmp_path, typ, column):
+@pytest.mark.parametrize("typ, column, texts", [("LABEL_LIST", "tags", ["ab"] * 100), ("NGRAM", "s", ["ab"] * 100),
+                                                ("NGRAM", "s", [None] * 100)])
+def test_a_claimed_fragment_without_rows_to_index_is_not_damage(tmp_path, typ, column, texts):
     """A LABEL_LIST segment claiming a fragment of empty lists, or an NGRAM
     segment one of texts too short for a trigram, holds nothing of it and
-    misses nothing: pylance indexes no row of such a fragment."""
+    misses nothing: pylance indexes no row of such a fragment. Nor does
+    pylance's NGRAM delta over a fragment of null texts hold any of them
+    (the coverage check first required it to, and called pylance's own
+    segment damaged)."""
     from damage import damage_segment
 
     uri = str(tmp_path / "e")
     full = pa.table({"tags": pa.array([[f"t{x % 4}"] for x in range(300)], pa.list_(pa.string())),
                      "s": pa.array([f"word{x % 30}" for x in range(300)])})
-    bare = pa.table({"tags": pa.array([[] for _ in range(100)], pa.list_(pa.string())), "s": pa.array(["ab"] * 100)})
+    bare = pa.table({"tags": pa.array([[] for _ in range(100)], pa.list_(pa.string())), "s": pa.array(texts, pa.string())})
     ds = lance.write_dataset(full, uri)
     ds.create_scalar_index(column, typ, name="x_idx")
     lance.write_dataset(bare, uri, mode="append")
