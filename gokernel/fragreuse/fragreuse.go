@@ -436,6 +436,22 @@ func (m *Map) Rewritten() []uint32 {
 	return slices.Compact(out)
 }
 
+// Written reports whether some compaction of the map wrote fragment f:
+// its rows are rows of rewritten fragments, at new addresses.
+func (m *Map) Written(f uint32) bool {
+	if m == nil {
+		return false
+	}
+	for _, v := range m.Versions {
+		for _, g := range v.Groups {
+			if slices.ContainsFunc(g.New, func(d Digest) bool { return d.ID == f }) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Remap returns where the row at addr lives now, through every version in
 // order: ok is false when a compaction dropped it (it was deleted). An
 // address of a fragment no compaction rewrote is its own.

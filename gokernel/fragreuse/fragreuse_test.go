@@ -143,6 +143,11 @@ func TestRemap(t *testing.T) {
 			t.Errorf("Compacted(%d) = %v", f, !want)
 		}
 	}
+	for f, want := range map[uint32]bool{0: false, 3: false, 4: false, 5: true, 6: true, 7: true, 8: true, 9: false} {
+		if m.Written(f) != want {
+			t.Errorf("Written(%d) = %v", f, !want)
+		}
+	}
 	for _, tc := range []struct {
 		old      []uint32
 		want     []uint32
@@ -162,7 +167,7 @@ func TestRemap(t *testing.T) {
 		t.Errorf("Rewritten() = %v", got)
 	}
 	var nilMap *Map
-	if got, ok := nilMap.Remap(9); !ok || got != 9 || nilMap.Compacted(0) {
+	if got, ok := nilMap.Remap(9); !ok || got != 9 || nilMap.Compacted(0) || nilMap.Written(0) {
 		t.Error("a nil map is not the identity")
 	}
 }

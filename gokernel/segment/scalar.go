@@ -13,6 +13,7 @@ import (
 	"github.com/lance-segmerge/lance-segmerge/gokernel/bitmap"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/btree"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/fragreuse"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/fts"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/ngram"
@@ -187,7 +188,9 @@ func requireOneType(metas []*pb.IndexMetadata, typ string) error {
 
 // mergeZoneMap merges segments of a ZONEMAP or BLOOMFILTER index (see
 // zonemap.MergeKind): the checks every merge applies, then the zones of
-// every input whose fragment snap still has, in fragment order.
+// every input whose fragment snap still has, in fragment order. Zones
+// of fragments a compaction with defer_index_remap rewrote are replaced
+// by zones built from the data of the fragments it wrote (zonesOfMoved).
 func mergeZoneMap(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, opts MergeOptions) (*pb.IndexMetadata, error) {
 	kind := zoneKind(OtherType(metas[0]))
 	if err := requireOneType(metas, kind.Name); err != nil {
@@ -205,8 +208,21 @@ func mergeZoneMap(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 		return nil, err
 	}
 	opts.Progress.SetStage("merge")
+	segs, err := zonemap.ReadAll(ctx, st, metas, kind)
+	if err != nil {
+		return nil, err
+	}
 	guard := newRemapGuard(snap)
-	files, _, err := zonemap.MergeKind(ctx, st, metas, kind, id, func(f uint32) bool { return !guard.gone(uint64(f)<<32) && current[f] },
+	built, err := zonesOfMoved(ctx, st, snap, metas, segs)
+	if err != nil {
+		return nil, err
+	}
+	if built != nil {
+		defer removeOutput(ctx, st, table.IndexDir(built.Meta), kind.File)
+		segs = append(segs, built)
+		guard = &remapGuard{} // every zone of a rewritten fragment has its replacement
+	}
+	files, _, err := zonemap.MergeSegments(ctx, st, segs, id, func(f uint32) bool { return !guard.gone(uint64(f)<<32) && current[f] },
 		func(im *pb.IndexMetadata) ([]bitmap.RawEntry, error) { return liveNullRows(ctx, st, snap, im) })
 	if gerr := guard.err(); gerr != nil {
 		err = gerr // what the merge then failed on, if it failed
@@ -221,6 +237,59 @@ func mergeZoneMap(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 		return nil, err
 	}
 	return newestLayout(im, metas), nil
+}
+
+// zonesOfMoved builds, from the column's data, a segment of the zones of
+// the fragments that a compaction with defer_index_remap wrote, that the
+// segments metas claim (movedView, or pylance's optimize, pointed their
+// bitmaps at them) and that segs (metas read) hold no zone of. A zone
+// spans rows of one fragment at their old addresses, which the fragment
+// reuse index cannot move into zones of the new fragments (pylance's
+// ZONEMAP and BLOOMFILTER cannot remap either). It returns nil when there
+// is no such fragment (no map, or none read: the merge's guard then
+// refuses zones of rewritten fragments). The segment is written under a
+// directory of its own, which the caller removes.
+func zonesOfMoved(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, segs []*zonemap.Segment) (*zonemap.Segment, error) {
+	if snap == nil || snap.HasStableRowIDs() || fragreuse.Find(snap) == nil {
+		return nil, nil
+	}
+	m, err := fragreuse.Load(ctx, st, snap)
+	if err != nil || m == nil {
+		return nil, nil // without the map, the merge's guard refuses zones of rewritten fragments
+	}
+	zoned := map[uint32]bool{}
+	for _, s := range segs {
+		for _, f := range s.Fragments() {
+			zoned[f] = true
+		}
+	}
+	current := currentFragments(snap)
+	var frags []uint64
+	for _, im := range metas {
+		ids, _, err := snap.DecodeCoverage(im)
+		if err != nil {
+			return nil, fmt.Errorf("segment %s: %w", table.IndexUUID(im), err)
+		}
+		for _, f := range ids {
+			if current(f) && !zoned[f] && m.Written(f) {
+				frags = append(frags, uint64(f))
+			}
+		}
+	}
+	if len(frags) == 0 {
+		return nil, nil
+	}
+	first, kind := metas[0], segs[0].Kind
+	im, err := BuildScalar(ctx, st, snap, ScalarBuildOptions{Column: snap.FieldPath(first.GetFields()[0]), IndexName: first.GetName(), IndexType: kind.Name, FragmentIDs: frags})
+	if err != nil {
+		return nil, fmt.Errorf("building the zones of fragments %v, which a compaction with defer_index_remap wrote: %w", frags, err)
+	}
+	s, err := zonemap.ReadKind(ctx, st, im, kind)
+	if err != nil {
+		removeOutput(ctx, st, table.IndexDir(im), kind.File)
+		return nil, err
+	}
+	return s, nil
 }
 
 // liveNullRows reads the live null rows of the fragments snap still has of

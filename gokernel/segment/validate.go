@@ -712,12 +712,12 @@ func compactedTest(snap *table.Snapshot) func(uint32) bool {
 // names fragments a compaction with defer_index_remap rewrote pointed at
 // the fragments that replaced them, as pylance's optimize does before it
 // merges: the segment's rows stay at their old addresses, which the merge
-// moves through the fragment reuse index (remapGuard). Segments of types
-// whose merges do not move rows (ZONEMAP, BLOOMFILTER), and segments whose
-// rewritten fragments do not make whole rewrite groups (a merged segment
-// would claim fragments holding rows it never had; pylance refuses them
-// too), are left as they are, for refuseDeferredRemap. The entries in
-// metas are not modified.
+// moves through the fragment reuse index (remapGuard; a ZONEMAP or
+// BLOOMFILTER merge builds the new fragments' zones instead,
+// zonesOfMoved). Segments whose rewritten fragments do not make whole
+// rewrite groups (a merged segment would claim fragments holding rows it
+// never had; pylance refuses them too) are left as they are, for
+// refuseDeferredRemap. The entries in metas are not modified.
 func movedView(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata) []*pb.IndexMetadata {
 	if snap == nil || snap.HasStableRowIDs() || fragreuse.Find(snap) == nil {
 		return metas
@@ -729,9 +729,6 @@ func movedView(ctx context.Context, st storage.Store, snap *table.Snapshot, meta
 	current := currentFragments(snap)
 	out, cloned := metas, false
 	for i, im := range metas {
-		if t := OtherType(im); t == "ZONEMAP" || t == "BLOOMFILTER" {
-			continue
-		}
 		ids, ok, err := table.DecodeFragmentBitmap(im.GetFragmentBitmap())
 		if err != nil || !ok || !slices.ContainsFunc(ids, func(f uint32) bool { return !current(f) && m.Compacted(f) }) {
 			continue
@@ -790,7 +787,7 @@ func refuseDeferredRemap(compacted func(uint32) bool, im *pb.IndexMetadata, ids 
 	for _, f := range ids {
 		if !current(f) && compacted(f) {
 			return fmt.Errorf("%w: segment %s of index %q covers fragment %d, which a compaction with defer_index_remap rewrote, and not the fragments that replaced it: "+
-				"pylance's optimize_indices(index_names=[%q]) points the segments at them (after which merges here, but those of ZONEMAP and BLOOMFILTER, move their rows through the fragment reuse index, %s), "+
+				"pylance's optimize_indices(index_names=[%q]) points the segments at them (after which merges here move their rows through the fragment reuse index, %s), "+
 				"or with num_indices_to_merge=N merges them through it",
 				errkind.Unsupported, table.IndexUUID(im), im.GetName(), f, im.GetName(), FragReuseIndexName)
 		}
@@ -813,9 +810,11 @@ func currentFragments(snap *table.Snapshot) func(uint32) bool {
 // built before such a compaction at the new fragments, and leaves their
 // row addresses to the map). Where the merge applies the map (m set: the
 // merges of BTREE, BITMAP, LABEL_LIST, NGRAM, INVERTED and vector
-// segments), such rows move to their new addresses; elsewhere a
-// merge would drop them as stale and lose every row of such a segment, so
-// it is refused instead (err).
+// segments), such rows move to their new addresses; a ZONEMAP or
+// BLOOMFILTER merge drops their zones where it built those of the new
+// fragments from the data (zonesOfMoved). Elsewhere a merge would drop
+// them as stale and lose every row of such a segment, so it is refused
+// instead (err).
 type remapGuard struct {
 	present   map[uint64]bool   // nil: no fragment reuse index, nothing to watch
 	compacted func(uint32) bool // of the gone fragments, those rewritten
@@ -920,7 +919,7 @@ func (g *remapGuard) err() error {
 		return nil
 	}
 	a--
-	return fmt.Errorf("%w: the merge read row address %d of fragment %d, which a compaction with defer_index_remap rewrote: "+
-		"the fragment reuse index (%s) that maps it is not applied to ZONEMAP and BLOOMFILTER segments here; pylance's optimize_indices(index_names=[...], num_indices_to_merge=N) "+
-		"merges the index through that map; nothing was written", errkind.Unsupported, a, a>>32, FragReuseIndexName)
+	return fmt.Errorf("%w: the merge read row address %d of fragment %d, which a compaction with defer_index_remap rewrote, "+
+		"and found no new place for it (the fragment reuse index %s did not read, or the segments do not claim the fragments that replaced it); "+
+		"pylance's optimize_indices(index_names=[...], num_indices_to_merge=N) merges the index through that map; nothing was written", errkind.Unsupported, a, a>>32, FragReuseIndexName)
 }

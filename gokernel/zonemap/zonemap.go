@@ -197,28 +197,62 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, ind
 // data: nil refuses such a mix, errkind.Unsupported).
 func MergeKind(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, k *Kind, indexUUID uuid.UUID, keep func(frag uint32) bool,
 	nullRows func(*pb.IndexMetadata) ([]bitmap.RawEntry, error)) ([]*pb.IndexFile, int, error) {
+	segs, err := ReadAll(ctx, st, metas, k)
+	if err != nil {
+		return nil, 0, err
+	}
+	return MergeSegments(ctx, st, segs, indexUUID, keep, nullRows)
+}
+
+// ReadAll reads the segments of one merge, which must share their key
+// type and parameters (SameAs).
+func ReadAll(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, k *Kind) ([]*Segment, error) {
 	var segs []*Segment
-	var zones []zone
 	for _, im := range metas {
 		s, err := ReadKind(ctx, st, im, k)
 		if err != nil {
-			return nil, 0, err
+			return nil, err
 		}
 		if len(segs) > 0 {
 			if err := segs[0].SameAs(s); err != nil {
-				return nil, 0, err
+				return nil, err
 			}
 		}
 		segs = append(segs, s)
+	}
+	return segs, nil
+}
+
+// Fragments returns the fragments s holds zones of, ascending.
+func (s *Segment) Fragments() []uint32 {
+	var out []uint32
+	for z := 0; z < s.Zones; z++ {
+		if f, _, _ := s.place(z); f <= 1<<32-1 {
+			out = append(out, uint32(f))
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// MergeSegments is MergeKind for segments read (ReadAll) of one kind.
+func MergeSegments(ctx context.Context, st storage.Store, segs []*Segment, indexUUID uuid.UUID, keep func(frag uint32) bool,
+	nullRows func(*pb.IndexMetadata) ([]bitmap.RawEntry, error)) ([]*pb.IndexFile, int, error) {
+	if len(segs) == 0 {
+		return nil, 0, fmt.Errorf("%w: at least one zone index segment is required", errkind.InvalidInput)
+	}
+	k := segs[0].Kind
+	var zones []zone
+	for _, s := range segs {
+		if s.Kind != k {
+			return nil, 0, fmt.Errorf("%w: a %s segment and a %s segment cannot merge", errkind.InvalidInput, k.Name, s.Kind.Name)
+		}
 		for z := 0; z < s.Zones; z++ {
 			f, off, _ := s.place(z)
 			if keep == nil || (f <= 1<<32-1 && keep(uint32(f))) {
 				zones = append(zones, zone{s, z, f, off})
 			}
 		}
-	}
-	if len(segs) == 0 {
-		return nil, 0, fmt.Errorf("%w: at least one %s segment is required", errkind.InvalidInput, k.Name)
 	}
 	hasMap := func(s *Segment) bool { _, ok := s.Metadata["null_bitmap"]; return ok }
 	anyMap := slices.ContainsFunc(segs, hasMap)

@@ -1,17 +1,18 @@
 """Segments after pylance 14.0.2's ``compact_files``: compaction rewrites
 fragments, and pylance remaps the segments of every index onto the new
 ones (BTREE, BITMAP, LABEL_LIST, NGRAM, INVERTED and vector segments are
-rewritten with the new row addresses; ZONEMAP segments are not, and keep
-naming the fragments that are gone). Our optimize merges the remapped
-segments, pylance answers every filter as a scan does and as after its own
-optimize, and the merged segments verify clean. With
+rewritten with the new row addresses; ZONEMAP and BLOOMFILTER segments are
+not, and keep naming the fragments that are gone). Our optimize merges the
+remapped segments, pylance answers every filter as a scan does and as
+after its own optimize, and the merged segments verify clean. With
 ``defer_index_remap=True`` the segments keep their old row addresses, which
 a fragment reuse index maps until pylance's optimize merges them through
 it. We read that map (its row addresses match where pylance put every
 row) and our merges move the segments' rows through it, whether their
 bitmaps still name the compacted fragments or pylance's optimize has
-pointed them at the new ones; ZONEMAP merges refuse such segments with
-UnsupportedError. Fragments deleted whole are still dropped as stale."""
+pointed them at the new ones; ZONEMAP and BLOOMFILTER merges build the
+zones of the fragments the compaction wrote from their data instead.
+Fragments deleted whole are still dropped as stale."""
 
 from __future__ import annotations
 
@@ -35,7 +36,9 @@ INDICES = {
     "tags_idx": ("tags", "LABEL_LIST"),
     "vec_idx": ("vec", "IVF_PQ"),
 }
-FILTERS = ["k = 5", "k > 990", "k IN (3, 400)", "b = 'c7'", "b IN ('c1', 'c2')", "contains(b, 'c4')",
+#: zone indices, which pylance cannot remap: their zones span rows of one fragment
+ZONES = {"z_idx": ("z", "ZONEMAP"), "id_bloom": ("id", "BLOOMFILTER")}
+FILTERS = ["id = 4321", "id IN (10, 3333)", "k = 5", "k > 990", "k IN (3, 400)", "b = 'c7'", "b IN ('c1', 'c2')", "contains(b, 'c4')",
            "array_has_any(tags, ['t4'])", "array_has_all(tags, ['t0', 't1'])", "z < 100", "z > 6900"]
 
 
@@ -55,7 +58,8 @@ def _compacted(uri: str, defer: bool) -> None:
             ds.create_index(col, typ, name=name, num_partitions=4, num_sub_vectors=2)
         else:
             ds.create_scalar_index(col, typ, name=name)
-    ds.create_scalar_index("z", "ZONEMAP", name="z_idx")
+    for name, (col, typ) in ZONES.items():
+        ds.create_scalar_index(col, typ, name=name)
     for a in range(3):
         lance.write_dataset(_table(3000 + 500 * a, 500), uri, mode="append")
         lance.dataset(uri).optimize.optimize_indices(num_indices_to_merge=0)
@@ -98,12 +102,13 @@ def test_remapped_segments_merge_and_answer_as_pylance(tmp_path):
     q = np.ones(8, np.float32)
     near = lance.dataset(ours).to_table(nearest={"column": "vec", "q": q, "k": 10, "nprobes": 4}, columns=["id"])
     assert near.num_rows == 10 and all(i % 7 for i in near["id"].to_pylist())  # no deleted row comes back
-    # pylance does not remap ZONEMAP segments: they keep naming the
-    # compacted fragments, cover none of the new ones, and neither merge
-    # plans them; filters read the data.
-    z = after.list_index_segments("z_idx")
-    assert len(z) == 4 and not set().union(*(s.fragment_ids for s in z)) & live
-    assert ls.plan_index_segment_merge(ours, "z_idx").tasks == ()
+    # pylance does not remap ZONEMAP and BLOOMFILTER segments: they keep
+    # naming the compacted fragments, cover none of the new ones, and
+    # neither merge plans them; filters read the data.
+    for name in ZONES:
+        z = after.list_index_segments(name)
+        assert len(z) == 4 and not set().union(*(s.fragment_ids for s in z)) & live, name
+        assert ls.plan_index_segment_merge(ours, name).tasks == (), name
 
 
 def _nearest(uri: str) -> list[int]:
@@ -132,8 +137,9 @@ def test_deferred_remap_is_applied_by_maintain_right_after_the_compaction(tmp_pa
     the fragment reuse index (with ``index_new``, the new fragments count
     as indexed: their rows are the compacted ones): each becomes one
     segment over the new fragments, verifies clean, and pylance answers as
-    after its own merge through the map and as a scan. The ZONEMAP index is passed over with a
-    warning, and its plan and optimize say why."""
+    after its own merge through the map and as a scan. ZONEMAP and
+    BLOOMFILTER merges build the zones of the new fragments from their data
+    (their zones cannot move) and end the same way."""
     uri = str(tmp_path / "c")
     _compacted(uri, defer=True)
     (fri,) = ls.open(uri).list_index_segments("__lance_frag_reuse")  # its map is inline: no files
@@ -145,22 +151,15 @@ def test_deferred_remap_is_applied_by_maintain_right_after_the_compaction(tmp_pa
     assert not live & set(ls.open(uri).list_index_segments("k_idx")[0].fragment_ids)  # the old fragments
     with caplog.at_level("WARNING", logger="lance_segmerge"):
         reports = ls.maintain_all(uri, policy="all", index_new=True, progress=False)
-    assert sorted(r.index_name for r in reports) == sorted(INDICES)
+    assert sorted(r.index_name for r in reports) == sorted([*INDICES, *ZONES])
     # the new fragments hold the compacted rows: nothing to index afresh
-    assert [r.indexed_rows for r in reports] == [0] * len(INDICES)
+    assert [r.indexed_rows for r in reports] == [0] * len(reports)
     assert ls.open(uri).list_index_segments("k_idx")[0].num_rows == lance.dataset(uri).count_rows()
-    assert "z_idx: passed over" in caplog.text and "defer_index_remap" in caplog.text
-    assert "__lance_frag_reuse: passed over" not in caplog.text  # Lance's own: passed over without a warning
-    for name in INDICES:
+    assert "passed over" not in caplog.text  # Lance's own index is passed over without a warning
+    for name in [*INDICES, *ZONES]:
         (seg,) = ls.open(uri).list_index_segments(name)
         assert set(seg.fragment_ids) == live, name
         assert [s.verdict for s in ls.verify_index(uri, name).segments] == ["clean"], name
-    version = lance.dataset(uri).version
-    with pytest.raises(ls.UnsupportedError, match="__lance_frag_reuse"):
-        ls.plan_index_segment_merge(uri, "z_idx")
-    with pytest.raises(ls.UnsupportedError, match="defer_index_remap"):
-        ls.optimize(uri, "z_idx", progress=False)
-    assert lance.dataset(uri).version == version
     _agree(uri, theirs)
 
 
@@ -171,14 +170,15 @@ def test_deferred_remap_is_applied_once_pylance_points_the_segments_at_the_new_f
     through the map). verify_index calls these segments clean (their rows
     are the map's to move); our merges move every row of a compacted
     fragment to the address the map gives it, and pylance answers on the
-    merged segments as on its own merge and as a scan. A ZONEMAP merge
-    (zones of rows that moved) meets their rows and refuses."""
+    merged segments as on its own merge and as a scan. ZONEMAP and
+    BLOOMFILTER merges, whose zones name the compacted fragments, build
+    those of the new fragments from their data."""
     uri = str(tmp_path / "c")
     _compacted(uri, defer=True)
     lance.dataset(uri).optimize.optimize_indices(index_names=["vec_idx"], num_indices_to_merge=1)
     lance.dataset(uri).optimize.optimize_indices()
     live = {f.fragment_id for f in lance.dataset(uri).get_fragments()}
-    for name in ["k_idx", "b_idx", "tags_idx", "b_ngram", "t_idx", "z_idx"]:
+    for name in ["k_idx", "b_idx", "tags_idx", "b_ngram", "t_idx", *ZONES]:
         segs = ls.open(uri).list_index_segments(name)
         assert len(segs) == 4 and set().union(*(s.fragment_ids for s in segs)) <= live, name  # moved, not rewritten
         # rows at the old addresses, for the map: pylance's state, not damage
@@ -186,15 +186,11 @@ def test_deferred_remap_is_applied_once_pylance_points_the_segments_at_the_new_f
     theirs = str(tmp_path / "theirs")
     shutil.copytree(uri, theirs)
     lance.dataset(theirs).optimize.optimize_indices(num_indices_to_merge=4)
-    for name in INDICES:
+    for name in [*INDICES, *ZONES]:
         ls.optimize(uri, name, progress=False)
         (seg,) = ls.open(uri).list_index_segments(name)
         assert set(seg.fragment_ids) == live, name
         assert [s.verdict for s in ls.verify_index(uri, name).segments] == ["clean"], name
-    version = lance.dataset(uri).version
-    with pytest.raises(ls.UnsupportedError, match="merge read row address .* defer_index_remap"):
-        ls.optimize(uri, "z_idx", progress=False)
-    assert lance.dataset(uri).version == version
     _agree(uri, theirs)
 
 
@@ -252,7 +248,7 @@ def test_a_fragment_deleted_whole_is_not_a_compacted_one(tmp_path):
     (seg,) = ls.open(uri).list_index_segments("k_idx")
     live = {f.fragment_id for f in lance.dataset(uri).get_fragments()}
     assert live < set(seg.fragment_ids)  # the union of its inputs' bitmaps, the deleted fragment too, as pylance's merge
-    for f in [*FILTERS[:3], "k > 900", "id >= 9000"]:
+    for f in [*FILTERS[2:5], "k > 900", "id >= 9000"]:
         assert _ids(uri, f) == _ids(uri, f, use_scalar_index=False), f
     assert [s.verdict for s in ls.verify_index(uri, "k_idx").segments] == ["clean"]
 
