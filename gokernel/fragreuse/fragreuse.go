@@ -117,22 +117,12 @@ func Load(ctx context.Context, st storage.Store, snap *table.Snapshot) (*Map, er
 		return nil, err
 	}
 	if ext != nil {
+		if st == nil {
+			return nil, fmt.Errorf("%w: the fragment reuse index's content is in a file, and no store to read it from", errkind.InvalidInput)
+		}
 		if inline, err = readExternal(ctx, st, table.IndexDir(im), ext); err != nil {
 			return nil, err
 		}
-	}
-	return parseCached(inline)
-}
-
-// Inline is Load for a map held in the manifest: errkind.Unsupported when
-// its content is in a file.
-func Inline(snap *table.Snapshot) (*Map, error) {
-	im, inline, ext, err := details(snap)
-	if im == nil || err != nil {
-		return nil, err
-	}
-	if ext != nil {
-		return nil, fmt.Errorf("%w: the fragment reuse index's content is in %s, not in the manifest", errkind.Unsupported, ext.path)
 	}
 	return parseCached(inline)
 }

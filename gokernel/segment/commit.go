@@ -218,7 +218,7 @@ func prepareSegments(ctx context.Context, st storage.Store, base *table.Snapshot
 			return nil, nil, fmt.Errorf("%w: segment %s has no index details", errkind.InvalidInput, table.IndexUUID(s))
 		}
 	}
-	if err := checkEntries(named, base); err != nil {
+	if err := checkEntries(ctx, st, named, base); err != nil {
 		return nil, nil, err
 	}
 	now := uint64(time.Now().UnixMilli())

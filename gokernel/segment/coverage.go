@@ -257,7 +257,7 @@ func checkNewCoverage(ctx context.Context, st storage.Store, snap *table.Snapsho
 // committing anything: for a caller who wants to know before, and for
 // measuring what the check costs.
 func CheckCoverage(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, parallelism int) error {
-	if err := checkEntries(metas, snap); err != nil {
+	if err := checkEntries(ctx, st, metas, snap); err != nil {
 		return err
 	}
 	var srcs []*source

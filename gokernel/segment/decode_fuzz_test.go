@@ -1,6 +1,7 @@
 package segment
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"testing"
@@ -76,7 +77,7 @@ func FuzzParseSegments(f *testing.F) {
 				t.Fatalf("accepted a segment Describe refuses: %v", err)
 			}
 		}
-		_ = checkEntries(metas, snap)
+		_ = checkEntries(context.Background(), nil, metas, snap)
 	})
 }
 

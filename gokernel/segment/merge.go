@@ -155,7 +155,7 @@ func Merge(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []
 			return nil, err
 		}
 	}
-	if err := checkEntries(metas, snap); err != nil {
+	if err := checkEntries(ctx, st, metas, snap); err != nil {
 		return nil, err
 	}
 	srcs, err := openSources(ctx, st, snap, metas)

@@ -77,7 +77,7 @@ func PlanIndex(ctx context.Context, st storage.Store, snap *table.Snapshot, opts
 	if err := opts.check(); err != nil {
 		return nil, err
 	}
-	compacted := compactedTest(snap)
+	compacted := compactedTest(ctx, st, snap)
 	current := map[uint32]bool{}
 	for _, f := range snap.FragmentIDs() {
 		current[uint32(f)] = true
@@ -202,7 +202,7 @@ func PlanSegments(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 		p.PlanID = planID(p)
 		return p, nil
 	}
-	if err := checkEntries(metas, snap); err != nil {
+	if err := checkEntries(ctx, st, metas, snap); err != nil {
 		return nil, err
 	}
 	var sz *planSizes

@@ -88,11 +88,11 @@ func liveRows(ctx context.Context, st storage.Store, snap *table.Snapshot, frags
 
 // checkedRows applies the checks every merge applies to segments of
 // index type typ and returns the fragments each covers.
-func checkedRows(snap *table.Snapshot, metas []*pb.IndexMetadata, typ string) ([][]uint32, error) {
+func checkedRows(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, typ string) ([][]uint32, error) {
 	if err := requireOneType(metas, typ); err != nil {
 		return nil, err
 	}
-	if err := checkEntries(metas, snap); err != nil {
+	if err := checkEntries(ctx, st, metas, snap); err != nil {
 		return nil, err
 	}
 	out := make([][]uint32, len(metas))
@@ -110,7 +110,7 @@ func checkedRows(snap *table.Snapshot, metas []*pb.IndexMetadata, typ string) ([
 // index type typ, then returns liveRows (by address) of the fragments
 // they cover.
 func checkedLiveRows(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, typ string) (func(uint64) bool, error) {
-	frags, err := checkedRows(snap, metas, typ)
+	frags, err := checkedRows(ctx, st, snap, metas, typ)
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +196,7 @@ func mergeZoneMap(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 	if err := requireOneType(metas, kind.Name); err != nil {
 		return nil, err
 	}
-	if err := checkEntries(metas, snap); err != nil {
+	if err := checkEntries(ctx, st, metas, snap); err != nil {
 		return nil, err
 	}
 	current := map[uint32]bool{}
@@ -212,7 +212,7 @@ func mergeZoneMap(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 	if err != nil {
 		return nil, err
 	}
-	guard := newRemapGuard(snap)
+	guard := newRemapGuard(ctx, st, snap)
 	built, err := zonesOfMoved(ctx, st, snap, metas, segs)
 	if err != nil {
 		return nil, err
@@ -448,7 +448,7 @@ func mergeNgram(ctx context.Context, st storage.Store, snap *table.Snapshot, met
 // deleted rows at query time), so scores equal those after pylance's
 // merge; documents of fragments the version no longer has are dropped.
 func mergeFTS(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, opts MergeOptions) (*pb.IndexMetadata, error) {
-	frags, err := checkedRows(snap, metas, "INVERTED")
+	frags, err := checkedRows(ctx, st, snap, metas, "INVERTED")
 	if err != nil {
 		return nil, err
 	}
@@ -499,7 +499,7 @@ func mergeFTS(ctx context.Context, st storage.Store, snap *table.Snapshot, metas
 // and returns the files written and the keys read and written.
 func mergeByKey(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata, opts MergeOptions, typ string, files []string,
 	run func(id uuid.UUID, keep []func(uint64) bool, g *remapGuard) ([]*pb.IndexFile, uint64, uint64, error)) (*pb.IndexMetadata, error) {
-	frags, err := checkedRows(snap, metas, typ)
+	frags, err := checkedRows(ctx, st, snap, metas, typ)
 	if err != nil {
 		return nil, err
 	}

@@ -86,7 +86,7 @@ func closeSources(srcs []*source) {
 // checkEntries validates the manifest entries of a merge (or commit) input:
 // non-empty, unique uuids, one index name, one field, disjoint coverage,
 // no future dataset version. Each failure names the segment at fault.
-func checkEntries(metas []*pb.IndexMetadata, snap *table.Snapshot) error {
+func checkEntries(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, snap *table.Snapshot) error {
 	if len(metas) == 0 {
 		return fmt.Errorf("%w: at least one index segment is required", errkind.InvalidInput)
 	}
@@ -97,7 +97,7 @@ func checkEntries(metas []*pb.IndexMetadata, snap *table.Snapshot) error {
 	if snap != nil {
 		current = currentFragments(snap)
 	}
-	compacted := compactedTest(snap)
+	compacted := compactedTest(ctx, st, snap)
 	for _, im := range metas {
 		u := table.IndexUUID(im)
 		if seen[u] {
@@ -693,16 +693,16 @@ func sameSchema(a, b []*lancefile.Field) error {
 const FragReuseIndexName = fragreuse.IndexName
 
 // compactedTest says which fragments a compaction with defer_index_remap
-// rewrote, from the version's fragment reuse index (nil: it has none).
-// A map this cannot read (its content in a file, or not understood)
-// counts every fragment as rewritten: a gone fragment is then refused
-// rather than its rows dropped.
-func compactedTest(snap *table.Snapshot) func(uint32) bool {
+// rewrote, from the version's fragment reuse index (nil: it has none),
+// read from st when pylance moved its content to a file. A map this
+// cannot read counts every fragment as rewritten: a gone fragment is then
+// refused rather than its rows dropped.
+func compactedTest(ctx context.Context, st storage.Store, snap *table.Snapshot) func(uint32) bool {
 	if snap == nil || fragreuse.Find(snap) == nil {
 		return nil
 	}
-	m, err := fragreuse.Inline(snap)
-	if err != nil {
+	m, err := fragreuse.Load(ctx, st, snap)
+	if err != nil || m == nil {
 		return func(uint32) bool { return true }
 	}
 	return m.Compacted
@@ -823,12 +823,12 @@ type remapGuard struct {
 	hit       atomic.Uint64     // the first address refused, plus one
 }
 
-func newRemapGuard(snap *table.Snapshot) *remapGuard {
+func newRemapGuard(ctx context.Context, st storage.Store, snap *table.Snapshot) *remapGuard {
 	g := &remapGuard{}
 	if snap.HasStableRowIDs() {
 		return g
 	}
-	if g.compacted = compactedTest(snap); g.compacted == nil {
+	if g.compacted = compactedTest(ctx, st, snap); g.compacted == nil {
 		return g
 	}
 	g.present = map[uint64]bool{}
@@ -842,7 +842,7 @@ func newRemapGuard(snap *table.Snapshot) *remapGuard {
 // of rewritten fragments move (the map read from st when its content is in
 // a file). A map that does not read leaves the guard refusing them.
 func newRowRemap(ctx context.Context, st storage.Store, snap *table.Snapshot) *remapGuard {
-	g := newRemapGuard(snap)
+	g := newRemapGuard(ctx, st, snap)
 	if g.present == nil {
 		return g
 	}

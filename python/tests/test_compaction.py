@@ -17,6 +17,7 @@ Fragments deleted whole are still dropped as stale."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import lance
@@ -283,3 +284,55 @@ def test_the_fragment_reuse_map_puts_every_row_where_pylance_did(tmp_path):
         assert sum(i in now for i in old) > 2000 and any(old[i] != now[i] for i in old if i in now), before
     (fri,) = ls.open(uri).list_index_segments("__lance_frag_reuse")
     assert fri.dataset_version == lance.dataset(uri).version - 1  # the version the compaction read
+
+
+def test_a_fragment_reuse_map_in_its_own_file(tmp_path):
+    """pylance moves the fragment reuse index's content to a file of its
+    own past 200 KB (here 2M compacted rows with scattered deletions).
+    Merges read it there: right after the compaction, ``maintain_all``
+    brings a BTREE and a ZONEMAP index to one segment over the new
+    fragments; once pylance's optimize has pointed the segments at them and
+    a fragment appended since was deleted whole, the plan tells that
+    fragment from a compacted one (it used to refuse the segment naming
+    it) and the merges drop its rows. Every filter answers as a scan, and
+    the merged segments verify clean."""
+    uri, n = str(tmp_path / "c"), 2_000_000
+    i = np.arange(n)
+    ds = lance.write_dataset(pa.table({"id": i, "k": i % 997}), uri, max_rows_per_file=n // 4)
+    ds.create_scalar_index("k", "BTREE", name="k_idx")
+    ds.create_scalar_index("id", "ZONEMAP", name="z_idx")
+    lance.write_dataset(pa.table({"id": np.arange(n, n + 1000), "k": np.arange(1000) % 997}), uri, mode="append")
+    lance.dataset(uri).optimize.optimize_indices(num_indices_to_merge=0)
+    lance.dataset(uri).delete("id % 7 = 0")
+    lance.dataset(uri).optimize.compact_files(target_rows_per_fragment=n, defer_index_remap=True)
+    (fri,) = ls.open(uri).list_index_segments("__lance_frag_reuse")
+    assert fri.files == () and "details.binpb" in os.listdir(os.path.join(uri, "_indices", fri.uuid))
+    filters = ["k = 5", "k > 990", "id = 1234567", "id < 100", f"id > {n + 1200}", f"id >= {n}"]
+
+    def answers_as_a_scan(d: str) -> None:
+        for f in filters:
+            got = _ids(d, f)
+            assert got == _ids(d, f, use_scalar_index=False), f
+        assert "ScalarIndexQuery" in lance.dataset(d).scanner(filter="k = 5").explain_plan()
+
+    def one_clean_segment(d: str, live: set[int]) -> None:
+        for name in ("k_idx", "z_idx"):
+            (seg,) = ls.open(d).list_index_segments(name)
+            assert live <= set(seg.fragment_ids), name
+            assert [s.verdict for s in ls.verify_index(d, name).segments] == ["clean"], name
+
+    right_after = str(tmp_path / "right_after")
+    shutil.copytree(uri, right_after)
+    reports = ls.maintain_all(right_after, policy="all", index_new=True, progress=False)
+    assert [r.indexed_rows for r in reports] == [0, 0]
+    one_clean_segment(right_after, {f.fragment_id for f in lance.dataset(right_after).get_fragments()})
+    answers_as_a_scan(right_after)
+
+    lance.write_dataset(pa.table({"id": np.arange(n + 1000, n + 1500), "k": np.arange(500) % 997}), uri, mode="append",
+                        max_rows_per_file=250)
+    lance.dataset(uri).optimize.optimize_indices(num_indices_to_merge=0)
+    lance.dataset(uri).delete(f"id >= {n + 1000} AND id < {n + 1250}")  # a fragment deleted whole
+    for name in ("k_idx", "z_idx"):
+        ls.optimize(uri, name, progress=False)
+    one_clean_segment(uri, {f.fragment_id for f in lance.dataset(uri).get_fragments()})
+    answers_as_a_scan(uri)
