@@ -78,6 +78,7 @@ func Check(ctx context.Context, st storage.Store, im *pb.IndexMetadata, opts Che
 	// quadratic with a million keys)
 	seen := rowset.New(s.Keys / step * 4)
 	c := newCursor(s, 0)
+	defer c.run(ctx, nil)()
 	ok, err := c.fill(ctx)
 	if err == nil && ok {
 		err = c.load(nil, true)
@@ -187,6 +188,7 @@ func Sample(ctx context.Context, st storage.Store, im *pb.IndexMetadata, n, perK
 	step := max(uint64(1), s.Keys*uint64(perKey)/uint64(max(n, 1)))
 	var out []KeyRow
 	c := newCursor(s, 0)
+	defer c.run(ctx, nil)()
 	for k := uint64(0); ; k++ {
 		if c.i++; c.i >= c.n {
 			ok, err := c.fill(ctx)

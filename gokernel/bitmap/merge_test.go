@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -403,5 +404,121 @@ func TestRemapEntries(t *testing.T) {
 	}
 	if same, err := remapEntries([]RawEntry{kept}, moves, remap); err != nil || len(same) != 1 || !bytes.Equal(same[0].Bits, kept.Bits) {
 		t.Fatalf("nothing to move: %v %v", same, err)
+	}
+}
+
+// TestBlockMergeMatchesAUnion merges many inputs of number keys that
+// interleave across windows of different spans (one dense base, sparse
+// deltas; some with the null key; one input's rows filtered): every key
+// holds exactly the union of its inputs' kept rows, in key order, each
+// key once, whatever the key type's order (signed, floating point).
+func TestBlockMergeMatchesAUnion(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		typ  lancefile.DataType
+		enc  func(v int64) []byte
+		dec  func(b []byte) float64
+	}{
+		{"int64", lancefile.Primitive(lancefile.KindInt64),
+			func(v int64) []byte { return binary.LittleEndian.AppendUint64(nil, uint64(v*7919)) },
+			func(b []byte) float64 { return float64(int64(binary.LittleEndian.Uint64(b))) }},
+		{"float64", lancefile.Primitive(lancefile.KindFloat64),
+			func(v int64) []byte { return binary.LittleEndian.AppendUint64(nil, math.Float64bits(float64(v)/3)) },
+			func(b []byte) float64 { return math.Float64frombits(binary.LittleEndian.Uint64(b)) }},
+		{"int32", lancefile.Primitive(lancefile.KindInt32),
+			func(v int64) []byte { return binary.LittleEndian.AppendUint32(nil, uint32(int32(v))) },
+			func(b []byte) float64 { return float64(int32(binary.LittleEndian.Uint32(b))) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			root := t.TempDir()
+			st := storage.NewLocal(root, root)
+			rng := rand.New(rand.NewPCG(7, 9))
+			want := map[string][]uint64{} // key bytes ("" null) -> row ids
+			var metas []*pb.IndexMetadata
+			var keeps []func(uint64) bool
+			for in := range 40 {
+				frag := uint32(in)
+				var vals []int64
+				if in == 0 {
+					for v := int64(-2500); v < 2500; v++ { // the base: every key
+						vals = append(vals, v)
+					}
+				} else {
+					for range 50 + rng.IntN(1500) {
+						vals = append(vals, rng.Int64N(5000)-2500)
+					}
+					slices.Sort(vals)
+					vals = slices.Compact(vals)
+				}
+				var keys []key
+				if in%3 == 0 {
+					keys = append(keys, key{}) // the null key
+				}
+				for _, v := range vals {
+					keys = append(keys, key{valid: true, b: tc.enc(v)})
+				}
+				keep := func(id uint64) bool { return in != 5 || id&1 == 0 } // input 5 loses its odd rows
+				keeps = append(keeps, keep)
+				rows := func(i int) []uint32 { return []uint32{uint32(2 * i), uint32(2*i + 1)} }
+				for i, k := range keys {
+					for _, r := range rows(i) {
+						if id := uint64(frag)<<32 | uint64(r); keep(id) {
+							want[string(k.b)] = append(want[string(k.b)], id)
+						}
+					}
+				}
+				metas = append(metas, writeKeys(t, st, tc.typ, keys, frag, rows))
+			}
+			out := uuid.New()
+			res, err := Merge(ctx, st, metas, MergeOptions{IndexUUID: out, Keep: keeps})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.KeysWritten != uint64(len(want)) {
+				t.Fatalf("%d keys written, want %d", res.KeysWritten, len(want))
+			}
+			s, err := Open(ctx, st, &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: out[:]}, Files: res.Files})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			keys, err := s.r.Read(ctx, keysColumn, 0, s.Keys)
+			if err != nil {
+				t.Fatal(err)
+			}
+			maps, err := s.r.Read(ctx, bitmapsColumn, 0, s.Keys)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := tc.typ.ValueBits() / 8
+			prev := math.Inf(-1)
+			for i := range int(s.Keys) {
+				var kb []byte
+				if keys.IsValid(i) {
+					kb = keys.Values[i*w : (i+1)*w]
+					if v := tc.dec(kb); v <= prev {
+						t.Fatalf("key %d (%v) after %v", i, v, prev)
+					} else {
+						prev = v
+					}
+				} else if i != 0 {
+					t.Fatalf("the null key at %d", i)
+				}
+				es, err := DecodeRowMap(maps.Values[maps.Offsets[i]:maps.Offsets[i+1]])
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got []uint64
+				for _, e := range es {
+					for _, r := range e.Rows.ToArray() {
+						got = append(got, uint64(e.Frag)<<32|uint64(r))
+					}
+				}
+				if !slices.Equal(got, want[string(kb)]) {
+					t.Fatalf("key %d: rows %v, want %v", i, got, want[string(kb)])
+				}
+			}
+		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/bufpool"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/radix"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
 )
@@ -417,7 +418,7 @@ func blockMerge(ctx context.Context, srcs []*source, sink blockSink, k int) erro
 			}
 			continue
 		}
-		if sorted, ib, ok := sorter.order(blockKeys, lo, hi); ok {
+		if sorted, ib, ok := sorter.Order(blockKeys, lo, hi); ok {
 			// handed on as the packed words: no gathered copy
 			if err := sink.packed(sorted, ib, lo, blockIDs); err != nil {
 				return err
@@ -455,111 +456,16 @@ func upTo(keys []uint64, bound uint64) int {
 	return hi
 }
 
-// blockSorter sorts a block's (key, row id) pairs by key, stably, with a
-// least-significant-digit radix sort over the bits in which the block's
-// keys differ (their span above the smallest key): a block of int64 keys
-// within ±1e9 takes two or three passes, not eight byte-wide ones. When
-// the span and a row index fit 64 bits, each pair is packed into one word
-// (the key's offset above the index) and the row ids gathered after.
+// blockSorter sorts a block's (key, row id) pairs by key, stably
+// (radix.Sorter; when the span of the block's keys and a row index do not
+// fit one word, sortWide).
 type blockSorter struct {
-	a, b []uint64
-	ka   []uint64
-	ia   []uint64
-	// each pass's digit counts, kept between blocks
-	counts [maxPasses][1 << maxDigitBits]int
+	radix.Sorter
+	a, b   []uint64 // sortWide's
+	ka, ia []uint64
 }
 
 const digitBits = 11
-
-// maxDigitBits bounds a pass's digit: its counts (2^14 of them, 128 KiB)
-// stay in the second-level cache.
-const maxDigitBits = 14
-
-// maxPasses are the passes of a 64-bit span.
-const maxPasses = (64 + maxDigitBits - 1) / maxDigitBits
-
-// order sorts a block of keys, whose smallest is lo and largest hi,
-// packed when the span of its keys and a row index fit 64 bits (ok): each
-// word of sorted is a key's offset above lo, shifted left by ib bits,
-// over the key's index in keys. Equal keys keep their order. The words
-// stay valid until the next call. The packing counts every pass's digits
-// as it goes, so a pass reads the block once (to move it), and a pass in
-// which every key has the same digit is skipped.
-func (bs *blockSorter) order(keys []uint64, lo, hi uint64) (sorted []uint64, ib int, ok bool) {
-	n := len(keys)
-	if n == 0 {
-		return nil, 0, true
-	}
-	kb := bits.Len64(hi - lo)
-	ib = bits.Len(uint(n - 1))
-	if kb+ib > 64 {
-		return nil, 0, false
-	}
-	if cap(bs.a) < n {
-		bs.a = make([]uint64, n)
-	}
-	if cap(bs.b) < n {
-		bs.b = make([]uint64, n)
-	}
-	a, b := bs.a[:n], bs.b[:n]
-	if kb == 0 { // one key: the block keeps its order
-		for i := range a {
-			a[i] = uint64(i)
-		}
-		return a, ib, true
-	}
-	// as few passes as digits of at most maxDigitBits allow: a 27-bit
-	// span takes two 14-bit passes, not three of 11
-	passes := (kb + maxDigitBits - 1) / maxDigitBits
-	digit := (kb + passes - 1) / passes
-	mask := uint64(1)<<digit - 1
-	for p := range passes {
-		clear(bs.counts[p][:1<<digit])
-	}
-	switch passes {
-	case 1:
-		c0 := bs.counts[0][:1<<digit]
-		for i, k := range keys {
-			d := k - lo
-			a[i] = d<<ib | uint64(i)
-			c0[d&mask]++
-		}
-	case 2:
-		c0, c1 := bs.counts[0][:1<<digit], bs.counts[1][:1<<digit]
-		for i, k := range keys {
-			d := k - lo
-			a[i] = d<<ib | uint64(i)
-			c0[d&mask]++
-			c1[(d>>digit)&mask]++
-		}
-	default:
-		for i, k := range keys {
-			d := k - lo
-			a[i] = d<<ib | uint64(i)
-			for p := range passes {
-				bs.counts[p][(d>>(p*digit))&mask]++
-			}
-		}
-	}
-	for p := range passes {
-		count := bs.counts[p][:1<<digit]
-		shift := ib + p*digit
-		if count[(a[0]>>shift)&mask] == n {
-			continue // one digit throughout: the pass would keep the order
-		}
-		pos := 0
-		for d := range count {
-			pos, count[d] = pos+count[d], pos
-		}
-		for _, x := range a {
-			d := (x >> shift) & mask
-			b[count[d]] = x
-			count[d]++
-		}
-		a, b = b, a
-	}
-	return a, ib, true
-}
 
 func (bs *blockSorter) sort(keys, ids []uint64) ([]uint64, []uint64) {
 	n := len(keys)
@@ -568,7 +474,7 @@ func (bs *blockSorter) sort(keys, ids []uint64) ([]uint64, []uint64) {
 	}
 	grow := func(s []uint64) []uint64 { return grown(s, n) }
 	lo, hi := slices.Min(keys), slices.Max(keys)
-	if sorted, ib, ok := bs.order(keys, lo, hi); ok {
+	if sorted, ib, ok := bs.Order(keys, lo, hi); ok {
 		bs.ka, bs.ia = grow(bs.ka), grow(bs.ia)
 		mask := uint64(1)<<ib - 1
 		for i, p := range sorted {
