@@ -285,6 +285,9 @@ func zonesOfMoved(ctx context.Context, st storage.Store, snap *table.Snapshot, m
 		return nil, fmt.Errorf("building the zones of fragments %v, which a compaction with defer_index_remap wrote: %w", frags, err)
 	}
 	s, err := zonemap.ReadKind(ctx, st, im, kind)
+	if err == nil {
+		err = segs[0].SameAs(s) // its zones and parameters those of the index's
+	}
 	if err != nil {
 		removeOutput(ctx, st, table.IndexDir(im), kind.File)
 		return nil, err
