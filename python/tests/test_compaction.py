@@ -336,3 +336,28 @@ def test_a_fragment_reuse_map_in_its_own_file(tmp_path):
         ls.optimize(uri, name, progress=False)
     one_clean_segment(uri, {f.fragment_id for f in lance.dataset(uri).get_fragments()})
     answers_as_a_scan(uri)
+
+
+def test_zones_of_a_column_we_do_not_build_are_refused_after_a_deferred_compaction(tmp_path):
+    """A ZONEMAP of a dictionary column (pylance's zones have null bounds;
+    our builds refuse the type) after a deferred compaction: its merge
+    would have to build the new fragments' zones, so it is refused with an
+    UnsupportedError naming the type, the dataset is left as it was and no
+    segment's files are left behind."""
+    uri = str(tmp_path / "c")
+
+    def tab(start: int, n: int) -> pa.Table:
+        i = np.arange(start, start + n)
+        return pa.table({"id": pa.array(i), "d": pa.array([f"v{x % 7}" for x in i]).dictionary_encode()})
+
+    ds = lance.write_dataset(tab(0, 2000), uri, max_rows_per_file=500)
+    ds.create_scalar_index("d", "ZONEMAP", name="d_zm")
+    lance.write_dataset(tab(2000, 500), uri, mode="append")
+    lance.dataset(uri).optimize.optimize_indices(num_indices_to_merge=0)
+    lance.dataset(uri).delete("id % 7 = 0")
+    lance.dataset(uri).optimize.compact_files(target_rows_per_fragment=5000, defer_index_remap=True)
+    version, dirs = lance.dataset(uri).version, sorted(os.listdir(os.path.join(uri, "_indices")))
+    with pytest.raises(ls.UnsupportedError, match="dict:string"):
+        ls.optimize(uri, "d_zm", progress=False)
+    assert lance.dataset(uri).version == version
+    assert sorted(os.listdir(os.path.join(uri, "_indices"))) == dirs
