@@ -620,6 +620,7 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 		return nil, err
 	}
 	res.Files, res.KeysWritten = files, w.keys
+	written.put(st.URI()+"/"+table.IndicesDir+opts.IndexUUID.String()+"/", Stats{Version: first.Version, Keys: w.keys, Rows: j.rows, Largest: j.largest})
 	return res, nil
 }
 
@@ -633,6 +634,8 @@ type keyJoiner struct {
 	// reused for every key (a million keys allocated each of them per key)
 	group, joined []RawEntry
 	rowMap        []byte
+	// what the keys written hold (Stats)
+	rows, largest uint64
 }
 
 // emit writes key k with the row maps maps of inputs (an input's maps[i]
@@ -668,6 +671,11 @@ func (j *keyJoiner) emit(k key, maps [][]byte, inputs []int) error {
 		return nil
 	}
 	j.rowMap = AppendRowMap(j.rowMap[:0], j.joined)
+	n, err := rowMapRows(j.joined)
+	if err != nil {
+		return fmt.Errorf("%w: a merged row map: %w", errkind.Corrupt, err)
+	}
+	j.rows, j.largest = j.rows+n, max(j.largest, n)
 	return j.w.add(k, j.rowMap)
 }
 

@@ -478,7 +478,17 @@ func TestBlockMergeMatchesAUnion(t *testing.T) {
 			if res.KeysWritten != uint64(len(want)) {
 				t.Fatalf("%d keys written, want %d", res.KeysWritten, len(want))
 			}
-			s, err := Open(ctx, st, &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: out[:]}, Files: res.Files})
+			merged := &pb.IndexMetadata{Uuid: &pb.UUID{Uuid: out[:]}, Files: res.Files}
+			// what the merge counted as it wrote is what the file says
+			counted, err := Described(ctx, st, merged)
+			if err != nil {
+				t.Fatal(err)
+			}
+			read, err := Describe(ctx, st, merged)
+			if err != nil || *counted != *read || read.Keys != uint64(len(want)) {
+				t.Fatalf("counted %+v, read %+v, %v", counted, read, err)
+			}
+			s, err := Open(ctx, st, merged)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -113,7 +113,7 @@ func otherStatsOf(ctx context.Context, st storage.Store, im *pb.IndexMetadata, t
 	sort.Strings(names)
 	s := &Stats{IndexType: typ, PartitionRows: []uint32{}, notVector: true}
 	if counted && (typ == "BITMAP" || typ == "LABEL_LIST") {
-		if b, err := bitmap.Describe(ctx, st, im); err == nil {
+		if b, err := bitmap.Described(ctx, st, im); err == nil {
 			s.FileVersion, s.DistinctKeys, s.LargestKeyRows = b.Version.String(), &b.Keys, &b.Largest
 			if typ == "BITMAP" { // a row per indexed row; LABEL_LIST rows hold several labels
 				s.NumRows, s.rowsCounted = b.Rows, true
