@@ -67,6 +67,20 @@ func (s *Segment) Close() {
 // read), errkind.Corrupt for a file that
 // contradicts itself.
 func Open(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Segment, error) {
+	s, err := openMergeable(ctx, st, im)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.findOrder(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// openMergeable opens a segment whose key type merges know (nothing of
+// its keys read).
+func openMergeable(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Segment, error) {
 	s, err := open(ctx, st, im)
 	if err != nil {
 		return nil, err
@@ -75,11 +89,19 @@ func Open(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Segment
 		s.Close()
 		return nil, fmt.Errorf("%w: bitmap segment %s: keys of type %s (merges handle bools, numbers, decimals, strings and binary)", errkind.Unsupported, table.IndexUUID(im), s.KeyType)
 	}
-	if err := s.findOrder(ctx); err != nil {
-		s.Close()
-		return nil, err
-	}
 	return s, nil
+}
+
+// KeyType is the key type of a segment, from its file's schema (a plan
+// checks that its inputs share it; their keys are read by the merge),
+// errkind.Unsupported for one merges do not handle.
+func KeyType(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (lancefile.DataType, error) {
+	s, err := openMergeable(ctx, st, im)
+	if err != nil {
+		return lancefile.DataType{}, err
+	}
+	defer s.Close()
+	return s.KeyType, nil
 }
 
 // narrowAscending reports whether a window of narrow keys (sk their sort

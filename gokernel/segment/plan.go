@@ -394,7 +394,9 @@ func zoneMapSizes(ctx context.Context, st storage.Store, metas []*pb.IndexMetada
 // bitmapSizes are the planner's numbers of BITMAP or LABEL_LIST segments:
 // rows are the physical rows of the fragments each covers (a BITMAP lists
 // each row once; counting the (row, key) pairs would read every bitmap,
-// seconds for a million keys), and the inputs must agree on their key type.
+// seconds for a million keys), and the inputs must agree on their key
+// type (their keys, read by the merge, are not read here: 0.13 s of 201
+// segments' ten million keys).
 func bitmapSizes(ctx context.Context, st storage.Store, snap *table.Snapshot, metas []*pb.IndexMetadata) (*planSizes, error) {
 	typ := OtherType(metas[0])
 	if err := requireOneType(metas, typ); err != nil {
@@ -404,16 +406,15 @@ func bitmapSizes(ctx context.Context, st storage.Store, snap *table.Snapshot, me
 	byID := fragmentsByID(snap)
 	var keyType lancefile.DataType
 	for i, im := range metas {
-		s, err := bitmap.Open(ctx, st, im)
+		t, err := bitmap.KeyType(ctx, st, im)
 		if err != nil {
 			return nil, err
 		}
-		s.Close()
 		if i == 0 {
-			keyType = s.KeyType
-		} else if s.KeyType != keyType {
+			keyType = t
+		} else if t != keyType {
 			return nil, fmt.Errorf("%w: bitmap segments %s (%s keys) and %s (%s) cannot merge", errkind.InvalidInput,
-				table.IndexUUID(metas[0]), keyType, table.IndexUUID(im), s.KeyType)
+				table.IndexUUID(metas[0]), keyType, table.IndexUUID(im), t)
 		}
 		frags, _, err := snap.DecodeCoverage(im)
 		if err != nil {
