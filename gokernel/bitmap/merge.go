@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/parallel"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/radix"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
@@ -541,21 +542,27 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 	if len(metas) == 0 {
 		return nil, fmt.Errorf("%w: at least one bitmap segment is required", errkind.InvalidInput)
 	}
-	var segs []*Segment
+	// opened a few at a time: an open reads every key (findOrder), and on
+	// an object store each is a round trip or more
+	segs := make([]*Segment, len(metas))
 	defer func() {
 		for _, s := range segs {
-			s.Close()
+			if s != nil {
+				s.Close()
+			}
 		}
 	}()
-	for _, im := range metas {
-		s, err := Open(ctx, st, im)
-		if err != nil {
-			return nil, err
-		}
-		segs = append(segs, s)
+	err := parallel.Each(len(metas), openParallelism, func(i int) (err error) {
+		segs[i], err = Open(ctx, st, metas[i])
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range segs {
 		if f := segs[0]; s.KeyType != f.KeyType {
 			return nil, fmt.Errorf("%w: bitmap segments %s (%s keys) and %s (%s) cannot merge", errkind.InvalidInput,
-				table.IndexUUID(f.Meta), f.KeyType, table.IndexUUID(im), s.KeyType)
+				table.IndexUUID(f.Meta), f.KeyType, table.IndexUUID(s.Meta), s.KeyType)
 		}
 	}
 	first := segs[0]
@@ -1143,6 +1150,9 @@ type keyWriter struct {
 	werr   error
 	failed atomic.Bool // werr is set
 }
+
+// openParallelism bounds the segments a merge opens at once.
+const openParallelism = 16
 
 // queuedWindows bounds the windows handed to the encoder ahead of it.
 const queuedWindows = 4

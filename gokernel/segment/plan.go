@@ -337,28 +337,34 @@ func btreeSizes(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata
 	if err := requireOneType(metas, "BTREE"); err != nil {
 		return nil, err
 	}
-	var first *btree.Segment
-	for i, im := range metas {
-		s, err := btree.Open(ctx, st, im)
+	// opened a few at a time: each open reads two files' metadata (a
+	// thousand inputs took 0.26 s one after the other)
+	type shape struct {
+		key   lancefile.DataType
+		batch int
+	}
+	shapes := make([]shape, len(metas))
+	err := forEachOrdered(len(metas), openParallelism, func(i int) error {
+		s, err := btree.Open(ctx, st, metas[i])
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if first == nil {
-			first = s
-		} else {
-			s.Close()
-			if s.KeyType != first.KeyType || s.BatchSize != first.BatchSize {
-				first.Close()
-				return nil, fmt.Errorf("%w: btree segments %s (%s keys, pages of %d) and %s (%s, %d) cannot merge", errkind.InvalidInput,
-					table.IndexUUID(metas[0]), first.KeyType, first.BatchSize, table.IndexUUID(im), s.KeyType, s.BatchSize)
-			}
+		shapes[i], sz.rows[i] = shape{s.KeyType, s.BatchSize}, s.Rows
+		s.Close()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i, im := range metas {
+		if a, b := shapes[0], shapes[i]; a != b {
+			return nil, fmt.Errorf("%w: btree segments %s (%s keys, pages of %d) and %s (%s, %d) cannot merge", errkind.InvalidInput,
+				table.IndexUUID(metas[0]), a.key, a.batch, table.IndexUUID(im), b.key, b.batch)
 		}
-		sz.rows[i] = s.Rows
 		for _, f := range im.GetFiles() {
 			sz.bytes[i] += f.GetSizeBytes()
 		}
 	}
-	first.Close()
 	sz.stats = func(i int) (*Stats, error) { return otherStats(ctx, st, metas[i], "BTREE") }
 	return sz, nil
 }

@@ -13,11 +13,11 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/RoaringBitmap/roaring/v2/roaring64"
-	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/fragreuse"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/parallel"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/ivf"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
@@ -186,37 +186,8 @@ func openSources(ctx context.Context, st storage.Store, snap *table.Snapshot, me
 	return srcs, nil
 }
 
-// forEachOrdered calls f(0..n-1), at most limit at a time, and returns the
-// error of the lowest i that failed (every call runs, so the error is the
-// one a sequential loop would have stopped at). Panics become errors.
-func forEachOrdered(n, limit int, f func(i int) error) error {
-	if n <= 1 || limit <= 1 {
-		for i := 0; i < n; i++ {
-			if err := f(i); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	errs := make([]error, n)
-	var g errgroup.Group
-	g.SetLimit(limit)
-	for i := 0; i < n; i++ {
-		goSafe(&g, func() error {
-			errs[i] = f(i)
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return err
-	}
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
+// forEachOrdered is parallel.Each.
+func forEachOrdered(n, limit int, f func(i int) error) error { return parallel.Each(n, limit, f) }
 
 // openSource opens one segment's files and model buffers, where the
 // segment lives (st, or the base path it names in snap); with checkSizes,
