@@ -24,6 +24,7 @@ import (
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/kway"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/parallel"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
@@ -242,24 +243,29 @@ func (w *writer) flush() error {
 	return err
 }
 
+// openParallelism bounds the segments a merge opens at once.
+const openParallelism = 16
+
 // Merge merges NGRAM segments into one new segment under
 // _indices/<uuid>/ (written, nothing committed).
 func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opts MergeOptions) (*Result, error) {
 	if len(metas) == 0 {
 		return nil, fmt.Errorf("%w: at least one ngram segment is required", errkind.InvalidInput)
 	}
-	var segs []*Segment
+	segs := make([]*Segment, len(metas))
 	defer func() {
 		for _, s := range segs {
-			s.Close()
+			if s != nil {
+				s.Close()
+			}
 		}
 	}()
-	for _, im := range metas {
-		s, err := Open(ctx, st, im)
-		if err != nil {
-			return nil, err
-		}
-		segs = append(segs, s)
+	// opened a few at a time: on an object store each open is a round trip
+	if err := parallel.Each(len(metas), openParallelism, func(i int) (err error) {
+		segs[i], err = Open(ctx, st, metas[i])
+		return err
+	}); err != nil {
+		return nil, err
 	}
 	dir := table.IndexDir(&pb.IndexMetadata{Uuid: &pb.UUID{Uuid: opts.IndexUUID[:]}})
 	w, err := createPostings(ctx, st, dir+FileName, segs[0].Version, false)

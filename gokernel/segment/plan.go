@@ -447,16 +447,20 @@ func ngramSizes(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata
 		return nil, err
 	}
 	sz := &planSizes{indexType: "NGRAM", rows: make([]uint64, len(metas)), bytes: make([]uint64, len(metas)), close: func() {}}
-	for i, im := range metas {
-		s, err := ngram.Open(ctx, st, im)
+	err := forEachOrdered(len(metas), openParallelism, func(i int) error {
+		s, err := ngram.Open(ctx, st, metas[i])
 		if err != nil {
-			return nil, err
+			return err
 		}
 		sz.rows[i] = s.Tokens
 		s.Close()
-		for _, f := range im.GetFiles() {
+		for _, f := range metas[i].GetFiles() {
 			sz.bytes[i] += f.GetSizeBytes()
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	sz.stats = func(i int) (*Stats, error) { return otherStats(ctx, st, metas[i], "NGRAM") }
 	return sz, nil

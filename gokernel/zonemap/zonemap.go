@@ -33,6 +33,7 @@ import (
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/bitmap"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/parallel"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
@@ -207,18 +208,18 @@ func MergeKind(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata,
 // ReadAll reads the segments of one merge, which must share their key
 // type and parameters (SameAs).
 func ReadAll(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, k *Kind) ([]*Segment, error) {
-	var segs []*Segment
-	for _, im := range metas {
-		s, err := ReadKind(ctx, st, im, k)
-		if err != nil {
+	// read a few at a time: on an object store each is a round trip or more
+	segs := make([]*Segment, len(metas))
+	if err := parallel.Each(len(metas), 16, func(i int) (err error) {
+		segs[i], err = ReadKind(ctx, st, metas[i], k)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	for _, s := range segs[min(1, len(segs)):] {
+		if err := segs[0].SameAs(s); err != nil {
 			return nil, err
 		}
-		if len(segs) > 0 {
-			if err := segs[0].SameAs(s); err != nil {
-				return nil, err
-			}
-		}
-		segs = append(segs, s)
 	}
 	return segs, nil
 }
