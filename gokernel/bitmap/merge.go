@@ -289,7 +289,7 @@ func open(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Segment
 }
 
 // cursor streams one input's keys and row maps in windows, which a
-// goroutine of its own decodes one ahead of the merge (ahead; see start).
+// goroutine of its own decodes one ahead of the merge (ahead; see run).
 type cursor struct {
 	seg   *Segment
 	order int
@@ -370,9 +370,9 @@ func newCursor(s *Segment, order int) *cursor {
 // is called, which waits for the goroutine (the segment's file must stay
 // open until then). Two windows live at most (the one merged, and the
 // next, decoded and waiting to be taken), three sort key buffers: the
-// decoder writes the next window's while the merge reads one's. slots, when set, bounds the windows decoded at once across
-// a merge's inputs (each holds read buffers: 201 decoders at once held
-// 200 MB more than one at a time).
+// decoder writes the next window's while the merge reads one's. slots,
+// when set, bounds the windows decoded at once across a merge's inputs
+// (each holds read buffers).
 func (c *cursor) run(ctx context.Context, slots chan struct{}) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	c.ahead = make(chan *window)
@@ -649,7 +649,9 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 		return nil, err
 	}
 	res.Files, res.KeysWritten = files, w.keys
-	written.put(st.URI()+"/"+table.IndicesDir+opts.IndexUUID.String()+"/", Stats{Version: first.Version, Keys: w.keys, Rows: j.rows, Largest: j.largest})
+	if !j.uncounted {
+		written.put(st.URI()+"/"+table.IndicesDir+opts.IndexUUID.String()+"/", Stats{Version: first.Version, Keys: w.keys, Rows: j.rows, Largest: j.largest})
+	}
 	return res, nil
 }
 
@@ -663,8 +665,9 @@ type keyJoiner struct {
 	// reused for every key (a million keys allocated each of them per key)
 	group, joined []RawEntry
 	rowMap        []byte
-	// what the keys written hold (Stats)
+	// what the keys written hold (Stats), unless some key's did not count
 	rows, largest uint64
+	uncounted     bool
 }
 
 // emit writes key k with the row maps maps of inputs (an input's maps[i]
@@ -700,11 +703,14 @@ func (j *keyJoiner) emit(k key, maps [][]byte, inputs []int) error {
 		return nil
 	}
 	j.rowMap = AppendRowMap(j.rowMap[:0], j.joined)
-	n, err := rowMapRows(j.joined)
-	if err != nil {
-		return fmt.Errorf("%w: a merged row map: %w", errkind.Corrupt, err)
+	// Counted from the headers, as Describe counts them; a map that does
+	// not count (a whole-fragment entry names no rows) leaves the listing
+	// to read the file and say so.
+	if n, err := rowMapRows(j.joined); err != nil {
+		j.uncounted = true
+	} else {
+		j.rows, j.largest = j.rows+n, max(j.largest, n)
 	}
-	j.rows, j.largest = j.rows+n, max(j.largest, n)
 	return j.w.add(k, j.rowMap)
 }
 
