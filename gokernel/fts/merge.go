@@ -19,6 +19,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	ordered "github.com/lance-segmerge/lance-segmerge/gokernel/internal/parallel"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
@@ -95,13 +96,13 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 	if len(metas) == 0 {
 		return nil, fmt.Errorf("%w: at least one INVERTED segment is required", errkind.InvalidInput)
 	}
+	// opened a few at a time: on an object store each open is a round trip
 	segs := make([]*Segment, len(metas))
-	for i, im := range metas {
-		s, err := Open(ctx, st, im)
-		if err != nil {
-			return nil, err
-		}
-		segs[i] = s
+	if err := ordered.Each(len(metas), 16, func(i int) (err error) {
+		segs[i], err = Open(ctx, st, metas[i])
+		return err
+	}); err != nil {
+		return nil, err
 	}
 	params, err := sameLayout(segs)
 	if err != nil {

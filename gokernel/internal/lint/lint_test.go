@@ -35,7 +35,7 @@ var allowed = map[string][]string{
 	"gokernel/bitmap":    {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table", "gokernel/internal/pb", "gokernel/keysort", "gokernel/internal/rowset", "gokernel/internal/radix", "gokernel/internal/parallel"},
 	"gokernel/zonemap":   {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table", "gokernel/internal/pb", "gokernel/bitmap", "gokernel/internal/parallel"},
 	"gokernel/ngram":     {"gokernel/errkind", "gokernel/fold", "gokernel/storage", "gokernel/lancefile", "gokernel/table", "gokernel/internal/pb", "gokernel/internal/kway", "gokernel/keysort", "gokernel/internal/parallel"},
-	"gokernel/fts":       {"gokernel/errkind", "gokernel/fold", "gokernel/storage", "gokernel/lancefile", "gokernel/table", "gokernel/internal/pb"},
+	"gokernel/fts":       {"gokernel/errkind", "gokernel/fold", "gokernel/storage", "gokernel/lancefile", "gokernel/table", "gokernel/internal/pb", "gokernel/internal/parallel"},
 	"gokernel/fragreuse": {"gokernel/errkind", "gokernel/storage", "gokernel/table", "gokernel/internal/pb"},
 	"gokernel/segment": {"gokernel/errkind", "gokernel/storage", "gokernel/lancefile", "gokernel/table",
 		"gokernel/ivf", "gokernel/internal/pb", "gokernel/internal/bufpool", "gokernel/vecmath",
