@@ -10,8 +10,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/RoaringBitmap/roaring/v2"
@@ -530,5 +532,83 @@ func TestBlockMergeMatchesAUnion(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// failingReads is a store whose objects' reads fail once left reads are
+// spent (or, with cancel set, cancel the merge's context then).
+type failingReads struct {
+	storage.Store
+	left   *atomic.Int64
+	cancel context.CancelFunc
+}
+
+var errInjected = errors.New("injected read failure")
+
+func (f failingReads) Open(ctx context.Context, name string) (storage.Object, error) {
+	o, err := f.Store.Open(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return failingObject{o, f}, nil
+}
+
+type failingObject struct {
+	storage.Object
+	f failingReads
+}
+
+func (o failingObject) ReadAt(ctx context.Context, p []byte, off int64) error {
+	if o.f.left.Add(-1) < 0 {
+		if o.f.cancel != nil {
+			o.f.cancel()
+			return ctx.Err()
+		}
+		return errInjected
+	}
+	return o.Object.ReadAt(ctx, p, off)
+}
+
+// TestMergeFailsCleanlyMidway: a read that fails, or a cancellation, at
+// any point of a merge of number keys (decoders ahead, the writer behind)
+// is the merge's error, and every goroutine the merge started has ended
+// when it returns.
+func TestMergeFailsCleanlyMidway(t *testing.T) {
+	root := t.TempDir()
+	st := storage.NewLocal(root, root)
+	i64 := lancefile.Primitive(lancefile.KindInt64)
+	var metas []*pb.IndexMetadata
+	for in := range 30 {
+		var keys []key
+		for v := range 3000 {
+			keys = append(keys, key{valid: true, b: binary.LittleEndian.AppendUint64(nil, uint64(v*30+in%7))})
+		}
+		metas = append(metas, writeKeys(t, st, i64, keys, uint32(in), func(i int) []uint32 { return []uint32{uint32(i)} }))
+	}
+	var count atomic.Int64
+	count.Store(1 << 40)
+	if _, err := Merge(context.Background(), failingReads{Store: st, left: &count}, metas, MergeOptions{IndexUUID: uuid.New()}); err != nil {
+		t.Fatal(err)
+	}
+	reads := 1<<40 - count.Load()
+	before := runtime.NumGoroutine()
+	for _, frac := range []int64{5, 30, 60, 95} {
+		for _, cancels := range []bool{false, true} {
+			ctx, cancel := context.WithCancel(context.Background())
+			var left atomic.Int64
+			left.Store(reads * frac / 100)
+			f := failingReads{Store: st, left: &left}
+			if cancels {
+				f.cancel = cancel
+			}
+			_, err := Merge(ctx, f, metas, MergeOptions{IndexUUID: uuid.New()})
+			cancel()
+			if want := error(errInjected); cancels && !errors.Is(err, context.Canceled) || !cancels && !errors.Is(err, want) {
+				t.Fatalf("reads failing after %d%% (cancel %v): %v", frac, cancels, err)
+			}
+			if n := runtime.NumGoroutine(); n > before {
+				t.Fatalf("reads failing after %d%% (cancel %v): %d goroutines after the merge, %d before", frac, cancels, n, before)
+			}
+		}
 	}
 }
