@@ -20,12 +20,12 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
-	"sync"
 
 	"github.com/RoaringBitmap/roaring/v2"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/recent"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
@@ -144,46 +144,15 @@ type Stats struct {
 // wrote the segment (its files are never rewritten: a segment's directory
 // is its own).
 func Described(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Stats, error) {
-	if s := written.get(st.URI() + "/" + table.IndexDir(im)); s != nil {
-		return s, nil
+	if s, ok := written.Get(st.URI() + "/" + table.IndexDir(im)); ok {
+		return &s, nil
 	}
 	return Describe(ctx, st, im)
 }
 
 // written holds the statistics of the segments merges of this process
-// wrote last, by their directory.
-var written = &writtenStats{}
-
-type writtenStats struct {
-	sync.Mutex
-	keys  []string
-	stats []Stats
-}
-
-// writtenKept bounds the statistics kept (a plan's tasks, a few each).
-const writtenKept = 64
-
-func (w *writtenStats) put(key string, s Stats) {
-	w.Lock()
-	defer w.Unlock()
-	if i := slices.Index(w.keys, key); i >= 0 { // a segment written again under its uuid
-		w.keys, w.stats = slices.Delete(w.keys, i, i+1), slices.Delete(w.stats, i, i+1)
-	}
-	if len(w.keys) == writtenKept {
-		w.keys, w.stats = w.keys[1:], w.stats[1:]
-	}
-	w.keys, w.stats = append(w.keys, key), append(w.stats, s)
-}
-
-func (w *writtenStats) get(key string) *Stats {
-	w.Lock()
-	defer w.Unlock()
-	if i := slices.Index(w.keys, key); i >= 0 {
-		s := w.stats[i]
-		return &s
-	}
-	return nil
-}
+// wrote last, by their directory (a plan's tasks, a few each).
+var written = recent.New[Stats](64)
 
 // Describe opens a segment and counts its bitmaps (see Segment.Describe).
 func Describe(ctx context.Context, st storage.Store, im *pb.IndexMetadata) (*Stats, error) {

@@ -600,7 +600,7 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 	res := &Result{}
 	j := &keyJoiner{segs: segs, opts: opts, keep: keep, w: w}
 	if lancefile.Wide(first.KeyType) {
-		err = mergeByHeap(ctx, cs, j, res)
+		err = mergeByHeap(ctx, cs, first.KeyType, j, res)
 	} else {
 		err = mergeByBlocks(ctx, cs, j, res)
 	}
@@ -650,7 +650,7 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 	}
 	res.Files, res.KeysWritten = files, w.keys
 	if !j.uncounted {
-		written.put(st.URI()+"/"+table.IndicesDir+opts.IndexUUID.String()+"/", Stats{Version: first.Version, Keys: w.keys, Rows: j.rows, Largest: j.largest})
+		written.Put(st.URI()+"/"+table.IndicesDir+opts.IndexUUID.String()+"/", Stats{Version: first.Version, Keys: w.keys, Rows: j.rows, Largest: j.largest})
 	}
 	return res, nil
 }
@@ -716,8 +716,7 @@ func (j *keyJoiner) emit(k key, maps [][]byte, inputs []int) error {
 
 // mergeByHeap merges cursors of wide keys (strings, binary, decimals) a
 // key at a time, by a heap of the cursors' current keys.
-func mergeByHeap(ctx context.Context, cs []*cursor, j *keyJoiner, res *Result) error {
-	t := cs0Type(cs)
+func mergeByHeap(ctx context.Context, cs []*cursor, t lancefile.DataType, j *keyJoiner, res *Result) error {
 	h := keyHeap{t: t, wide: lancefile.Wide(t)}
 	for _, c := range cs {
 		h.e = append(h.e, h.entry(c))
@@ -778,14 +777,6 @@ func mergeByHeap(ctx context.Context, cs []*cursor, j *keyJoiner, res *Result) e
 		}
 	}
 	return nil
-}
-
-// cs0Type is the key type of a merge's cursors (all share it).
-func cs0Type(cs []*cursor) lancefile.DataType {
-	if len(cs) == 0 {
-		return lancefile.DataType{}
-	}
-	return cs[0].seg.KeyType
 }
 
 // blockEntry is one input's key in a block: its row map and key bytes,
@@ -898,29 +889,23 @@ func emitBlock(sorter *radix.Sorter, keys []uint64, ents []blockEntry, j *keyJoi
 	}
 	lo, hi := slices.Min(keys), slices.Max(keys)
 	sorted, ib, ok := sorter.Order(keys, lo, hi)
+	mask := uint64(1)<<ib - 1 // a word's index in keys
 	if !ok {
 		// a span and index wider than a word: the indices sorted by key
-		sorted, ib = make([]uint64, len(keys)), 0
+		sorted, mask = make([]uint64, len(keys)), math.MaxUint64
 		for i := range sorted {
 			sorted[i] = uint64(i)
 		}
 		slices.SortStableFunc(sorted, func(a, b uint64) int { return cmp.Compare(keys[a], keys[b]) })
 	}
-	mask := uint64(1)<<ib - 1
 	var maps [][]byte
 	var inputs []int
 	for p := 0; p < len(sorted); {
 		first := sorted[p] & mask
-		if !ok {
-			first = sorted[p]
-		}
 		k := keys[first]
 		maps, inputs = maps[:0], inputs[:0]
 		for ; p < len(sorted); p++ {
 			i := sorted[p] & mask
-			if !ok {
-				i = sorted[p]
-			}
 			if keys[i] != k {
 				break
 			}

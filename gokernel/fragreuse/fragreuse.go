@@ -24,13 +24,13 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/recent"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
 )
@@ -110,56 +110,46 @@ func Find(snap *table.Snapshot) *pb.IndexMetadata {
 
 // Load reads the fragment reuse index of snap: nil (and no error) when
 // the version has none. Its details are inline in the manifest, or in a
-// file under the index's directory (read from st).
+// file under the index's directory (read from st). A plan, its merges and
+// a verify of many segments each ask for the version's map, one map until
+// the next compaction: the maps read last are kept, by their content or,
+// for a file, by where it lies (an index's directory is never rewritten).
 func Load(ctx context.Context, st storage.Store, snap *table.Snapshot) (*Map, error) {
 	im, inline, ext, err := details(snap)
 	if im == nil || err != nil {
 		return nil, err
 	}
-	if ext != nil {
-		if st == nil {
-			return nil, fmt.Errorf("%w: the fragment reuse index's content is in a file, and no store to read it from", errkind.InvalidInput)
-		}
-		if inline, err = readExternal(ctx, st, table.IndexDir(im), ext); err != nil {
-			return nil, err
-		}
+	if ext == nil {
+		return cached(string(inline), func() ([]byte, error) { return inline, nil })
 	}
-	return parseCached(inline)
+	if st == nil {
+		return nil, fmt.Errorf("%w: the fragment reuse index's content is in a file, and no store to read it from", errkind.InvalidInput)
+	}
+	dir := table.IndexDir(im)
+	key := fmt.Sprintf("file %s/%s%s [%d,+%d)", st.URI(), dir, ext.path, ext.offset, ext.size)
+	return cached(key, func() ([]byte, error) { return readExternal(ctx, st, dir, ext) })
 }
 
-// parsed holds the maps read last, by their content: a plan, its merges
-// and a verify of many segments each ask for the version's map, and it
-// is one map until the next compaction. Maps are never modified once
-// parsed.
-var parsed struct {
-	sync.Mutex
-	keys []string
-	maps []*Map
-}
+// parsed holds the maps read last. Maps are never modified once parsed.
+var parsed = recent.New[*Map](parsedHeld)
 
 // parsedHeld bounds parsed (maps of a few tables in one process).
 const parsedHeld = 4
 
-// parseCached is Parse, by content.
-func parseCached(b []byte) (*Map, error) {
-	key := string(b)
-	parsed.Lock()
-	if i := slices.Index(parsed.keys, key); i >= 0 {
-		m := parsed.maps[i]
-		parsed.Unlock()
+// cached is the map held under key, else Parse of what read returns.
+func cached(key string, read func() ([]byte, error)) (*Map, error) {
+	if m, ok := parsed.Get(key); ok {
 		return m, nil
 	}
-	parsed.Unlock()
+	b, err := read()
+	if err != nil {
+		return nil, err
+	}
 	m, err := Parse(b)
 	if err != nil {
 		return nil, err
 	}
-	parsed.Lock()
-	defer parsed.Unlock()
-	if len(parsed.keys) == parsedHeld {
-		parsed.keys, parsed.maps = parsed.keys[1:], parsed.maps[1:]
-	}
-	parsed.keys, parsed.maps = append(parsed.keys, key), append(parsed.maps, m)
+	parsed.Put(key, m)
 	return m, nil
 }
 

@@ -256,6 +256,7 @@ func TestParseRefusesInconsistentMaps(t *testing.T) {
 // same map; other content is read afresh, and the oldest of more than
 // parsedHeld contents is dropped.
 func TestParsedMapsAreShared(t *testing.T) {
+	parseCached := func(b []byte) (*Map, error) { return cached(string(b), func() ([]byte, error) { return b, nil }) }
 	var contents [][]byte
 	for i := range parsedHeld + 1 {
 		g, _ := group(t, []frag{{id: uint64(i), rows: 3}}, []frag{{id: uint64(100 + i), rows: 3}})

@@ -795,17 +795,7 @@ type remapGuard struct {
 }
 
 func newRemapGuard(ctx context.Context, st storage.Store, snap *table.Snapshot) *remapGuard {
-	g := &remapGuard{}
-	if snap.HasStableRowIDs() {
-		return g
-	}
-	if g.compacted = compactedTest(ctx, st, snap); g.compacted == nil {
-		return g
-	}
-	g.present = map[uint64]bool{}
-	for _, f := range snap.Manifest.GetFragments() {
-		g.present[f.GetId()] = true
-	}
+	g, _ := guardAndMap(ctx, st, snap)
 	return g
 }
 
@@ -813,17 +803,35 @@ func newRemapGuard(ctx context.Context, st storage.Store, snap *table.Snapshot) 
 // of rewritten fragments move (the map read from st when its content is in
 // a file). A map that does not read leaves the guard refusing them.
 func newRowRemap(ctx context.Context, st storage.Store, snap *table.Snapshot) *remapGuard {
-	g := newRemapGuard(ctx, st, snap)
-	if g.present == nil {
-		return g
-	}
-	if m, err := fragreuse.Load(ctx, st, snap); err == nil && m != nil {
-		g.m, g.compacted, g.moves = m, m.Compacted, map[uint32]bool{}
+	g, m := guardAndMap(ctx, st, snap)
+	if m != nil {
+		g.m, g.moves = m, map[uint32]bool{}
 		for _, f := range m.Rewritten() {
 			g.moves[f] = !g.present[uint64(f)]
 		}
 	}
 	return g
+}
+
+// guardAndMap is a guard that watches for rows of rewritten fragments,
+// and the map it read (nil: none, or one that does not read, whose guard
+// counts every gone fragment as rewritten, as compactedTest does).
+func guardAndMap(ctx context.Context, st storage.Store, snap *table.Snapshot) (*remapGuard, *fragreuse.Map) {
+	g := &remapGuard{}
+	if snap.HasStableRowIDs() || fragreuse.Find(snap) == nil {
+		return g, nil
+	}
+	g.present = map[uint64]bool{}
+	for _, f := range snap.Manifest.GetFragments() {
+		g.present[f.GetId()] = true
+	}
+	m, err := fragreuse.Load(ctx, st, snap)
+	if err != nil || m == nil {
+		g.compacted = func(uint32) bool { return true }
+		return g, nil
+	}
+	g.compacted = m.Compacted
+	return g, m
 }
 
 // moved reports whether the rows of fragment f live on at other
