@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -577,12 +578,35 @@ func (c *colWriter) allNullPage(a *Array, firstRow uint64) error {
 		return fmt.Errorf("%w: lancefile: writing values of type %s (only nulls are written)", errkind.Unsupported, a.Type)
 	}
 	if c.w.opts.Version == V2_0 {
+		if enc, bufs, ok := nullDictionary20(a); ok {
+			return c.page(0, typeURLArrayEncoding, enc, bufs, a.Len, 0)
+		}
 		enc := &enc20.ArrayEncoding{ArrayEncoding: &enc20.ArrayEncoding_Nullable{Nullable: &enc20.Nullable{
 			Nullability: &enc20.Nullable_AllNulls{AllNulls: &enc20.Nullable_AllNull{}}}}}
 		return c.page(0, typeURLArrayEncoding, enc, nil, a.Len, 0)
 	}
 	l := &enc21.ConstantLayout{Layers: []enc21.RepDefLayer{enc21.RepDefLayer_REPDEF_NULLABLE_ITEM}}
 	return c.page(0, typeURLPageLayout, pageLayout(l), nil, a.Len, firstRow)
+}
+
+// nullDictionary20 encodes null rows of a dictionary of strings or binary
+// as pylance 14.0.2 writes them in 2.0 (the bounds of a ZONEMAP of such a
+// column): a dictionary of one null item, every row's index 0 (see
+// decoder20.dictionary), the indices of the column's index type.
+func nullDictionary20(a *Array) (*enc20.ArrayEncoding, [][]byte, bool) {
+	v, ok := DictValues(a.Type)
+	s := strings.TrimSuffix(strings.TrimSuffix(a.Type.Logical, ":false"), ":true")
+	idx, known := parseKind(s[strings.LastIndex(s, ":")+1:])
+	if !ok || v.Kind != KindBinary || !known {
+		return nil, nil, false
+	}
+	bits := primitiveBits[idx]
+	items := &enc20.ArrayEncoding{ArrayEncoding: &enc20.ArrayEncoding_Binary{Binary: &enc20.Binary{
+		Indices: noNull20(flat20(64, 1)), Bytes: flat20(8, 2), NullAdjustment: 1}}}
+	enc := &enc20.ArrayEncoding{ArrayEncoding: &enc20.ArrayEncoding_Dictionary{Dictionary: &enc20.Dictionary{
+		Indices: noNull20(flat20(uint64(bits), 0)), Items: items, NumDictionaryItems: 1}}}
+	// the item's end offset is its null adjustment: 0 bytes, plus 1
+	return enc, [][]byte{make([]byte, a.Len*bits/8), binary.LittleEndian.AppendUint64(nil, 1), {}}, true
 }
 
 // nullListPage writes a page of null lists as pylance writes one (the

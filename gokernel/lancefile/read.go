@@ -66,7 +66,8 @@ func (r *Reader) ReadAll(ctx context.Context, name string) (*Array, error) {
 // Read reads rows [start, end) of a field (see ReadAll). Only the pages that
 // hold those rows are read; inside a page, fixed-width layouts read only the
 // chunks (mini-block) or rows (full-zip, 2.0 flat) of the range, so one IVF
-// partition costs about its own bytes. Lists read their whole pages.
+// partition costs about its own bytes. Lists read their whole pages. A
+// dictionary column reads as its values (DictValues).
 func (r *Reader) Read(ctx context.Context, name string, start, end uint64) (*Array, error) {
 	return r.ReadInto(ctx, name, start, end, nil)
 }
@@ -85,6 +86,11 @@ func (r *Reader) ReadInto(ctx context.Context, name string, start, end uint64, d
 		return nil, fmt.Errorf("%w: lancefile: %s: rows [%d,%d) of %d", errkind.InvalidInput, r.name, start, end, r.numRows)
 	}
 	t := f.Type
+	if v, ok := DictValues(t); ok && len(cols) == 1 {
+		// a dictionary column reads as its values: each of its pages is a
+		// dictionary page of the value type (a null index, a null row)
+		t = v
+	}
 	switch {
 	case t.Kind == KindUnknown && len(cols) == 1 && r.allNull(ctx, cols[0]):
 		// A type this package does not decode (a dictionary...), whose

@@ -17,7 +17,7 @@ func (r *Reader) readPage20(ctx context.Context, pg *pageIO, t DataType, a, b in
 	if err := decodeAny(pg.page, "lance.encodings.ArrayEncoding", enc); err != nil {
 		return nil, err
 	}
-	d := decoder20{ctx: ctx, pg: pg}
+	d := decoder20{ctx: ctx, pg: pg, direct: pg.r.dict20[pg.col]}
 	if t.Kind == KindBinary {
 		return d.binary(enc, t, a, b)
 	}
@@ -30,6 +30,8 @@ func (r *Reader) readPage20(ctx context.Context, pg *pageIO, t DataType, a, b in
 type decoder20 struct {
 	ctx context.Context
 	pg  *pageIO
+	// direct is set for a page of a dictionary field (see dictionary)
+	direct bool
 }
 
 // decode returns the values of rows [a, b) of type t under enc, the row
@@ -113,9 +115,8 @@ func (d decoder20) nullable(n *enc20.Nullable, a, b int) (*enc20.ArrayEncoding, 
 
 // binary reads rows [a, b) of a 2.0 string or binary page: a Binary (u64
 // end offsets counted from the page's first byte, a null's plus
-// null_adjustment, then the bytes) or a Dictionary (an index per row, 0 for
-// null and k for item k-1, over a Binary of the items), either possibly
-// under a Nullable.
+// null_adjustment, then the bytes) or a Dictionary (an index per row over
+// a Binary of the items: see dictionary), either possibly under a Nullable.
 func (d decoder20) binary(enc *enc20.ArrayEncoding, t DataType, a, b int) (*Array, error) {
 	switch e := enc.GetArrayEncoding().(type) {
 	case *enc20.ArrayEncoding_Nullable:
@@ -234,13 +235,21 @@ func (d decoder20) dictionary(e *enc20.Dictionary, t DataType, a, b int) (*Array
 	if err != nil {
 		return nil, err
 	}
+	// A string column's own dictionary numbers its items from 1, 0 being
+	// null; a dictionary field's pages keep the column's indices, from 0,
+	// with a null item where the rows are null (pylance 14.0.2, both
+	// proven against its reads).
+	base := uint64(1)
+	if d.direct {
+		base = 0
+	}
 	out := &Array{Type: t, Len: b - a, Offsets: make([]int64, 1, b-a+1), Values: []byte{}, Validity: make([]byte, (b-a+7)/8)}
 	for i, k := range idx {
-		if k > uint64(n) {
+		if k > uint64(n) || k == uint64(n) && base == 0 {
 			return nil, fmt.Errorf("%w: 2.0 dictionary index %d of %d items", errkind.Corrupt, k, n)
 		}
-		if k > 0 && dict.IsValid(int(k-1)) {
-			out.Values = append(out.Values, dict.Values[dict.Offsets[k-1]:dict.Offsets[k]]...)
+		if k >= base && dict.IsValid(int(k-base)) {
+			out.Values = append(out.Values, dict.Values[dict.Offsets[k-base]:dict.Offsets[k-base+1]]...)
 			out.Validity[i/8] |= 1 << (i % 8)
 		}
 		out.Offsets = append(out.Offsets, int64(len(out.Values)))

@@ -65,6 +65,9 @@ type Reader struct {
 	globals []bufRef
 	columns []*pb.ColumnMetadata
 	chunks  chunkCache
+	// dict20 holds the physical columns of a 2.0 file's dictionary fields,
+	// whose dictionary pages index their items from 0 (dictionary20).
+	dict20 map[int]bool
 	// metaBytes is the size of the metadata decoded at open.
 	metaBytes int64
 }
@@ -137,6 +140,12 @@ func (r *Reader) readMetadata(ctx context.Context) error {
 	}
 	want := 0
 	for _, f := range r.fields {
+		if _, ok := DictValues(f.Type); ok && foot.version == V2_0 {
+			if r.dict20 == nil {
+				r.dict20 = map[int]bool{}
+			}
+			r.dict20[want] = true // a leaf: its only column
+		}
 		want += columnCount(f, foot.version)
 	}
 	if want != int(foot.numColumns) {

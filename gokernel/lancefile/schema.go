@@ -191,6 +191,35 @@ func ParseLogicalType(s string) DataType {
 	return DataType{Kind: KindUnknown, Logical: s}
 }
 
+// DictValues is the value type of a dictionary column's logical type,
+// "dict:<values>:<indices>:<ordered>" (the values' own type may contain
+// colons): a reader decodes such a column as its values, since a page of it
+// is a dictionary page of the value type. ok is false for other types and
+// for a dictionary of values this package does not decode.
+func DictValues(t DataType) (DataType, bool) {
+	s, ok := strings.CutPrefix(t.Logical, "dict:")
+	if !ok || t.Kind != KindUnknown {
+		return DataType{}, false
+	}
+	// the last two parts are the indices' type and the ordered flag
+	i := strings.LastIndex(s, ":")
+	if i < 0 {
+		return DataType{}, false
+	}
+	j := strings.LastIndex(s[:i], ":")
+	if j <= 0 {
+		return DataType{}, false
+	}
+	if _, ok := parseKind(s[j+1 : i]); !ok || s[i+1:] != "true" && s[i+1:] != "false" {
+		return DataType{}, false
+	}
+	v := ParseLogicalType(s[:j])
+	if v.Kind != KindBinary && (v.Kind == KindUnknown || v.Kind == KindStruct || isList(v) || v.ValueBits() == 0 || v.ValueBits()%8 != 0) {
+		return DataType{}, false
+	}
+	return v, true
+}
+
 // buildSchema rebuilds the field tree from Lance's flat pre-order list.
 func buildSchema(pfields []*pb.Field) ([]*Field, error) {
 	byID := map[int32]*Field{}

@@ -663,8 +663,9 @@ func TestInt64PagesPackUnlessNegative(t *testing.T) {
 }
 
 // A column of a type this package does not encode (a dictionary, as
-// ZONEMAP bounds of a dictionary column) is written and read back when
-// all its rows are null, in 2.0 and 2.2; a value in it is refused.
+// ZONEMAP bounds of a dictionary column) is written and read back (as its
+// values' type) when all its rows are null, in 2.0 and 2.2; a value in it
+// is refused.
 func TestAllNullColumnsOfOpaqueTypes(t *testing.T) {
 	ctx := context.Background()
 	dict := ParseLogicalType("dict:string:int32:false")
@@ -689,7 +690,7 @@ func TestAllNullColumnsOfOpaqueTypes(t *testing.T) {
 			t.Fatal(err)
 		}
 		got, err := rd.ReadAll(ctx, "min")
-		if err != nil || got.Len != 3 || got.NullCount() != 3 || got.Type != dict {
+		if vals, _ := DictValues(dict); err != nil || got.Len != 3 || got.NullCount() != 3 || got.Type != vals {
 			t.Fatalf("%s: %+v, %v", v, got, err)
 		}
 		w, _ = NewWriter(&bytes.Buffer{}, []*Field{NewField("min", dict, true)}, WriterOptions{Version: v})
@@ -813,6 +814,31 @@ func TestCopiedRowsSplitAtPages(t *testing.T) {
 					t.Error("the rows read back differ")
 				}
 			})
+		}
+	}
+}
+
+func TestDictValues(t *testing.T) {
+	for _, c := range []struct {
+		logical string
+		want    string // "" when not a dictionary this package reads
+	}{
+		{"dict:string:int32:false", "string"},
+		{"dict:large_string:int8:true", "large_string"},
+		{"dict:int64:uint16:false", "int64"},
+		{"dict:timestamp:us:UTC:int32:false", "timestamp:us:UTC"},
+		{"dict:fixed_size_binary:16:int32:false", "fixed_size_binary:16"},
+		{"dict:struct:int32:false", ""},
+		{"dict:list:int32:false", ""},
+		{"dict:string:int32", ""},
+		{"dict:string:text:false", ""},
+		{"dict::int32:false", ""},
+		{"dict:", ""},
+		{"string", ""},
+	} {
+		got, ok := DictValues(ParseLogicalType(c.logical))
+		if ok != (c.want != "") || ok && got.Logical != c.want {
+			t.Errorf("DictValues(%q) = %q, %v; want %q", c.logical, got.Logical, ok, c.want)
 		}
 	}
 }

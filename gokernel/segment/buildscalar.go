@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
@@ -172,6 +173,8 @@ func BuildScalar(ctx context.Context, st storage.Store, snap *table.Snapshot, op
 		switch {
 		case opts.IndexType == "ZONEMAP" && (col.Type.Kind == lancefile.KindList || col.Type.Kind == lancefile.KindLargeList):
 			zones, err = zonemap.NewListBuilder(col.Type, col.Item, rowsPerZone)
+		case opts.IndexType == "ZONEMAP" && strings.HasPrefix(col.Type.Logical, "dict:"):
+			zones, err = zonemap.NewDictBuilder(col.Type, rowsPerZone)
 		case opts.IndexType == "ZONEMAP":
 			zones, err = zonemap.NewBuilder(col.Type, rowsPerZone)
 		default:

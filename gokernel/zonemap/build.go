@@ -53,9 +53,12 @@ type Builder struct {
 	nullRows    *roaring.Bitmap
 	nulls       []bitmap.RawEntry
 	bloom       *bloomParams // set for a BLOOMFILTER segment's zones
-	// item is set for the zones of a list column: pylance 14.0.2 records
-	// no bounds there (null min and max lists in every zone), only each
-	// zone's null lists, so the zones never prune.
+	// boundless is set for the zones of a list or a dictionary column:
+	// pylance 14.0.2 records no bounds there (null min and max of the
+	// column's type in every zone), only each zone's null rows, so the
+	// zones never prune.
+	boundless bool
+	// item is a list column's item type (boundless zones).
 	item *lancefile.DataType
 }
 
@@ -71,7 +74,20 @@ func NewListBuilder(t, item lancefile.DataType, rowsPerZone int) (*Builder, erro
 	if rowsPerZone < 1 {
 		rowsPerZone = DefaultRowsPerZone
 	}
-	return &Builder{t: t, item: &item, rowsPerZone: rowsPerZone, nullRows: roaring.New()}, nil
+	return &Builder{t: t, item: &item, boundless: true, rowsPerZone: rowsPerZone, nullRows: roaring.New()}, nil
+}
+
+// NewDictBuilder starts the zones of a dictionary column of type t, whose
+// values this package decodes (lancefile.DictValues): boundless, see
+// Builder.boundless.
+func NewDictBuilder(t lancefile.DataType, rowsPerZone int) (*Builder, error) {
+	if _, ok := lancefile.DictValues(t); !ok {
+		return nil, fmt.Errorf("%w: zonemap build: keys of type %s", errkind.Unsupported, t)
+	}
+	if rowsPerZone < 1 {
+		rowsPerZone = DefaultRowsPerZone
+	}
+	return &Builder{t: t, boundless: true, rowsPerZone: rowsPerZone, nullRows: roaring.New()}, nil
 }
 
 // NewBuilder starts the zones of keys of type t: fixed-width numbers,
@@ -131,7 +147,7 @@ func (b *Builder) Add(frag uint32, off uint64, a *lancefile.Array, i int) error 
 		b.nullRows.Add(uint32(off))
 		return nil
 	}
-	if b.item != nil {
+	if b.boundless {
 		return nil
 	}
 	var v []byte
@@ -201,9 +217,12 @@ func (b *Builder) Write(ctx context.Context, st storage.Store, name string, v la
 		}
 		fields[i] = lancefile.NewField(c, t, i < 2)
 		out[i] = &lancefile.Array{Type: t, Len: n}
-		if i < 2 && b.item != nil {
+		switch {
+		case i < 2 && b.item != nil:
 			fields[i].Children = []*lancefile.Field{lancefile.NewField("item", *b.item, true)}
-			out[i] = lancefile.NullLists(t, *b.item, n) // see Builder.item
+			out[i] = lancefile.NullLists(t, *b.item, n) // see Builder.boundless
+		case i < 2 && b.boundless:
+			out[i].Validity = make([]byte, (n+7)/8)
 		}
 		if i < 2 && b.binary {
 			out[i].Offsets = make([]int64, 1, n+1)
@@ -218,7 +237,7 @@ func (b *Builder) Write(ctx context.Context, st storage.Store, name string, v la
 			bounds[1], ok[1] = z.nan, true
 		}
 		for c := range 2 {
-			if b.item != nil {
+			if b.boundless {
 				continue
 			}
 			if ok[c] {
@@ -282,14 +301,22 @@ func (s *Segment) Covers(z int, rows *lancefile.Array, live func(i int) bool) (s
 	if s.Kind != ZoneMap {
 		return "", fmt.Errorf("%w: zonemap: Covers of a %s segment", errkind.InvalidInput, s.Kind.Name)
 	}
-	if rows.Type.Kind != s.KeyType.Kind {
+	held := s.KeyType
+	vals, dict := lancefile.DictValues(s.KeyType)
+	if dict {
+		held = vals // a dictionary column reads as its values
+	}
+	if rows.Type.Kind != held.Kind {
 		return fmt.Sprintf("the column holds %s values, the zones %s bounds", rows.Type, s.KeyType), nil
 	}
 	var b *Builder
 	var err error
-	if s.boundField != nil && len(s.boundField.Children) == 1 && (s.KeyType.Kind == lancefile.KindList || s.KeyType.Kind == lancefile.KindLargeList) {
+	switch {
+	case dict:
+		b, err = NewDictBuilder(s.KeyType, rows.Len+1)
+	case s.boundField != nil && len(s.boundField.Children) == 1 && (s.KeyType.Kind == lancefile.KindList || s.KeyType.Kind == lancefile.KindLargeList):
 		b, err = NewListBuilder(s.KeyType, s.boundField.Children[0].Type, rows.Len+1)
-	} else {
+	default:
 		b, err = NewBuilder(s.KeyType, rows.Len+1)
 	}
 	if err != nil {

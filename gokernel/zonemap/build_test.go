@@ -303,3 +303,50 @@ func buildZones(t *testing.T, st storage.Store, b *Builder, frag uint32, rows *l
 	}
 	return s
 }
+
+// strs is a string column; nil is null.
+func strs(vals ...any) *lancefile.Array {
+	a := &lancefile.Array{Type: lancefile.DataType{Kind: lancefile.KindBinary, Logical: "string"}, Len: len(vals),
+		Validity: make([]byte, (len(vals)+7)/8), Offsets: []int64{0}}
+	for i, v := range vals {
+		if v != nil {
+			a.Values = append(a.Values, v.(string)...)
+			a.Validity[i/8] |= 1 << (i % 8)
+		}
+		a.Offsets = append(a.Offsets, int64(len(a.Values)))
+	}
+	return a
+}
+
+// A dictionary column's zones have null bounds of the column's type and
+// count its nulls; it is read as its values (strings here).
+func TestDictZones(t *testing.T) {
+	root := t.TempDir()
+	st := storage.NewLocal(root, root)
+	dict := lancefile.ParseLogicalType("dict:string:int32:false")
+	b, err := NewDictBuilder(dict, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := buildZones(t, st, b, 2, strs("a", nil, "b", nil, nil))
+	if s.Zones != 2 || s.KeyType != dict || s.cols[0].NullCount() != 2 || s.cols[1].NullCount() != 2 || s.cols[0].Type != dict {
+		t.Fatalf("%d zones of %s, bounds of %s with %d and %d nulls", s.Zones, s.KeyType, s.cols[0].Type, s.cols[0].NullCount(), s.cols[1].NullCount())
+	}
+	for z, want := range []uint32{1, 2} {
+		if got := binary.LittleEndian.Uint32(s.cols[2].Values[z*4:]); got != want {
+			t.Errorf("zone %d counts %d nulls, want %d", z, got, want)
+		}
+	}
+	all := func(int) bool { return true }
+	if why, err := s.Covers(0, strs("a", nil, "zz"), all); err != nil || why != "" {
+		t.Fatalf("values under null bounds: %q, %v", why, err)
+	}
+	if why, _ := s.Covers(0, strs(nil, nil, "b"), all); !strings.Contains(why, "2 null rows, it counts 1") {
+		t.Fatalf("a null more: %q", why)
+	}
+	for _, bad := range []string{"string", "dict:struct:int32:false"} {
+		if _, err := NewDictBuilder(lancefile.ParseLogicalType(bad), 3); err == nil {
+			t.Fatalf("%s taken as a dictionary", bad)
+		}
+	}
+}

@@ -143,8 +143,14 @@ func ReadKind(ctx context.Context, st storage.Store, im *pb.IndexMetadata, k *Ki
 		if err != nil {
 			return nil, fmt.Errorf("zonemap segment %s: %w", u, err)
 		}
-		if i < k.bounds && (a.Type.Kind == lancefile.KindList || a.Type.Kind == lancefile.KindLargeList) && a.NullCount() != a.Len {
+		_, dict := lancefile.DictValues(f.Type)
+		if i < k.bounds && (dict || a.Type.Kind == lancefile.KindList || a.Type.Kind == lancefile.KindLargeList) && a.NullCount() != a.Len {
 			return nil, fmt.Errorf("%w: zonemap segment %s: zone bounds of type %s that are not all null (merges handle fixed-width, string and binary keys)", errkind.Unsupported, u, f.Type)
+		}
+		if i < k.bounds && dict {
+			// null bounds of the column's own type, which a merge writes
+			// back as they were (a dictionary reads as its values)
+			a = &lancefile.Array{Type: f.Type, Len: a.Len, Validity: make([]byte, (a.Len+7)/8)}
 		}
 		if a.Len != int(n) {
 			return nil, fmt.Errorf("%w: zonemap segment %s: column %s read back %d of %d rows", errkind.Corrupt, u, c, a.Len, n)

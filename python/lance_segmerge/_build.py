@@ -155,7 +155,8 @@ def build_index_segment(
     UnsupportedError
         Vectors of another element type, NGRAM text with a character whose folding is not
         reproduced, shallow clones, a scalar column of a type with no order
-        (lists, structs, dictionaries); INVERTED analyzers other than those above
+        (lists, structs, dictionaries; a ZONEMAP of a dictionary column is
+        built); INVERTED analyzers other than those above
         (another tokenizer or language, stemming or folding without
         lower-casing) or text with a character whose folding is not
         reproduced (the error names it).

@@ -341,26 +341,31 @@ def test_a_fragment_reuse_map_in_its_own_file(tmp_path):
     answers_as_a_scan(uri)
 
 
-def test_zones_of_a_column_we_do_not_build_are_refused_after_a_deferred_compaction(tmp_path):
-    """A ZONEMAP of a dictionary column (pylance's zones have null bounds;
-    our builds refuse the type) after a deferred compaction: its merge
-    would have to build the new fragments' zones, so it is refused with an
-    UnsupportedError naming the type, the dataset is left as it was and no
-    segment's files are left behind."""
-    uri = str(tmp_path / "c")
+def test_zones_of_a_dictionary_column_are_rebuilt_after_a_deferred_compaction(tmp_path):
+    """A ZONEMAP of a dictionary column (pylance's zones have null bounds)
+    after a deferred compaction: the merge builds the new fragments' zones
+    from the column's dictionary pages, in 2.0 and 2.1 files, and pylance
+    answers as a scan through the one clean segment."""
+    for storage in ("2.0", "2.1"):
+        uri = str(tmp_path / storage)
 
-    def tab(start: int, n: int) -> pa.Table:
-        i = np.arange(start, start + n)
-        return pa.table({"id": pa.array(i), "d": pa.array([f"v{x % 7}" for x in i]).dictionary_encode()})
+        def tab(start: int, n: int) -> pa.Table:
+            i = np.arange(start, start + n)
+            return pa.table({"id": pa.array(i), "d": pa.array([None if x % 11 == 0 else f"v{x % 7}" for x in i]).dictionary_encode()})
 
-    ds = lance.write_dataset(tab(0, 2000), uri, max_rows_per_file=500)
-    ds.create_scalar_index("d", "ZONEMAP", name="d_zm")
-    lance.write_dataset(tab(2000, 500), uri, mode="append")
-    lance.dataset(uri).optimize.optimize_indices(num_indices_to_merge=0)
-    lance.dataset(uri).delete("id % 7 = 0")
-    lance.dataset(uri).optimize.compact_files(target_rows_per_fragment=5000, defer_index_remap=True)
-    version, dirs = lance.dataset(uri).version, sorted(os.listdir(os.path.join(uri, "_indices")))
-    with pytest.raises(ls.UnsupportedError, match="dict:string"):
+        ds = lance.write_dataset(tab(0, 2000), uri, max_rows_per_file=500, data_storage_version=storage)
+        ds.create_scalar_index("d", "ZONEMAP", name="d_zm")
+        lance.write_dataset(tab(2000, 500), uri, mode="append")
+        lance.dataset(uri).optimize.optimize_indices(num_indices_to_merge=0)
+        lance.dataset(uri).delete("id % 7 = 0")
+        lance.dataset(uri).optimize.compact_files(target_rows_per_fragment=5000, defer_index_remap=True)
         ls.optimize(uri, "d_zm", progress=False)
-    assert lance.dataset(uri).version == version
-    assert sorted(os.listdir(os.path.join(uri, "_indices"))) == dirs
+        ds = lance.dataset(uri)
+        (seg,) = ls.open(uri).list_index_segments("d_zm")
+        assert sorted(seg.fragment_ids) == sorted(f.fragment_id for f in ds.get_fragments()), storage
+        assert [s.verdict for s in ls.verify_index(uri, "d_zm").segments] == ["clean"], storage
+        for f in ["d = 'v3'", "d IS NULL", "d IS NOT NULL"]:
+            got = sorted(ds.to_table(filter=f, columns=["id"])["id"].to_pylist())
+            assert got == sorted(ds.to_table(filter=f, columns=["id"], use_scalar_index=False)["id"].to_pylist()), (storage, f)
+            assert "ScalarIndexQuery" in ds.scanner(filter=f).explain_plan(), (storage, f)
+        assert ds.count_rows("d IS NULL") == len([x for x in range(2500) if x % 11 == 0 and x % 7 != 0]), storage

@@ -185,26 +185,57 @@ def test_index_new_loses_to_a_writers_delta_without_losing_it(copy, monkeypatch,
 
 
 def test_index_new_passes_over_what_it_cannot_build(tmp_path, caplog):
-    """A ZONEMAP of a dictionary column merges but is not built here: the
-    pass warns that the new rows stay unindexed and merges all the same."""
+    """An INVERTED index with French stemming merges but is not built here
+    (our analyzer does not reproduce that stemmer): the pass warns that the
+    new rows stay unindexed and merges all the same."""
     import pyarrow as pa
 
     uri = str(tmp_path / "z")
 
     def tab(start: int) -> pa.Table:
         i = np.arange(start, start + 1000)
-        return pa.table({"id": i, "d": pa.array([f"v{v % 7}" for v in i]).dictionary_encode()})
+        return pa.table({"id": i, "t": pa.array([f"les chevaux mangent {v % 7}" for v in i])})
+
+    lance.write_dataset(tab(0), uri)
+    lance.dataset(uri).create_scalar_index("t", "INVERTED", name="t_fts", language="French", stem=True)
+    lance.write_dataset(tab(1000), uri, mode="append")
+    lance.dataset(uri).optimize.optimize_indices(num_indices_to_merge=0)
+    lance.write_dataset(tab(2000), uri, mode="append")
+    with caplog.at_level("WARNING", logger="lance_segmerge.maintain"):
+        rep = ls.maintain(uri, "t_fts", policy="all", index_new=True)
+    assert rep.indexed_rows == 0 and rep.committed and rep.segments_after == 1
+    assert any("new rows not indexed" in r.getMessage() and "French" in r.getMessage() for r in caplog.records), caplog.text
+    assert sorted(ls.open(uri).list_index_segments("t_fts")[0].fragment_ids) == [0, 1]
+
+
+def test_index_new_builds_the_zones_of_a_dictionary_column(tmp_path):
+    """A ZONEMAP of a dictionary column (pandas categoricals arrive so):
+    ``index_new`` builds the new rows' zones from the column's dictionary
+    pages, and pylance answers every filter as a scan."""
+    import pyarrow as pa
+
+    uri = str(tmp_path / "z")
+
+    def tab(start: int) -> pa.Table:
+        i = np.arange(start, start + 1000)
+        return pa.table({"id": i, "d": pa.array([None if v % 5 == 0 else f"v{v % 7}" for v in i]).dictionary_encode()})
 
     lance.write_dataset(tab(0), uri)
     lance.dataset(uri).create_scalar_index("d", "ZONEMAP", name="d_zm")
     lance.write_dataset(tab(1000), uri, mode="append")
     lance.dataset(uri).optimize.optimize_indices(num_indices_to_merge=0)
     lance.write_dataset(tab(2000), uri, mode="append")
-    with caplog.at_level("WARNING", logger="lance_segmerge.maintain"):
-        rep = ls.maintain(uri, "d_zm", policy="all", index_new=True)
-    assert rep.indexed_rows == 0 and rep.committed and rep.segments_after == 1
-    assert any("new rows not indexed" in r.getMessage() and "dict" in r.getMessage() for r in caplog.records), caplog.text
-    assert sorted(ls.open(uri).list_index_segments("d_zm")[0].fragment_ids) == [0, 1]
+    rep = ls.maintain(uri, "d_zm", policy="all", index_new=True)
+    assert rep.indexed_rows == 1000 and rep.committed and rep.segments_after == 1
+    (seg,) = ls.open(uri).list_index_segments("d_zm")
+    assert sorted(seg.fragment_ids) == [0, 1, 2]
+    assert [s.verdict for s in ls.verify_index(uri, "d_zm").segments] == ["clean"]
+    ds = lance.dataset(uri)
+    for f in ["d = 'v3'", "d IS NULL", "d IS NOT NULL"]:
+        got = sorted(ds.to_table(filter=f, columns=["id"])["id"].to_pylist())
+        assert got == sorted(ds.to_table(filter=f, columns=["id"], use_scalar_index=False)["id"].to_pylist()), f
+        assert "ScalarIndexQuery" in ds.scanner(filter=f).explain_plan(), f
+    assert ds.count_rows("d IS NULL") == 600
 
 
 def test_max_segments_caps_a_pass(copy, deltas):

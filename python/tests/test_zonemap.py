@@ -152,19 +152,22 @@ def _merged_both_ways(tmp_path, tab, storage: str, col: str, name: str) -> tuple
     return ours, theirs
 
 
-@pytest.mark.parametrize("storage", ["2.0", "2.2"])
-def test_a_zonemap_of_a_dictionary_column_merges(tmp_path, storage):
+@pytest.mark.parametrize("storage,values", [("2.0", "few"), ("2.2", "few"), ("2.2", "many"), ("2.1", "int64")])
+def test_a_zonemap_of_a_dictionary_column_merges_builds_and_verifies(tmp_path, storage, values):
     """pylance 14.0.2 builds a ZONEMAP on a dictionary-encoded column with
-    null bounds in every zone (in 2.2 an all-null page, in 2.0 a dictionary
-    of null indices): it keeps the index and counts nulls, and never
-    prunes a zone. Our merge carries the null bounds over (read and
-    written as nulls of the column's type) and pylance answers every filter
-    as after its own merge, with the index in its plan. The keys check
-    cannot read dictionary data, so verify says unverified; a build is
-    refused, naming the type."""
+    null bounds in every zone (in 2.1+ an all-null page, in 2.0 a
+    dictionary of null indices) and counts each zone's nulls: it keeps the
+    index and never prunes a zone. Our merge carries the null bounds over
+    (written as nulls of the column's dictionary type), our build reads the
+    column's dictionary pages and writes what pylance's writes (file and
+    index details), verify checks each zone's nulls against the data, and
+    pylance answers every filter as after its own merge."""
+    def value(x: int) -> object:
+        return {"few": f"v{x % 7}", "many": f"value-{x % 9000:05d}", "int64": x % 7 * 1000}[values]
+
     def tab(start: int, n: int) -> pa.Table:
         i = np.arange(start, start + n)
-        return pa.table({"id": pa.array(i), "d": pa.array([None if x % 11 == 0 else f"v{x % 7}" for x in i]).dictionary_encode()})
+        return pa.table({"id": pa.array(i), "d": pa.array([None if x % 11 == 0 else value(x) for x in i]).dictionary_encode()})
 
     ours, theirs = _merged_both_ways(tmp_path, tab, storage, "d", "d_zm")
     (seg,) = ls.open(ours).list_index_segments("d_zm")
@@ -173,16 +176,24 @@ def test_a_zonemap_of_a_dictionary_column_merges(tmp_path, storage):
     zones = LanceFileReader(f"{ours}/_indices/{seg.uuid}/zonemap.lance").read_all().to_table()
     assert zones.num_rows == 7 and zones["min"].null_count == zones["max"].null_count == 7
     assert pa.types.is_dictionary(zones.schema.field("min").type)
-    for f in ["d = 'v3'", "d IS NULL", "d IN ('v1', 'v2')", "d IS NOT NULL"]:
+    probe = value(3)
+    for f in [f"d = {probe!r}", "d IS NULL", f"d IN ({value(1)!r}, {value(2)!r})", "d IS NOT NULL"]:
         got = sorted(lance.dataset(ours).to_table(filter=f, columns=["id"])["id"].to_pylist())
+        assert got, f
         assert got == sorted(lance.dataset(theirs).to_table(filter=f, columns=["id"])["id"].to_pylist()), f
         assert got == sorted(lance.dataset(ours).to_table(filter=f, columns=["id"], use_scalar_index=False)["id"].to_pylist()), f
         assert "ScalarIndexQuery" in lance.dataset(ours).scanner(filter=f).explain_plan(), f
     (v,) = ls.verify_index(ours, "d_zm").segments
-    assert v.verdict == "unverified" and v.damage == () and any(c.name == "keys" and c.verdict == "skipped" for c in v.checks), v
-    frag = max(f.fragment_id for f in lance.dataset(ours).get_fragments())
-    with pytest.raises(ls.UnsupportedError, match="dict:string"):
-        ls.build_index_segment(ours, "d", "ZONEMAP", [frag], name="d_zm")
+    assert v.verdict == "clean" and any(c.name == "keys" and c.verdict == "ok" for c in v.checks), v
+    # A build of ours beside pylance's of the same fragments.
+    mine = ls.build_index_segment(ours, "d", "ZONEMAP", [0, 1, 2], name="d_zm2")
+    pylances = lance.dataset(ours).create_index_uncommitted("d", "ZONEMAP", name="d_zm2", fragment_ids=[0, 1, 2])
+    assert mine._entry_dict()["index_details"] == __import__("base64").b64encode(pylances.index_details[1]).decode()
+    a = LanceFileReader(f"{ours}/_indices/{mine.uuid}/zonemap.lance")
+    b = LanceFileReader(f"{ours}/_indices/{pylances.uuid}/zonemap.lance")
+    assert a.read_all().to_table() == b.read_all().to_table()
+    assert a.metadata().schema.metadata == b.metadata().schema.metadata
+    assert a.read_global_buffer(1) == b.read_global_buffer(1)  # the null rows, fragment by fragment
 
 
 @pytest.mark.parametrize("storage,item", [("2.2", pa.int64()), ("2.2", pa.string()), ("2.0", pa.string())], ids=["2.2-int64", "2.2-string", "2.0-string"])
