@@ -3,7 +3,8 @@ scalar index of each type that release builds (BTREE, BITMAP of strings and
 of numbers, LABEL_LIST, ZONEMAP, NGRAM, INVERTED, and INVERTED with
 positions), appends to it and optimizes with that release's own defaults,
 and deletes rows. A second table holds a struct column with
-a BTREE and a BITMAP on its members, and one append no index covers.
+a BTREE and a BITMAP on its members, a dictionary column, and one append
+no index covers.
 
 Usage: python scalar_writer.py OUT_DIR  (prints one JSON line: the uris and
 the indices written)
@@ -58,11 +59,16 @@ NESTED = [("s.x", "BTREE"), ("s.c", "BITMAP")]
 
 
 def nested(start: int) -> pa.Table:
-    """id and s: struct<x int64 (nulls), c string>."""
+    """id, s: struct<x int64 (nulls), c string>, and d: a dictionary of
+    strings (nulls), which no release indexes here."""
     i = np.arange(start, start + ROWS)
     x = pa.array([None if v % 11 == 0 else int(v % 100) for v in i], pa.int64())
     c = pa.array([f"c{v % 7}" for v in i])
-    return pa.table({"id": pa.array(i), "s": pa.StructArray.from_arrays([x, c], names=["x", "c"])})
+    # one dictionary for every write: a release refuses an append whose
+    # dictionary differs from the schema's
+    d = pa.DictionaryArray.from_arrays(pa.array([None if v % 13 == 0 else int(v % 5) for v in i], pa.int32()),
+                                       pa.array([f"d{k}" for k in range(5)]))
+    return pa.table({"id": pa.array(i), "s": pa.StructArray.from_arrays([x, c], names=["x", "c"]), "d": d})
 
 
 def main() -> None:
