@@ -212,8 +212,14 @@ var reorderBytes int64 = 256 << 20
 // columns read whole when the file is at most reorderBytes, else each
 // read alone (about 20 µs a row).
 func (s *Segment) readRows(ctx context.Context, col string, lo, hi uint64) (*lancefile.Array, error) {
+	return s.readRowsInto(ctx, col, lo, hi, nil)
+}
+
+// readRowsInto is readRows, decoding into dst's memory where the file
+// reader can (lancefile.Reader.ReadInto).
+func (s *Segment) readRowsInto(ctx context.Context, col string, lo, hi uint64, dst []byte) (*lancefile.Array, error) {
 	if s.order == nil {
-		return s.r.Read(ctx, col, lo, hi)
+		return s.r.ReadInto(ctx, col, lo, hi, dst)
 	}
 	c := 0
 	if col == bitmapsColumn {
@@ -380,7 +386,12 @@ func (c *cursor) run(ctx context.Context, slots chan struct{}) (stop func()) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		// Three windows' buffers in turn: when the decoder reads window
+		// i+3, the merge holds window i+2 and has let go of i+1 and i
+		// (the channel is unbuffered), whose row maps a block may still
+		// name until it is emitted, but not past window i+2's arrival.
 		var sorts [3][]uint64
+		var maps [3][]byte
 		for next, i := uint64(0), 0; next < c.seg.Keys; i++ {
 			if slots != nil {
 				select {
@@ -389,12 +400,15 @@ func (c *cursor) run(ctx context.Context, slots chan struct{}) (stop func()) {
 					return
 				}
 			}
-			w := c.read(ctx, next, sorts[i%3][:0])
+			w := c.read(ctx, next, sorts[i%3][:0], maps[i%3])
 			if slots != nil {
 				<-slots
 			}
 			if w.sort != nil {
 				sorts[i%3] = w.sort
+			}
+			if w.maps != nil {
+				maps[i%3] = w.maps.Values
 			}
 			select {
 			case c.ahead <- w:
@@ -416,7 +430,7 @@ func (c *cursor) run(ctx context.Context, slots chan struct{}) (stop func()) {
 
 // read decodes the window of keys from next (a panic is an error: a
 // goroutine's panic would end the interpreter).
-func (c *cursor) read(ctx context.Context, next uint64, sort []uint64) (w *window) {
+func (c *cursor) read(ctx context.Context, next uint64, sort []uint64, maps []byte) (w *window) {
 	w = &window{start: next}
 	defer func() {
 		if r := recover(); r != nil {
@@ -429,7 +443,7 @@ func (c *cursor) read(ctx context.Context, next uint64, sort []uint64) (w *windo
 		w.err = fmt.Errorf("bitmap segment %s: %w", table.IndexUUID(c.seg.Meta), err)
 		return w
 	}
-	if w.maps, err = c.seg.readRows(ctx, bitmapsColumn, next, end); err != nil {
+	if w.maps, err = c.seg.readRowsInto(ctx, bitmapsColumn, next, end, maps); err != nil {
 		w.err = fmt.Errorf("bitmap segment %s: %w", table.IndexUUID(c.seg.Meta), err)
 		return w
 	}
@@ -1127,7 +1141,18 @@ type keyWriter struct {
 	mapType lancefile.DataType
 	metas   map[string][]byte
 	keys    uint64
-	// the window being filled
+	keyWindow // the window being filled
+	// the encoder: windows queued, closed by drain; windows written come
+	// back on free, to be filled again
+	queue  chan keyWindow
+	free   chan keyWindow
+	done   chan struct{}
+	werr   error
+	failed atomic.Bool // werr is set
+}
+
+// keyWindow is a window of keys and their row maps.
+type keyWindow struct {
 	n        int
 	vals     []byte
 	offs     []int64
@@ -1135,11 +1160,18 @@ type keyWriter struct {
 	anyNull  bool
 	maps     []byte
 	mapOffs  []int64
-	// the encoder: windows queued, closed by drain
-	queue  chan []*lancefile.Array
-	done   chan struct{}
-	werr   error
-	failed atomic.Bool // werr is set
+}
+
+// arrays is the window as the file's two columns (sharing its buffers).
+func (w *keyWindow) arrays(keyType, mapType lancefile.DataType) []*lancefile.Array {
+	keys := &lancefile.Array{Type: keyType, Len: w.n, Values: w.vals}
+	if keyType.Kind == lancefile.KindBinary {
+		keys.Offsets = w.offs
+	}
+	if w.anyNull {
+		keys.Validity = w.validity[:(w.n+7)/8]
+	}
+	return []*lancefile.Array{keys, {Type: mapType, Len: w.n, Values: w.maps, Offsets: w.mapOffs}}
 }
 
 // openParallelism bounds the segments a merge opens at once.
@@ -1160,7 +1192,8 @@ func createKeyWriter(ctx context.Context, st storage.Store, name string, keyFiel
 	if err != nil {
 		return nil, err
 	}
-	kw := &keyWriter{sw: sw, counted: &storage.CountingWriter{W: sw}, keyType: keyField.Type, mapType: mapField.Type, metas: metas}
+	kw := &keyWriter{sw: sw, counted: &storage.CountingWriter{W: sw}, keyType: keyField.Type, mapType: mapField.Type, metas: metas,
+		free: make(chan keyWindow, queuedWindows+2)}
 	fields := []*lancefile.Field{
 		lancefile.NewField(keysColumn, keyField.Type, keyField.Nullable),
 		lancefile.NewField(bitmapsColumn, mapField.Type, mapField.Nullable),
@@ -1173,16 +1206,22 @@ func createKeyWriter(ctx context.Context, st storage.Store, name string, keyFiel
 	return kw, nil
 }
 
-// reset starts a new window in new buffers: the file writer keeps the
-// arrays it is given until it writes their page.
+// reset starts a new window, in the buffers of one the encoder has
+// written (the file writer copies a window's rows: fresh buffers per
+// window were a third of a high-cardinality merge's allocations), or in
+// new ones sized for what the last window held.
 func (kw *keyWriter) reset() {
-	kw.n, kw.anyNull = 0, false
-	// The written window's buffers went to the file writer: new ones, sized
-	// for what the last window held (grown by appends, they were copied
-	// log2 times per window).
-	kw.vals, kw.maps = make([]byte, 0, len(kw.vals)), make([]byte, 0, len(kw.maps))
-	kw.offs, kw.mapOffs = make([]int64, 1, windowRows+1), make([]int64, 1, windowRows+1)
-	kw.validity = make([]byte, (windowRows+7)/8)
+	var w keyWindow
+	select {
+	case w = <-kw.free:
+	default:
+		w = keyWindow{vals: make([]byte, 0, len(kw.vals)), maps: make([]byte, 0, len(kw.maps)),
+			offs: make([]int64, 1, windowRows+1), mapOffs: make([]int64, 1, windowRows+1), validity: make([]byte, (windowRows+7)/8)}
+	}
+	w.n, w.anyNull = 0, false
+	w.vals, w.maps, w.offs, w.mapOffs = w.vals[:0], w.maps[:0], w.offs[:1], w.mapOffs[:1]
+	clear(w.validity)
+	kw.keyWindow = w
 }
 
 func (kw *keyWriter) add(k key, rowMap []byte) error {
@@ -1210,22 +1249,14 @@ func (kw *keyWriter) flush() error {
 	if kw.n == 0 {
 		return nil
 	}
-	keys := &lancefile.Array{Type: kw.keyType, Len: kw.n, Values: kw.vals}
-	if kw.keyType.Kind == lancefile.KindBinary {
-		keys.Offsets = kw.offs
-	}
-	if kw.anyNull {
-		keys.Validity = kw.validity[:(kw.n+7)/8]
-	}
-	maps := &lancefile.Array{Type: kw.mapType, Len: kw.n, Values: kw.maps, Offsets: kw.mapOffs}
 	if kw.failed.Load() {
 		return kw.werr
 	}
 	if kw.queue == nil {
-		kw.queue, kw.done = make(chan []*lancefile.Array, queuedWindows), make(chan struct{})
+		kw.queue, kw.done = make(chan keyWindow, queuedWindows), make(chan struct{})
 		go kw.encode()
 	}
-	kw.queue <- []*lancefile.Array{keys, maps}
+	kw.queue <- kw.keyWindow
 	kw.reset()
 	return nil
 }
@@ -1243,11 +1274,16 @@ func (kw *keyWriter) encode() {
 			}
 		}
 	}()
-	for cols := range kw.queue {
+	for win := range kw.queue {
 		if kw.werr == nil {
-			if kw.werr = kw.w.Write(cols); kw.werr != nil {
+			a := win.arrays(kw.keyType, kw.mapType)
+			if kw.werr = kw.w.WriteChunked([][]*lancefile.Array{a[:1], a[1:]}); kw.werr != nil {
 				kw.failed.Store(true)
 			}
+		}
+		select {
+		case kw.free <- win:
+		default: // every window made is back already
 		}
 	}
 }

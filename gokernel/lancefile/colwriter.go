@@ -28,6 +28,9 @@ type colWriter struct {
 	pending  []*Array
 	own      []byte // pending values, when ownRows > 0 (pending is then empty)
 	ownRows  int
+	// bin holds a binary column's pending rows copied by WriteChunked (when
+	// bin.rows > 0, pending is empty): reused page after page.
+	bin ownedBinary
 	bytes    int
 	rows     int
 	firstRow uint64 // top-level row number of the first pending row
@@ -81,9 +84,70 @@ func (c *colWriter) ownable(a *Array) bool {
 	return !isList(c.f.Type) && c.f.Type.Kind != KindBinary && (a.Validity == nil || a.NullCount() == 0)
 }
 
+// ownedBinary is a binary column's rows copied into buffers the column
+// keeps: the rows' bytes, their end offsets and their validity.
+type ownedBinary struct {
+	values   []byte
+	offsets  []int64 // offsets[0] is 0
+	validity []byte
+	nulls    bool
+	rows     int
+}
+
+// add copies a's rows.
+func (o *ownedBinary) add(a *Array) {
+	if o.offsets == nil {
+		o.offsets = []int64{0}
+	}
+	base := int64(len(o.values)) - a.Offsets[0]
+	o.values = append(o.values, a.Values[a.Offsets[0]:a.Offsets[a.Len]]...)
+	for _, off := range a.Offsets[1 : a.Len+1] {
+		o.offsets = append(o.offsets, off+base)
+	}
+	need := (o.rows + a.Len + 7) / 8
+	for len(o.validity) < need {
+		o.validity = append(o.validity, 0)
+	}
+	for i := range a.Len {
+		if a.IsValid(i) {
+			o.validity[(o.rows+i)/8] |= 1 << ((o.rows + i) % 8)
+		} else {
+			o.nulls = true
+		}
+	}
+	o.rows += a.Len
+}
+
+// array is the owned rows as one array (sharing the buffers).
+func (o *ownedBinary) array(t DataType) *Array {
+	a := &Array{Type: t, Len: o.rows, Values: o.values, Offsets: o.offsets}
+	if o.nulls {
+		a.Validity = o.validity
+	}
+	return a
+}
+
+// reset empties the buffers, keeping their memory.
+func (o *ownedBinary) reset() {
+	o.values, o.offsets, o.nulls, o.rows = o.values[:0], o.offsets[:1], false, 0
+	clear(o.validity)
+	o.validity = o.validity[:0]
+}
+
 // appendCopy adds a's rows without keeping a reference to a's buffers.
 func (c *colWriter) appendCopy(a *Array) error {
 	if a.Len == 0 {
+		return nil
+	}
+	if c.f.Type.Kind == KindBinary && len(c.pending) == 0 {
+		// copied into the column's own buffers, which the page's write
+		// reads and the next page reuses
+		c.bin.add(a)
+		c.bytes += arrayBytes(a)
+		c.rows += a.Len
+		if c.bytes >= c.w.opts.MaxPageBytes {
+			return c.flush()
+		}
 		return nil
 	}
 	if !c.ownable(a) || !allOwnable(c, c.pending) {
@@ -174,6 +238,16 @@ func (c *colWriter) append(a *Array) error {
 	if a.Len == 0 {
 		return nil
 	}
+	if c.bin.rows > 0 {
+		// the copied rows become a reference of their own (the buffers
+		// are reused after every flush)
+		clone, err := Concat(c.f.Type, []*Array{c.bin.array(c.f.Type)}) // a deep copy
+		if err != nil {
+			return err
+		}
+		c.pending = []*Array{clone}
+		c.bin.reset()
+	}
 	if c.ownRows > 0 {
 		if c.ownable(a) {
 			return c.appendOwned(a)
@@ -196,6 +270,17 @@ func (c *colWriter) append(a *Array) error {
 func (c *colWriter) flush() error {
 	if c.rows == 0 {
 		return nil
+	}
+	if c.bin.rows > 0 {
+		// Written synchronously: the buffers are refilled once this returns.
+		a, first := c.bin.array(c.f.Type), c.firstRow
+		c.firstRow += uint64(c.rows)
+		c.bytes, c.rows = 0, 0
+		defer c.bin.reset()
+		if c.w.opts.Version == V2_0 {
+			return c.flush20(a)
+		}
+		return c.flush21(a, first)
 	}
 	if c.ownRows > 0 {
 		// Written synchronously: own can be refilled once this returns.

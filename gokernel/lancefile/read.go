@@ -73,10 +73,11 @@ func (r *Reader) Read(ctx context.Context, name string, start, end uint64) (*Arr
 }
 
 // ReadInto is Read, decoding a fixed-width column into dst's memory when
-// cap(dst) >= IntoCap(type, end-start): a caller that streams windows
-// recycles its buffers instead of allocating new ones. The returned array
-// may share dst's memory (so dst must not be reused while it is in use);
-// dst may be nil.
+// cap(dst) >= IntoCap(type, end-start), and the bytes of a binary column's
+// rows of one full-zip page when dst holds them: a caller that streams
+// windows recycles its buffers instead of allocating new ones. The
+// returned array may share dst's memory (so dst must not be reused while
+// it is in use); dst may be nil.
 func (r *Reader) ReadInto(ctx context.Context, name string, start, end uint64, dst []byte) (*Array, error) {
 	f, cols, err := r.fieldColumns(name)
 	if err != nil {
@@ -136,7 +137,9 @@ func (r *Reader) ReadInto(ctx context.Context, name string, start, end uint64, d
 			errkind.InvalidInput, r.name, start, end, name, n, r.opts.MaxReadBytes)
 	}
 	var out *Array
-	if dst != nil && !isList(t) && t.Kind != KindBinary && r.foot.version != V2_0 {
+	if dst != nil && t.Kind == KindBinary && r.foot.version != V2_0 && pagesTouched(r.columns[cols[0]].GetPages(), int(start), int(end)) == 1 {
+		out, err = r.readBinaryInto(ctx, cols[0], t, int(start), int(end), dst)
+	} else if dst != nil && !isList(t) && t.Kind != KindBinary && r.foot.version != V2_0 {
 		var ok bool
 		if out, ok, err = r.readFixedInto(ctx, cols[0], t, int(start), int(end), dst); !ok && err == nil {
 			out, err = r.readColumn(ctx, cols[0], t, item, int(start), int(end))
@@ -259,6 +262,31 @@ func IntoCap(t DataType, rows int) int { return rows*t.ValueBits()/8 + intoSlack
 // column.
 func (r *Reader) IntoCap(t DataType, rows int) int {
 	return min(IntoCap(t, rows), int(r.numRows)*t.ValueBits()/8)
+}
+
+// readBinaryInto reads rows [start, end) of a binary column, all in one
+// page, decoding a full-zip page's values into dst when it holds them.
+func (r *Reader) readBinaryInto(ctx context.Context, col int, t DataType, start, end int, dst []byte) (*Array, error) {
+	pageStart := 0
+	for pi, p := range r.columns[col].GetPages() {
+		n := int(p.GetLength())
+		if start < pageStart+n {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			pg := &pageIO{r: r, col: col, idx: pi, page: p, into: dst}
+			arr, err := r.readPage21(ctx, pg, t, DataType{}, start-pageStart, end-pageStart)
+			if err != nil {
+				return nil, fmt.Errorf("page %d: %w", pi, err)
+			}
+			if arr.Len != end-start {
+				return nil, fmt.Errorf("%w: page %d gave %d rows, want %d", errkind.Corrupt, pi, arr.Len, end-start)
+			}
+			return arr, nil
+		}
+		pageStart += n
+	}
+	return nil, fmt.Errorf("%w: column %d pages hold %d rows, file has %d", errkind.Corrupt, col, pageStart, r.numRows)
 }
 
 func pagesTouched(pages []*pb.Page, start, end int) int {

@@ -578,7 +578,11 @@ func (r *Reader) readVarFullZip(ctx context.Context, pg *pageIO, l *enc21.FullZi
 	// the rows' bytes are at most the span's (less control words and
 	// lengths; FSST codes may decode longer): growing them by appends was
 	// three quarters of reading a BITMAP segment's million small row maps
-	vb.out.Values = make([]byte, 0, len(data))
+	if cap(pg.into) >= len(data) {
+		vb.out.Values = pg.into[:0] // ReadInto's
+	} else {
+		vb.out.Values = make([]byte, 0, len(data))
+	}
 	for pos := 0; vb.out.Len < b-a; {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -708,6 +712,7 @@ func (c *colWriter) binaryListPage21(a *Array, firstRow uint64) error {
 	l := variableFullZip(lenBytes)
 	l.BitsRep, l.NumItems, l.NumVisibleItems = 1, n, n
 	l.Layers = []enc21.RepDefLayer{enc21.RepDefLayer_REPDEF_ALL_VALID_ITEM, enc21.RepDefLayer_REPDEF_ALL_VALID_LIST}
+	defer pg.put()
 	return c.page(0, typeURLPageLayout, pageLayout(l), pg.finish(), a.Len, firstRow)
 }
 
@@ -744,13 +749,24 @@ func newFullZipPage(rows int, size int64, lenBytes int) (*fullZipPage, error) {
 	if size >= 1<<32 || rows >= 1<<31 {
 		return nil, fmt.Errorf("%w: lancefile: a full-zip page of %d bytes", errkind.Unsupported, size)
 	}
-	p := &fullZipPage{data: make([]byte, 0, size), narrow: size < 1<<16, lenBytes: lenBytes}
+	// Pooled, and handed back once the page is written (put): a merge
+	// writes page after page of the same size, and fresh buffers were a
+	// third of a BITMAP merge's allocations, each byte faulted in.
+	p := &fullZipPage{data: bufpool.Default.Get(int(size)), narrow: size < 1<<16, lenBytes: lenBytes}
 	w := 4
 	if p.narrow {
 		w = 2
 	}
-	p.index = make([]byte, 0, (rows+1)*w)
+	p.index = bufpool.Default.Get((rows + 1) * w)
 	return p, nil
+}
+
+// put hands the page's buffers back to the pool: call it once the page is
+// written.
+func (p *fullZipPage) put() {
+	bufpool.Default.Put(p.data)
+	bufpool.Default.Put(p.index)
+	p.data, p.index = nil, nil
 }
 
 // row marks the start of a row.
@@ -810,5 +826,6 @@ func (c *colWriter) binaryPage21(a *Array, firstRow uint64) error {
 	}
 	l := variableFullZip(lenBytes)
 	l.BitsDef, l.NumItems, l.NumVisibleItems, l.Layers = uint32(ctrl), uint32(a.Len), uint32(a.Len), layers
+	defer pg.put()
 	return c.page(0, typeURLPageLayout, pageLayout(l), pg.finish(), a.Len, firstRow)
 }

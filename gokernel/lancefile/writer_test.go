@@ -41,6 +41,18 @@ func genArray(r *rand.Rand, t, item DataType, n int, nullFrac, emptyFrac float64
 		a.Items = genArray(r, item, DataType{}, total, 0, 0)
 		return a
 	}
+	if t.Kind == KindBinary {
+		a.Offsets = []int64{0}
+		for i := 0; i < n; i++ {
+			if a.IsValid(i) && r.Float64() >= emptyFrac {
+				for range r.IntN(40) {
+					a.Values = append(a.Values, byte(r.Uint32()))
+				}
+			}
+			a.Offsets = append(a.Offsets, int64(len(a.Values)))
+		}
+		return a
+	}
 	a.Values = make([]byte, n*t.ValueBits()/8)
 	for i := range a.Values {
 		a.Values[i] = byte(r.Uint32())
@@ -383,10 +395,22 @@ func TestWriteChunkedCopies(t *testing.T) {
 			}
 		}
 	}
+	// binary columns too, which WriteChunked copies into buffers of their own
+	specs := append(slices.Clip(specs),
+		colSpec{"bin", DataType{Kind: KindBinary, Logical: "binary"}, DataType{}, 0, 0.1},
+		colSpec{"str_nulls", DataType{Kind: KindBinary, Logical: "string"}, DataType{}, 0.2, 0.1},
+		colSpec{"large_nulls", DataType{Kind: KindBinary, Logical: "large_binary"}, DataType{}, 0.05, 0})
 	for _, v := range []Version{V2_0, V2_1, V2_2} {
 		t.Run(v.String(), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(3, 4))
-			fields := specFields()
+			var fields []*Field
+			for _, s := range specs {
+				if isList(s.t) {
+					fields = append(fields, NewListField(s.name, s.item, s.nullFrac > 0, false))
+				} else {
+					fields = append(fields, NewField(s.name, s.t, s.nullFrac > 0))
+				}
+			}
 			var buf bytes.Buffer
 			w, err := NewWriter(&buf, fields, WriterOptions{Version: v, MaxPageBytes: 32 << 10})
 			if err != nil {
