@@ -878,20 +878,31 @@ func mergeByBlocks(ctx context.Context, cs []*cursor, j *keyJoiner, res *Result)
 // on, to keys (their sort keys) and ents, checking that they ascend, each
 // once, after the input's null key if any (errkind.Corrupt).
 func (c *cursor) take(bound uint64, keys []uint64, ents []blockEntry) ([]uint64, []blockEntry, error) {
-	for ; c.i < c.n && c.sort[c.i] <= bound; c.i++ {
-		if !c.keys.IsValid(c.i) || (c.taken && c.sort[c.i] <= c.cur.k) {
+	i := c.i
+	if i == c.n || c.sort[i] > bound {
+		return keys, ents, nil
+	}
+	// the last key taken, set once the keys are (a key written per row
+	// taken was a tenth of a million-key merge)
+	prev, taken := c.cur.k, c.taken
+	for ; i < c.n && c.sort[i] <= bound; i++ {
+		k := c.sort[i]
+		if !c.keys.IsValid(i) || (taken && k <= prev) {
+			c.i = i
 			return nil, nil, fmt.Errorf("%w: bitmap segment %s: key %d is not after the one before it (keys must ascend, null first, each once)",
 				errkind.Corrupt, table.IndexUUID(c.seg.Meta), c.pos())
 		}
-		m, err := c.rowMap()
-		if err != nil {
-			return nil, nil, err
+		if !c.maps.IsValid(i) {
+			c.i = i
+			return nil, nil, fmt.Errorf("%w: bitmap segment %s: key %d has a null bitmap", errkind.Corrupt, table.IndexUUID(c.seg.Meta), c.pos())
 		}
-		kb := c.keys.Values[c.i*c.width : (c.i+1)*c.width]
-		keys = append(keys, c.sort[c.i])
-		ents = append(ents, blockEntry{m: m, kb: kb, in: c.order})
-		c.cur, c.taken = key{valid: true, k: c.sort[c.i], b: kb}, true
+		keys = append(keys, k)
+		ents = append(ents, blockEntry{m: c.maps.Values[c.maps.Offsets[i]:c.maps.Offsets[i+1]],
+			kb: c.keys.Values[i*c.width : (i+1)*c.width], in: c.order})
+		prev, taken = k, true
 	}
+	c.i = i
+	c.cur, c.taken = key{valid: true, k: prev, b: c.keys.Values[(i-1)*c.width : i*c.width]}, true
 	return keys, ents, nil
 }
 
@@ -918,13 +929,17 @@ func emitBlock(sorter *radix.Sorter, keys []uint64, ents []blockEntry, j *keyJoi
 		first := sorted[p] & mask
 		k := keys[first]
 		maps, inputs = maps[:0], inputs[:0]
-		for ; p < len(sorted); p++ {
-			i := sorted[p] & mask
-			if keys[i] != k {
-				break
-			}
-			maps, inputs = append(maps, ents[i].m), append(inputs, ents[i].in)
+		// a key's entries are the run of words with its bits above the
+		// index (packed), which spares reading keys at random
+		same := func(q int) bool { return sorted[q]>>ib == sorted[p]>>ib }
+		if !ok {
+			same = func(q int) bool { return keys[sorted[q]] == k }
 		}
+		for q := p; q < len(sorted) && same(q); q++ {
+			e := &ents[sorted[q]&mask]
+			maps, inputs = append(maps, e.m), append(inputs, e.in)
+		}
+		p += len(maps)
 		if err := j.emit(key{valid: true, k: k, b: ents[first].kb}, maps, inputs); err != nil {
 			return err
 		}

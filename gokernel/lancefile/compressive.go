@@ -102,7 +102,7 @@ func decodeMiniBlockValues(e *enc21.CompressiveEncoding, bufs [][]byte, n, value
 		inner.itemValidity = iv
 		return inner, nil
 	case *enc21.CompressiveEncoding_Rle:
-		cv, err := decodeRLE(c.Rle, bufs[0], bufs[1], n, valueBits)
+		cv, err := decodeRLE(c.Rle, bufs[0], bufs[1], n, valueBits, nil)
 		cv.values = append(dst, cv.values...)
 		return cv, err
 	case *enc21.CompressiveEncoding_General:
@@ -157,7 +157,8 @@ func flatValues(b []byte, bits, valueBits, n int) (chunkValues, error) {
 }
 
 // decodeRLE expands runs: values (flat, valueBits each) and u8 run lengths.
-func decodeRLE(r *enc21.Rle, vals, runs []byte, n, valueBits int) (chunkValues, error) {
+// The values land in dst's memory when it can hold them.
+func decodeRLE(r *enc21.Rle, vals, runs []byte, n, valueBits int, dst []byte) (chunkValues, error) {
 	vf := r.GetValues().GetFlat()
 	rf := r.GetRunLengths().GetFlat()
 	if vf == nil || rf == nil || int(vf.GetBitsPerValue()) != valueBits || rf.GetBitsPerValue() != 8 || valueBits%8 != 0 {
@@ -170,7 +171,12 @@ func decodeRLE(r *enc21.Rle, vals, runs []byte, n, valueBits int) (chunkValues, 
 	if len(vals) < len(runs)*w {
 		return chunkValues{}, fmt.Errorf("%w: RLE has %d runs and %d value bytes", errkind.Corrupt, len(runs), len(vals))
 	}
-	out := make([]byte, n*w)
+	out := dst[:0]
+	if cap(dst) >= n*w {
+		out = dst[:n*w] // every byte is written below
+	} else {
+		out = make([]byte, n*w)
+	}
 	pos := 0
 	for i, l := range runs {
 		end := pos + int(l)*w
@@ -197,6 +203,13 @@ func decodeRLE(r *enc21.Rle, vals, runs []byte, n, valueBits int) (chunkValues, 
 // decodeBlock decodes a whole block (rep/def levels, a dictionary) of n
 // values of valueBits bits. The result is little-endian values.
 func decodeBlock(e *enc21.CompressiveEncoding, b []byte, n, valueBits int) ([]byte, error) {
+	return decodeBlockInto(e, b, n, valueBits, nil)
+}
+
+// decodeBlockInto is decodeBlock, an expanded RLE block landing in dst's
+// memory when it can hold it (a chunk's levels: a page of a hundred
+// thousand rows has a hundred chunks).
+func decodeBlockInto(e *enc21.CompressiveEncoding, b []byte, n, valueBits int, dst []byte) ([]byte, error) {
 	switch c := e.GetCompression().(type) {
 	case *enc21.CompressiveEncoding_Flat:
 		b, err := maybeDecompress(c.Flat.GetData(), b)
@@ -221,7 +234,7 @@ func decodeBlock(e *enc21.CompressiveEncoding, b []byte, n, valueBits int) ([]by
 		if vn > uint64(len(b)-8) {
 			return nil, fmt.Errorf("%w: RLE block values part of %d bytes in %d", errkind.Corrupt, vn, len(b))
 		}
-		cv, err := decodeRLE(c.Rle, b[8:8+vn], b[8+vn:], n, valueBits)
+		cv, err := decodeRLE(c.Rle, b[8:8+vn], b[8+vn:], n, valueBits, dst)
 		return cv.values, err
 	case *enc21.CompressiveEncoding_General:
 		d, err := decompress(c.General.GetCompression().GetScheme(), b)
@@ -239,8 +252,16 @@ func decodeBlock(e *enc21.CompressiveEncoding, b []byte, n, valueBits int) ([]by
 	}
 }
 
-func levels16(b []byte) []uint16 {
-	out := make([]uint16, len(b)/2)
+func levels16(b []byte) []uint16 { return levels16Into(nil, b) }
+
+// levels16Into is levels16 in dst's memory when it can hold them.
+func levels16Into(dst []uint16, b []byte) []uint16 {
+	out := dst[:0]
+	if cap(dst) >= len(b)/2 {
+		out = dst[:len(b)/2]
+	} else {
+		out = make([]uint16, len(b)/2)
+	}
 	for i := range out {
 		out[i] = binary.LittleEndian.Uint16(b[2*i:])
 	}

@@ -48,7 +48,7 @@ func TestDecodeRLE(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := &enc21.Rle{Values: flat21(tc.w * 8), RunLengths: flat21(8)}
-			got, err := decodeRLE(e, tc.vals, tc.runs, tc.n, tc.w*8)
+			got, err := decodeRLE(e, tc.vals, tc.runs, tc.n, tc.w*8, nil)
 			if tc.bad {
 				if !errors.Is(err, errkind.Corrupt) {
 					t.Fatalf("err %v, want Corrupt", err)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sort"
+	"sync"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/bufpool"
@@ -174,6 +175,42 @@ type miniBlock struct {
 	dict      []byte // decoded dictionary, or nil
 	dictBits  int    // width of one dictionary index
 	variable  bool   // variable-width values: decodeChunk returns the raw buffer
+	// levels, when set, is where a chunk's levels are decoded, chunk after
+	// chunk (each chunk's are consumed before the next is decoded)
+	levels *levelScratch
+}
+
+// levelScratch is the memory a chunk's levels are decoded into, taken from
+// levelScratches for one page read: a BTREE merge reads a page a window of
+// one or two chunks at a time, and fresh levels per chunk were half of what
+// a thousand-input merge allocated.
+type levelScratch struct {
+	bytes []byte
+	rep16 []uint16
+	def16 []uint16
+}
+
+var levelScratches = sync.Pool{New: func() any { return &levelScratch{} }}
+
+// decodeLevels decodes a chunk's block of n levels, in the scratch memory
+// when mb has it (into: rep16 or def16).
+func (mb *miniBlock) decodeLevels(e *enc21.CompressiveEncoding, raw []byte, n int, into *[]uint16) ([]uint16, error) {
+	sc := mb.levels
+	if sc == nil {
+		lv, err := decodeBlock(e, raw, n, 16)
+		return levels16(lv), err
+	}
+	lv, err := decodeBlockInto(e, raw, n, 16, sc.bytes)
+	if err != nil {
+		return nil, err
+	}
+	// Only an expanded (RLE) block is kept for the next: other forms may
+	// be views of the chunk, which must not be written.
+	if e.GetRle() != nil && cap(lv) > cap(sc.bytes) {
+		sc.bytes = lv[:0]
+	}
+	*into = levels16Into(*into, lv)
+	return *into, nil
 }
 
 func (r *Reader) readMiniBlock(ctx context.Context, pg *pageIO, l *enc21.MiniBlockLayout, t, item DataType, a, b int) (*Array, error) {
@@ -192,6 +229,10 @@ func (r *Reader) readMiniBlock(ctx context.Context, pg *pageIO, l *enc21.MiniBlo
 	}
 	if rd.hasList && !mb.hasRep {
 		return nil, fmt.Errorf("%w: list page without repetition levels", errkind.Corrupt)
+	}
+	if mb.hasRep || mb.hasDef {
+		mb.levels = levelScratches.Get().(*levelScratch)
+		defer levelScratches.Put(mb.levels)
 	}
 	if mb.nbuf <= 0 || mb.nbuf > 16 {
 		return nil, fmt.Errorf("%w: %d value buffers per chunk", errkind.Corrupt, mb.nbuf)
@@ -341,22 +382,26 @@ func (mb *miniBlock) decodeChunk(chunk []byte, nValues int, dst []byte) (rep, de
 		if err != nil {
 			return nil, nil, cv, err
 		}
-		lv, err := decodeBlock(mb.l.GetRepCompression(), raw, numLevels, 16)
-		if err != nil {
+		var into *[]uint16
+		if mb.levels != nil {
+			into = &mb.levels.rep16
+		}
+		if rep, err = mb.decodeLevels(mb.l.GetRepCompression(), raw, numLevels, into); err != nil {
 			return nil, nil, cv, fmt.Errorf("repetition levels: %w", err)
 		}
-		rep = levels16(lv)
 	}
 	if mb.hasDef {
 		raw, err := take(defSize)
 		if err != nil {
 			return nil, nil, cv, err
 		}
-		lv, err := decodeBlock(mb.l.GetDefCompression(), raw, numLevels, 16)
-		if err != nil {
+		var into *[]uint16
+		if mb.levels != nil {
+			into = &mb.levels.def16
+		}
+		if def, err = mb.decodeLevels(mb.l.GetDefCompression(), raw, numLevels, into); err != nil {
 			return nil, nil, cv, fmt.Errorf("definition levels: %w", err)
 		}
-		def = levels16(lv)
 	}
 	bufs := make([][]byte, mb.nbuf)
 	for i, n := range sizes {
