@@ -768,11 +768,8 @@ func refuseDeferredRemap(compacted func(uint32) bool, im *pb.IndexMetadata, ids 
 
 // currentFragments is a membership test of the version's fragment ids.
 func currentFragments(snap *table.Snapshot) func(uint32) bool {
-	set := map[uint32]bool{}
-	for _, f := range snap.FragmentIDs() {
-		set[uint32(f)] = true
-	}
-	return func(f uint32) bool { return set[f] }
+	set := snap.FragmentSet()
+	return func(f uint32) bool { return set[uint64(f)] }
 }
 
 // remapGuard watches a merge for rows of fragments that a compaction with

@@ -235,6 +235,15 @@ func (s *Snapshot) FragmentIDs() []uint64 {
 	return out
 }
 
+// FragmentSet is the set of the version's fragment ids.
+func (s *Snapshot) FragmentSet() map[uint64]bool {
+	set := make(map[uint64]bool, len(s.Manifest.GetFragments()))
+	for _, f := range s.Manifest.GetFragments() {
+		set[f.GetId()] = true
+	}
+	return set
+}
+
 // MergedCoverage is the coverage of a segment merged from metas: the union
 // of their fragment bitmaps (encoded) and their smallest dataset version
 // (the model's era survives merges).

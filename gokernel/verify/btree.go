@@ -349,10 +349,7 @@ func checkZones(ctx context.Context, st storage.Store, snap *table.Snapshot, sr 
 	if rd == nil {
 		return err
 	}
-	present := map[uint64]bool{}
-	for _, f := range snap.Manifest.GetFragments() {
-		present[f.GetId()] = true
-	}
+	present := snap.FragmentSet()
 	var bad []string
 	checked := 0
 	n := min(z.Zones, zoneSample)
@@ -363,7 +360,7 @@ func checkZones(ctx context.Context, st storage.Store, snap *table.Snapshot, sr 
 			continue // a fragment removed since: nothing to read
 		}
 		w, err := rd.ReadRange(ctx, frag, start, start+span)
-		if errors.Is(err, errkind.Unsupported) { // a column type the data reader does not decode (a dictionary)
+		if errors.Is(err, errkind.Unsupported) { // a column type the data reader does not decode
 			sr.add(Check{Name: "keys", Verdict: Skipped, Message: err.Error()})
 			return nil
 		}
@@ -679,13 +676,10 @@ func checkFTSCoverage(ctx context.Context, st storage.Store, snap *table.Snapsho
 func checkReadCoverage(ctx context.Context, st storage.Store, snap *table.Snapshot, sr *SegmentReport, column string, seen *fragmentSet,
 	what string, must func(vecdata.Value) string, notRead error) error {
 	seen.addMoved(ctx, st, snap)
-	present := map[uint32]bool{}
-	for _, f := range snap.FragmentIDs() {
-		present[uint32(f)] = true
-	}
+	present := snap.FragmentSet()
 	var empty []uint64
 	for _, f := range sr.FragmentIDs {
-		if present[f] && !seen.has(f) {
+		if present[uint64(f)] && !seen.has(f) {
 			empty = append(empty, uint64(f))
 		}
 	}
