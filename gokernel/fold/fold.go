@@ -12,6 +12,7 @@
 package fold
 
 import (
+	"sync"
 	"unicode"
 	"unicode/utf8"
 
@@ -68,18 +69,21 @@ func Known(r rune) bool {
 // latinFold is what a lower-cased Latin-1 or Latin Extended-A character
 // folds to, where that is made of ASCII letters and digits (others fold
 // to punctuation or not at all, and end every token they are part of).
-var latinFold = map[rune]string{}
+// Built on first use: at package init it was a tenth of loading the
+// kernel, in every process, whether or not it indexes text.
+var latinFold = sync.OnceValue(buildLatinFold)
 
 // Letters returns what r, lower-cased, folds to where that is made of
 // ASCII letters and digits; ok is false for a character that keeps its
 // form (a letter of a script that does not fold) or folds to punctuation
 // or nothing. Callers check Known first.
 func Letters(r rune) (to string, ok bool) {
-	to, ok = latinFold[unicode.ToLower(r)]
+	to, ok = latinFold()[unicode.ToLower(r)]
 	return to, ok
 }
 
-func init() {
+func buildLatinFold() map[rune]string {
+	latinFold := map[rune]string{}
 	add := func(to string, rs string) {
 		for _, r := range rs {
 			latinFold[r] = to
@@ -134,4 +138,5 @@ func init() {
 			}
 		}
 	}
+	return latinFold
 }
