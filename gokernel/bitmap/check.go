@@ -9,7 +9,9 @@ import (
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/rowset"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/storage"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/table"
 )
 
 // Problem is one thing Check found wrong, named by the check it failed
@@ -177,8 +179,9 @@ type KeyRow struct {
 	RowID uint64
 }
 
-// Sample streams a segment and returns up to perKey rows of about n/perKey
-// of its keys, evenly spread, to check against the column's data.
+// Sample returns up to perKey rows of about n/perKey of a segment's keys,
+// evenly spread, to check against the column's data. It reads those keys'
+// rows only (a million-key segment was streamed whole for 64 keys).
 func Sample(ctx context.Context, st storage.Store, im *pb.IndexMetadata, n, perKey int) ([]KeyRow, error) {
 	s, err := Open(ctx, st, im)
 	if err != nil {
@@ -186,27 +189,31 @@ func Sample(ctx context.Context, st storage.Store, im *pb.IndexMetadata, n, perK
 	}
 	defer s.Close()
 	step := max(uint64(1), s.Keys*uint64(perKey)/uint64(max(n, 1)))
+	width := 0
+	if s.KeyType.Kind != lancefile.KindBinary {
+		width = s.KeyType.ValueBits() / 8
+	}
 	var out []KeyRow
-	c := newCursor(s, 0)
-	defer c.run(ctx, nil)()
-	for k := uint64(0); ; k++ {
-		if c.i++; c.i >= c.n {
-			ok, err := c.fill(ctx)
-			if err != nil || !ok {
-				return out, err
-			}
-		}
-		if k%step != 0 {
-			continue
-		}
-		if err := c.load(nil, true); err != nil {
+	for k := uint64(0); k < s.Keys; k += step {
+		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		b, err := c.rowMap()
+		keys, err := s.readRows(ctx, keysColumn, k, k+1)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("bitmap segment %s: %w", table.IndexUUID(im), err)
 		}
-		es, err := DecodeRowMap(b)
+		maps, err := s.readRows(ctx, bitmapsColumn, k, k+1)
+		if err != nil {
+			return nil, fmt.Errorf("bitmap segment %s: %w", table.IndexUUID(im), err)
+		}
+		if keys.Len != 1 || maps.Len != 1 {
+			return nil, fmt.Errorf("%w: bitmap segment %s: key %d read back as %d keys and %d bitmaps", errkind.Corrupt, table.IndexUUID(im), k, keys.Len, maps.Len)
+		}
+		if !maps.IsValid(0) {
+			return nil, fmt.Errorf("%w: bitmap segment %s: key %d has a null bitmap", errkind.Corrupt, table.IndexUUID(im), k)
+		}
+		key := keyOf(keys, nil, 0, width, true) // wide: its bytes only, no sort key
+		es, err := DecodeRowMap(maps.Values[maps.Offsets[0]:maps.Offsets[1]])
 		if err != nil {
 			return nil, err
 		}
@@ -217,9 +224,10 @@ func Sample(ctx context.Context, st storage.Store, im *pb.IndexMetadata, n, perK
 			}
 			it := e.Rows.Iterator()
 			for it.HasNext() && taken < perKey {
-				out = append(out, KeyRow{Null: !c.cur.valid, Key: bytes.Clone(c.cur.b), RowID: uint64(e.Frag)<<32 | uint64(it.Next())})
+				out = append(out, KeyRow{Null: !key.valid, Key: bytes.Clone(key.b), RowID: uint64(e.Frag)<<32 | uint64(it.Next())})
 				taken++
 			}
 		}
 	}
+	return out, nil
 }
