@@ -125,7 +125,10 @@ var specs = []colSpec{
 }
 
 // specFields declares one field per column spec.
-func specFields() []*Field {
+func specFields() []*Field { return fieldsOf(specs) }
+
+// fieldsOf declares one field per column spec of specs.
+func fieldsOf(specs []colSpec) []*Field {
 	var fields []*Field
 	for _, s := range specs {
 		if isList(s.t) {
@@ -403,14 +406,7 @@ func TestWriteChunkedCopies(t *testing.T) {
 	for _, v := range []Version{V2_0, V2_1, V2_2} {
 		t.Run(v.String(), func(t *testing.T) {
 			r := rand.New(rand.NewPCG(3, 4))
-			var fields []*Field
-			for _, s := range specs {
-				if isList(s.t) {
-					fields = append(fields, NewListField(s.name, s.item, s.nullFrac > 0, false))
-				} else {
-					fields = append(fields, NewField(s.name, s.t, s.nullFrac > 0))
-				}
-			}
+			fields := fieldsOf(specs)
 			var buf bytes.Buffer
 			w, err := NewWriter(&buf, fields, WriterOptions{Version: v, MaxPageBytes: 32 << 10})
 			if err != nil {

@@ -185,15 +185,7 @@ def test_a_zonemap_of_a_dictionary_column_merges_builds_and_verifies(tmp_path, s
         assert "ScalarIndexQuery" in lance.dataset(ours).scanner(filter=f).explain_plan(), f
     (v,) = ls.verify_index(ours, "d_zm").segments
     assert v.verdict == "clean" and any(c.name == "keys" and c.verdict == "ok" for c in v.checks), v
-    # A build of ours beside pylance's of the same fragments.
-    mine = ls.build_index_segment(ours, "d", "ZONEMAP", [0, 1, 2], name="d_zm2")
-    pylances = lance.dataset(ours).create_index_uncommitted("d", "ZONEMAP", name="d_zm2", fragment_ids=[0, 1, 2])
-    assert mine._entry_dict()["index_details"] == __import__("base64").b64encode(pylances.index_details[1]).decode()
-    a = LanceFileReader(f"{ours}/_indices/{mine.uuid}/zonemap.lance")
-    b = LanceFileReader(f"{ours}/_indices/{pylances.uuid}/zonemap.lance")
-    assert a.read_all().to_table() == b.read_all().to_table()
-    assert a.metadata().schema.metadata == b.metadata().schema.metadata
-    assert a.read_global_buffer(1) == b.read_global_buffer(1)  # the null rows, fragment by fragment
+    _builds_as_pylance(ours, "d", "d_zm2")
 
 
 @pytest.mark.parametrize("storage,item", [("2.2", pa.int64()), ("2.2", pa.string()), ("2.0", pa.string())], ids=["2.2-int64", "2.2-string", "2.0-string"])
@@ -234,12 +226,20 @@ def test_a_zonemap_of_a_list_column_merges_builds_and_verifies(tmp_path, storage
     assert "ScalarIndexQuery" in lance.dataset(ours).scanner(filter="l IS NULL").explain_plan()
     (v,) = ls.verify_index(ours, "l_zm").segments
     assert v.verdict == "clean" and any(c.name == "keys" and c.verdict == "ok" for c in v.checks), v
-    # A build of ours beside pylance's of the same fragments.
-    mine = ls.build_index_segment(ours, "l", "ZONEMAP", [0, 1, 2], name="l_zm2")
-    pylances = lance.dataset(ours).create_index_uncommitted("l", "ZONEMAP", name="l_zm2", fragment_ids=[0, 1, 2])
+    _builds_as_pylance(ours, "l", "l_zm2")
+
+
+def _builds_as_pylance(uri: str, col: str, name: str) -> None:
+    """Our ZONEMAP build of fragments 0-2 of ``col`` beside pylance's of
+    the same fragments: the same index details, zones, metadata and null
+    rows (fragment by fragment)."""
+    from lance.file import LanceFileReader
+
+    mine = ls.build_index_segment(uri, col, "ZONEMAP", [0, 1, 2], name=name)
+    pylances = lance.dataset(uri).create_index_uncommitted(col, "ZONEMAP", name=name, fragment_ids=[0, 1, 2])
     assert mine._entry_dict()["index_details"] == __import__("base64").b64encode(pylances.index_details[1]).decode()
-    a = LanceFileReader(f"{ours}/_indices/{mine.uuid}/zonemap.lance")
-    b = LanceFileReader(f"{ours}/_indices/{pylances.uuid}/zonemap.lance")
+    a = LanceFileReader(f"{uri}/_indices/{mine.uuid}/zonemap.lance")
+    b = LanceFileReader(f"{uri}/_indices/{pylances.uuid}/zonemap.lance")
     assert a.read_all().to_table() == b.read_all().to_table()
     assert a.metadata().schema.metadata == b.metadata().schema.metadata
-    assert a.read_global_buffer(1) == b.read_global_buffer(1)  # the null lists, fragment by fragment
+    assert a.read_global_buffer(1) == b.read_global_buffer(1)
