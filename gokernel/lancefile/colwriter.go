@@ -674,24 +674,33 @@ func (c *colWriter) allNullPage(a *Array, firstRow uint64) error {
 	return c.page(0, typeURLPageLayout, pageLayout(l), nil, a.Len, firstRow)
 }
 
-// nullDictionary20 encodes null rows of a dictionary of strings or binary
-// as pylance 14.0.2 writes them in 2.0 (the bounds of a ZONEMAP of such a
-// column): a dictionary of one null item, every row's index 0 (see
-// decoder20.dictionary), the indices of the column's index type.
+// nullDictionary20 encodes null rows of a dictionary column as pylance
+// 14.0.2 writes them in 2.0 (the bounds of a ZONEMAP of such a column): a
+// dictionary of one null item, every row's index 0 (see
+// decoder20.dictionary), the indices of the column's index type. The item
+// is a Binary (strings, binary) or an all-null Nullable (fixed width).
 func nullDictionary20(a *Array) (*enc20.ArrayEncoding, [][]byte, bool) {
 	v, ok := DictValues(a.Type)
 	s := strings.TrimSuffix(strings.TrimSuffix(a.Type.Logical, ":false"), ":true")
 	idx, known := parseKind(s[strings.LastIndex(s, ":")+1:])
-	if !ok || v.Kind != KindBinary || !known {
+	if !ok || !known {
 		return nil, nil, false
 	}
 	bits := primitiveBits[idx]
+	indices := make([]byte, a.Len*bits/8)
+	if v.Kind != KindBinary {
+		enc := &enc20.ArrayEncoding{ArrayEncoding: &enc20.ArrayEncoding_Dictionary{Dictionary: &enc20.Dictionary{
+			Indices: noNull20(flat20(uint64(bits), 0)), NumDictionaryItems: 1,
+			Items: &enc20.ArrayEncoding{ArrayEncoding: &enc20.ArrayEncoding_Nullable{Nullable: &enc20.Nullable{
+				Nullability: &enc20.Nullable_AllNulls{AllNulls: &enc20.Nullable_AllNull{}}}}}}}}
+		return enc, [][]byte{indices}, true
+	}
 	items := &enc20.ArrayEncoding{ArrayEncoding: &enc20.ArrayEncoding_Binary{Binary: &enc20.Binary{
 		Indices: noNull20(flat20(64, 1)), Bytes: flat20(8, 2), NullAdjustment: 1}}}
 	enc := &enc20.ArrayEncoding{ArrayEncoding: &enc20.ArrayEncoding_Dictionary{Dictionary: &enc20.Dictionary{
 		Indices: noNull20(flat20(uint64(bits), 0)), Items: items, NumDictionaryItems: 1}}}
 	// the item's end offset is its null adjustment: 0 bytes, plus 1
-	return enc, [][]byte{make([]byte, a.Len*bits/8), binary.LittleEndian.AppendUint64(nil, 1), {}}, true
+	return enc, [][]byte{indices, binary.LittleEndian.AppendUint64(nil, 1), {}}, true
 }
 
 // nullListPage writes a page of null lists as pylance writes one (the

@@ -81,11 +81,56 @@ func (d decoder20) decode(enc *enc20.ArrayEncoding, t DataType, a, b int) (value
 		}
 		values, itemValidity, _, err = d.decode(fsl.GetItems(), Primitive(t.Elem), a*dim, b*dim)
 		return values, nil, itemValidity, err
+	case *enc20.ArrayEncoding_Dictionary:
+		if !d.direct || t.ValueBits() == 0 || t.ValueBits()%8 != 0 || t.Kind == KindFixedSizeList {
+			return nil, nil, nil, fmt.Errorf("%w: 2.0 dictionary of %s values", errkind.Unsupported, t)
+		}
+		return d.fixedDictionary(e.Dictionary, t, a, b)
 	case nil:
 		return nil, nil, nil, fmt.Errorf("%w: 2.0 page without an array encoding", errkind.Corrupt)
 	default:
 		return nil, nil, nil, fmt.Errorf("%w: 2.0 array encoding %T", errkind.Unsupported, e)
 	}
+}
+
+// fixedDictionary reads rows [a, b) of a page of a dictionary field of
+// fixed-width values: an index per row, from 0, into items decoded as any
+// fixed-width page (a null item where the rows are null; pylance 14.0.2
+// writes a ZONEMAP's null bounds of such a column as one null item).
+func (d decoder20) fixedDictionary(e *enc20.Dictionary, t DataType, a, b int) (values, validity, itemValidity []byte, err error) {
+	w := t.ValueBits() / 8
+	if e.GetItems().GetNullable().GetAllNulls() != nil {
+		// every item null, so every row: nothing stored to size them by
+		return make([]byte, (b-a)*w), make([]byte, (b-a+7)/8), nil, nil
+	}
+	// the item count is checked against the page's buffers (pageIO.read)
+	// before anything of its size is allocated
+	n := int(e.GetNumDictionaryItems()) // a u32
+	items, itemsValid, _, err := d.decode(e.GetItems(), t, 0, n)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("2.0 dictionary items: %w", err)
+	}
+	idx, err := d.fixed(e.GetIndices(), a, b)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	values = make([]byte, (b-a)*w)
+	if itemsValid != nil {
+		validity = make([]byte, (b-a+7)/8)
+	}
+	for i, k := range idx {
+		if k >= uint64(n) {
+			return nil, nil, nil, fmt.Errorf("%w: 2.0 dictionary index %d of %d items", errkind.Corrupt, k, n)
+		}
+		if itemsValid != nil && itemsValid[k/8]&(1<<(k%8)) == 0 {
+			continue
+		}
+		copy(values[i*w:], items[int(k)*w:int(k+1)*w])
+		if validity != nil {
+			validity[i/8] |= 1 << (i % 8)
+		}
+	}
+	return values, validity, nil, nil
 }
 
 // nullable splits a Nullable into the encoding of its values (nil when
@@ -226,7 +271,7 @@ func (d decoder20) dictionary(e *enc20.Dictionary, t DataType, a, b int) (*Array
 	}
 	// the item count is checked against the page's buffers (pageIO.read)
 	// before anything of its size is allocated
-	n := int(e.GetNumDictionaryItems())
+	n := int(e.GetNumDictionaryItems()) // a u32
 	dict, err := d.plainBinary(items, t, 0, n)
 	if err != nil {
 		return nil, err

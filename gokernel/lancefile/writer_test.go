@@ -688,7 +688,13 @@ func TestInt64PagesPackUnlessNegative(t *testing.T) {
 // is refused.
 func TestAllNullColumnsOfOpaqueTypes(t *testing.T) {
 	ctx := context.Background()
-	dict := ParseLogicalType("dict:string:int32:false")
+	for _, logical := range []string{"dict:string:int32:false", "dict:int64:int8:false"} {
+		t.Run(logical, func(t *testing.T) { testAllNullOpaque(t, ctx, logical) })
+	}
+}
+
+func testAllNullOpaque(t *testing.T, ctx context.Context, logical string) {
+	dict := ParseLogicalType(logical)
 	if dict.Kind != KindUnknown {
 		t.Fatalf("%s parsed as %v", dict, dict.Kind)
 	}

@@ -152,7 +152,7 @@ def _merged_both_ways(tmp_path, tab, storage: str, col: str, name: str) -> tuple
     return ours, theirs
 
 
-@pytest.mark.parametrize("storage,values", [("2.0", "few"), ("2.2", "few"), ("2.2", "many"), ("2.1", "int64")])
+@pytest.mark.parametrize("storage,values", [("2.0", "few"), ("2.2", "few"), ("2.2", "many"), ("2.1", "int64"), ("2.0", "int64")])
 def test_a_zonemap_of_a_dictionary_column_merges_builds_and_verifies(tmp_path, storage, values):
     """pylance 14.0.2 builds a ZONEMAP on a dictionary-encoded column with
     null bounds in every zone (in 2.1+ an all-null page, in 2.0 a
