@@ -184,6 +184,8 @@ def main() -> int:
     ap.add_argument("--out", default=str(HERE / "results"))
     ap.add_argument("--kind", default="btree", choices=sorted(KINDS))
     ap.add_argument("--repeats", type=int, help="runs of each contender (default: the preset's)")
+    ap.add_argument("--deltas", type=int, help="this many optimize deltas instead of the preset's, each of the preset's "
+                    "rows per segment (a large fixture's writing stopped early: its segments so far)")
     ap.add_argument("--timeout", type=float, help="stop a contender's run after this many seconds (recorded as a lower bound)")
     ap.add_argument("--fixture", help="keep the table pylance writes in this folder and reuse it on later runs of the same preset "
                     "and kind (the large preset takes pylance many minutes to write)")
@@ -191,11 +193,14 @@ def main() -> int:
     p = dict(PRESETS[args.preset])
     if args.repeats:
         p["repeats"] = args.repeats
+    if args.deltas:
+        p["rows"], p["deltas"] = p["rows"] // (p["deltas"] + 1) * (args.deltas + 1), args.deltas
     index_type, what, filters = KINDS[args.kind]
     import lance
 
     with tempfile.TemporaryDirectory(prefix="btree-") as tmp:
-        src = os.path.join(args.fixture, f"{args.kind}-{args.preset}") if args.fixture else os.path.join(tmp, "src")
+        name = f"{args.kind}-{args.preset}" + (f"-{args.deltas}" if args.deltas else "")
+        src = os.path.join(args.fixture, name) if args.fixture else os.path.join(tmp, "src")
         t0 = time.perf_counter()
         reused = os.path.exists(os.path.join(src, ".complete"))
         if not reused:
