@@ -882,8 +882,8 @@ func (c *cursor) take(bound uint64, keys []uint64, ents []blockEntry) ([]uint64,
 	if i == c.n || c.sort[i] > bound {
 		return keys, ents, nil
 	}
-	// the last key taken, set once the keys are (a key written per row
-	// taken was a tenth of a million-key merge)
+	// c.cur is set once, after the loop: setting it per key taken was a
+	// tenth of a million-key merge
 	prev, taken := c.cur.k, c.taken
 	for ; i < c.n && c.sort[i] <= bound; i++ {
 		k := c.sort[i]
