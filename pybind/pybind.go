@@ -13,6 +13,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"runtime/debug"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
@@ -30,8 +31,11 @@ func init() {
 	// The kernel allocates in large, short-lived blocks (partition
 	// windows); collecting at twice the live heap instead of at once more
 	// halves the GC work of a merge for a peak that stays bounded by the
-	// window.
-	debug.SetGCPercent(200)
+	// window. A GOGC the user set wins (and GOMEMLIMIT, which the runtime
+	// reads itself, caps the heap either way).
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(200)
+	}
 }
 
 // Version returns the kernel version.

@@ -3,8 +3,13 @@ package pybind
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -102,6 +107,28 @@ func TestGroupSizesJSON(t *testing.T) {
 	for _, bad := range []string{`{`, `{"bytes": [1, 2], "rows": [1], "segments_per_task": 2}`, `{"bytes": [1, 2], "rows": [1, 2]}`} {
 		if _, err := GroupSizes(bad); err == nil || !strings.HasPrefix(err.Error(), "[invalid_input] ") {
 			t.Fatalf("%s: %v", bad, err)
+		}
+	}
+}
+
+// The collector's target is 200% unless GOGC is set: the test binary runs
+// itself again with GOGC=50 and without it, and each reports the percent
+// its init left.
+func TestGCPercentYieldsToGOGC(t *testing.T) {
+	if os.Getenv("SEGMERGE_GC_PROBE") != "" {
+		fmt.Printf("gc=%d\n", debug.SetGCPercent(-1))
+		return
+	}
+	for _, c := range []struct {
+		env  []string
+		want string
+	}{{nil, "gc=200"}, {[]string{"GOGC=50"}, "gc=50"}} {
+		cmd := exec.Command(os.Args[0], "-test.run", "^TestGCPercentYieldsToGOGC$", "-test.v")
+		cmd.Env = append(append(slices.DeleteFunc(os.Environ(), func(e string) bool { return strings.HasPrefix(e, "GOGC=") }),
+			"SEGMERGE_GC_PROBE=1"), c.env...)
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), c.want) {
+			t.Fatalf("%v: %v\n%s", c.env, err, out)
 		}
 	}
 }
