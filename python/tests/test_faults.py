@@ -238,6 +238,27 @@ def test_worker_killed(tmp_path, monkeypatch, where):
     conftest.RELIABILITY["fault trials (worker killed)"] += 1
 
 
+def test_a_script_without_a_main_guard_is_told_why_its_workers_died(tmp_path):
+    """executor='processes' spawns its workers, which import the caller's
+    script: one that calls optimize at its top level makes every worker
+    start a pool of its own while it starts, which multiprocessing refuses.
+    The WorkerError says so, and the dataset is left as it was."""
+    built = lancegen.build_with_deltas(str(tmp_path / "ds"), "IVF_PQ", n_deltas=3)
+    v0 = lance.dataset(built.uri).version
+    script = tmp_path / "no_guard.py"
+    script.write_text(
+        "import sys\nimport lance_segmerge as ls\n"
+        "try:\n"
+        f"    ls.optimize({built.uri!r}, 'vec_idx', executor='processes', max_workers=2, fan_in=2, progress=False)\n"
+        "except ls.WorkerError as e:\n"
+        "    print('WorkerError:', e)\n    sys.exit(3)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "LANCE_LOG": "error"}
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 3, (out.returncode, out.stdout[-2000:], out.stderr[-2000:])
+    assert "if __name__ == '__main__':" in out.stdout, out.stdout
+    assert lance.dataset(built.uri).version == v0
+
+
 # -- SIGKILL at random points of merges and commits --------------------------------
 
 # Merges the last two segments and commits, until one segment is left;

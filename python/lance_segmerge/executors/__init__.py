@@ -18,6 +18,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import sys
 from typing import Any, Callable, Optional, Protocol, Sequence, Union
 
 from .. import _ffi
@@ -120,7 +121,15 @@ class FuturesExecutor:
         if items:
             return WorkerError(f"{hows} while running item {', '.join(map(str, items))} of the batch", items)
         left = tuple(i for i in range(len(futures)) if i not in done)
-        return WorkerError(f"{hows}; items {', '.join(map(str, left))} of the batch did not finish ({exc})", left)
+        hint = ""
+        if self._started is not None and not running and not done and dead and all(c == 1 for _, c in dead) \
+                and getattr(sys.modules.get("__main__"), "__file__", None):
+            # Spawned workers import the caller's script: one that calls us
+            # at its top level makes each worker start a pool of its own
+            # while it starts, which multiprocessing refuses (status 1).
+            hint = (" No worker started an item: with executor='processes', a script must call lance_segmerge "
+                    "under `if __name__ == '__main__':` (the workers are spawned and import the script)")
+        return WorkerError(f"{hows}; items {', '.join(map(str, left))} of the batch did not finish ({exc}).{hint}", left)
 
     def warm(self, fn: Callable[[Any], Any], n: int) -> None:
         """Start a process pool's workers now, each running ``fn`` (an
