@@ -566,7 +566,7 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 			}
 		}
 	}()
-	err := parallel.Each(len(metas), openParallelism, func(i int) (err error) {
+	err := parallel.Each(len(metas), parallel.Opens, func(i int) (err error) {
 		segs[i], err = Open(ctx, st, metas[i])
 		return err
 	})
@@ -1149,13 +1149,13 @@ func filterRows(bm *roaring.Bitmap, frag uint32, keep func(uint64) bool) *roarin
 // A goroutine of its own encodes and writes the windows filled (a merge's
 // other costs run meanwhile on the other core).
 type keyWriter struct {
-	sw      storage.Writer
-	counted *storage.CountingWriter
-	w       *lancefile.Writer
-	keyType lancefile.DataType
-	mapType lancefile.DataType
-	metas   map[string][]byte
-	keys    uint64
+	sw        storage.Writer
+	counted   *storage.CountingWriter
+	w         *lancefile.Writer
+	keyType   lancefile.DataType
+	mapType   lancefile.DataType
+	metas     map[string][]byte
+	keys      uint64
 	keyWindow // the window being filled
 	// the encoder: windows queued, closed by drain; windows written come
 	// back on free, to be filled again
@@ -1188,9 +1188,6 @@ func (w *keyWindow) arrays(keyType, mapType lancefile.DataType) []*lancefile.Arr
 	}
 	return []*lancefile.Array{keys, {Type: mapType, Len: w.n, Values: w.maps, Offsets: w.mapOffs}}
 }
-
-// openParallelism bounds the segments a merge opens at once.
-const openParallelism = 16
 
 // queuedWindows bounds the windows handed to the encoder ahead of it.
 const queuedWindows = 4

@@ -296,9 +296,6 @@ type Result struct {
 	Pages       uint64
 }
 
-// openParallelism bounds the segments openAll opens at once.
-const openParallelism = 16
-
 // openAll opens the segments metas, a few at a time (each open reads two
 // files' metadata: a thousand inputs took 0.1-0.2 s one after the other,
 // and as many round trips on an object store). On error it returns the
@@ -306,7 +303,7 @@ const openParallelism = 16
 // close (nil where one did not).
 func openAll(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata) ([]*Segment, error) {
 	segs := make([]*Segment, len(metas))
-	err := parallel.Each(len(metas), openParallelism, func(i int) (err error) {
+	err := parallel.Each(len(metas), parallel.Opens, func(i int) (err error) {
 		segs[i], err = Open(ctx, st, metas[i])
 		return err
 	})

@@ -98,7 +98,7 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 	}
 	// opened a few at a time: on an object store each open is a round trip
 	segs := make([]*Segment, len(metas))
-	if err := ordered.Each(len(metas), 16, func(i int) (err error) {
+	if err := ordered.Each(len(metas), ordered.Opens, func(i int) (err error) {
 		segs[i], err = Open(ctx, st, metas[i])
 		return err
 	}); err != nil {

@@ -23,14 +23,14 @@ type physCol struct{ pages []*pb.Page }
 // Pending rows are either references to the caller's arrays (Write) or
 // bytes copied into own (WriteChunked), which is reused page after page.
 type colWriter struct {
-	w        *Writer
-	f        *Field
-	pending  []*Array
-	own      []byte // pending values, when ownRows > 0 (pending is then empty)
-	ownRows  int
+	w       *Writer
+	f       *Field
+	pending []*Array
+	own     []byte // pending values, when ownRows > 0 (pending is then empty)
+	ownRows int
 	// bin holds a binary column's pending rows copied by WriteChunked (when
 	// bin.rows > 0, pending is empty): reused page after page.
-	bin ownedBinary
+	bin      ownedBinary
 	bytes    int
 	rows     int
 	firstRow uint64 // top-level row number of the first pending row

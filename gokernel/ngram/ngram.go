@@ -243,9 +243,6 @@ func (w *writer) flush() error {
 	return err
 }
 
-// openParallelism bounds the segments a merge opens at once.
-const openParallelism = 16
-
 // Merge merges NGRAM segments into one new segment under
 // _indices/<uuid>/ (written, nothing committed).
 func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opts MergeOptions) (*Result, error) {
@@ -261,7 +258,7 @@ func Merge(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, opt
 		}
 	}()
 	// opened a few at a time: on an object store each open is a round trip
-	if err := parallel.Each(len(metas), openParallelism, func(i int) (err error) {
+	if err := parallel.Each(len(metas), parallel.Opens, func(i int) (err error) {
 		segs[i], err = Open(ctx, st, metas[i])
 		return err
 	}); err != nil {

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/parallel"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/ivf"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
@@ -229,7 +230,7 @@ func List(ctx context.Context, st storage.Store, snap *table.Snapshot, opts Opti
 	}
 	if !opts.SkipStats {
 		byID := fragmentsByID(snap)
-		err := forEachOrdered(len(out), openParallelism, func(i int) error {
+		err := parallel.Each(len(out), openParallelism, func(i int) error {
 			if errs[i] != nil {
 				return errs[i]
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/lance-segmerge/lance-segmerge/gokernel/btree"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/errkind"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/fts"
+	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/parallel"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/internal/pb"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/lancefile"
 	"github.com/lance-segmerge/lance-segmerge/gokernel/ngram"
@@ -344,7 +345,7 @@ func btreeSizes(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata
 		batch int
 	}
 	shapes := make([]shape, len(metas))
-	err := forEachOrdered(len(metas), openParallelism, func(i int) error {
+	err := parallel.Each(len(metas), openParallelism, func(i int) error {
 		s, err := btree.Open(ctx, st, metas[i])
 		if err != nil {
 			return err
@@ -447,7 +448,7 @@ func ngramSizes(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata
 		return nil, err
 	}
 	sz := &planSizes{indexType: "NGRAM", rows: make([]uint64, len(metas)), bytes: make([]uint64, len(metas)), close: func() {}}
-	err := forEachOrdered(len(metas), openParallelism, func(i int) error {
+	err := parallel.Each(len(metas), openParallelism, func(i int) error {
 		s, err := ngram.Open(ctx, st, metas[i])
 		if err != nil {
 			return err

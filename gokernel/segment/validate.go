@@ -176,7 +176,7 @@ func openSources(ctx context.Context, st storage.Store, snap *table.Snapshot, me
 			return nil, err
 		}
 	}
-	err = forEachOrdered(len(metas), openParallelism, func(i int) (err error) {
+	err = parallel.Each(len(metas), openParallelism, func(i int) (err error) {
 		srcs[i], err = openSourceIn(ctx, stores[i], metas[i], true)
 		return err
 	})
@@ -185,9 +185,6 @@ func openSources(ctx context.Context, st storage.Store, snap *table.Snapshot, me
 	}
 	return srcs, nil
 }
-
-// forEachOrdered is parallel.Each.
-func forEachOrdered(n, limit int, f func(i int) error) error { return parallel.Each(n, limit, f) }
 
 // openSource opens one segment's files and model buffers, where the
 // segment lives (st, or the base path it names in snap); with checkSizes,
@@ -818,10 +815,7 @@ func guardAndMap(ctx context.Context, st storage.Store, snap *table.Snapshot) (*
 	if snap.HasStableRowIDs() || fragreuse.Find(snap) == nil {
 		return g, nil
 	}
-	g.present = map[uint64]bool{}
-	for _, f := range snap.Manifest.GetFragments() {
-		g.present[f.GetId()] = true
-	}
+	g.present = snap.FragmentSet()
 	m, err := fragreuse.Load(ctx, st, snap)
 	if err != nil || m == nil {
 		g.compacted = func(uint32) bool { return true }

@@ -216,7 +216,7 @@ func MergeKind(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata,
 func ReadAll(ctx context.Context, st storage.Store, metas []*pb.IndexMetadata, k *Kind) ([]*Segment, error) {
 	// read a few at a time: on an object store each is a round trip or more
 	segs := make([]*Segment, len(metas))
-	if err := parallel.Each(len(metas), 16, func(i int) (err error) {
+	if err := parallel.Each(len(metas), parallel.Opens, func(i int) (err error) {
 		segs[i], err = ReadKind(ctx, st, metas[i], k)
 		return err
 	}); err != nil {

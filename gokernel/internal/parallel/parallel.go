@@ -8,6 +8,11 @@ import (
 	"sync"
 )
 
+// Opens bounds the segments a scalar merge opens at once: each open is a
+// few reads of metadata (on an object store, round trips), and a
+// thousand inputs opened one after the other took 0.1-0.3 s locally.
+const Opens = 16
+
 // Each calls f(0..n-1), at most limit at a time, and returns the error of
 // the lowest i that failed: the error a sequential loop would have
 // stopped at (with limit 1 it is one, and stops there; otherwise every
