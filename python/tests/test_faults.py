@@ -259,6 +259,48 @@ def test_a_script_without_a_main_guard_is_told_why_its_workers_died(tmp_path):
     assert lance.dataset(built.uri).version == v0
 
 
+class _ReapedElsewhere:
+    """A dead worker the pool's own thread reaped a moment before: its exit
+    status reads None until that thread records it."""
+
+    def __init__(self, code: int, nones: int) -> None:
+        self.code, self.nones = code, nones
+
+    def join(self, timeout=None) -> None:
+        pass
+
+    @property
+    def exitcode(self):
+        if self.nones:
+            self.nones -= 1
+            return None
+        return self.code
+
+
+class _NoneStarted:
+    def empty(self) -> bool:
+        return True
+
+
+def test_a_worker_status_recorded_late_still_names_how_it_died(monkeypatch):
+    """The pool's manager thread and ours both wait on a dead worker; the
+    one that loses the race reads no exit status for a moment. The
+    WorkerError still says how the worker died (CI once saw 'a worker
+    process died' and no main-guard hint from this race)."""
+    from lance_segmerge.executors import FuturesExecutor
+    import concurrent.futures as cf
+
+    monkeypatch.setitem(sys.modules, "__main__", type(sys)("__main__"))
+    sys.modules["__main__"].__file__ = "/tmp/script.py"
+    with cf.ThreadPoolExecutor(1) as pool:
+        ex = FuturesExecutor(pool, started=_NoneStarted())
+        pending: cf.Future = cf.Future()
+        err = ex._lost([pending], {pending: 0}, {7: _ReapedElsewhere(1, 3)}, cf.BrokenExecutor("broken"))
+    assert "process 7 exited with status 1" in str(err), err
+    assert "if __name__ == '__main__':" in str(err), err
+    assert err.items == (0,)
+
+
 # -- SIGKILL at random points of merges and commits --------------------------------
 
 # Merges the last two segments and commits, until one segment is left;

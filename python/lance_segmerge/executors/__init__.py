@@ -19,6 +19,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import time
 from typing import Any, Callable, Optional, Protocol, Sequence, Union
 
 from .. import _ffi
@@ -68,14 +69,25 @@ class FuturesExecutor:
     def map(
         self, fn: Callable[[Any], Any], items: Sequence[Any], on_done: Optional[Callable[[int], None]] = None
     ) -> list[Any]:
-        if self._started is not None:
-            futures = [self._pool.submit(_pool.run_reporting, fn, i, item) for i, item in enumerate(items)]
-        else:
-            futures = [self._pool.submit(fn, item) for item in items]
+        futures: list[cf.Future[Any]] = []
         self._futures = futures
-        index = {f: i for i, f in enumerate(futures)}
+        index: dict[cf.Future[Any], int] = {}
         procs = self._procs
-        procs.update(getattr(self._pool, "_processes", None) or {})
+        try:
+            for i, item in enumerate(items):
+                if self._started is not None:
+                    f = self._pool.submit(_pool.run_reporting, fn, i, item)
+                else:
+                    f = self._pool.submit(fn, item)
+                index[f] = i
+                futures.append(f)
+                # A process pool starts its workers as items arrive.
+                procs.update(getattr(self._pool, "_processes", None) or {})
+        except cf.BrokenExecutor as exc:
+            # The pool broke while items were still being submitted.
+            err = self._lost(futures, index, procs, exc, total=len(items))
+            self.cancel()
+            raise err from exc
         try:
             pending = set(futures)
             while pending:
@@ -97,9 +109,10 @@ class FuturesExecutor:
         return [f.result() for f in futures]
 
     def _lost(self, futures: list[cf.Future[Any]], index: dict[cf.Future[Any], int], procs: dict[int, Any],
-              exc: BaseException) -> WorkerError:
+              exc: BaseException, total: Optional[int] = None) -> WorkerError:
         """The WorkerError for a broken pool: which worker died, how, and
-        what it was running."""
+        what it was running (of ``total`` items, all of ``futures`` when
+        None)."""
         running: dict[int, int] = {}  # pid -> item it started last
         while self._started is not None:
             try:
@@ -111,16 +124,22 @@ class FuturesExecutor:
             running[pid] = item
         done = {index[f] for f in futures if f.done() and not f.cancelled() and f.exception() is None}
         dead = []
+        deadline = time.monotonic() + 2
         for pid, p in procs.items():
-            p.join(1)
+            p.join(max(0.0, deadline - time.monotonic()))
             code = getattr(p, "exitcode", None)
+            while code is None and time.monotonic() < deadline:
+                # The pool's own thread may have reaped the process a moment
+                # before: until it records the status, ours reads None.
+                time.sleep(0.02)
+                code = getattr(p, "exitcode", None)
             if code not in (None, 0, -signal.SIGTERM):  # the pool terminates the others itself
                 dead.append((pid, code))
         hows = ", ".join(f"process {pid} {_how(code)}" for pid, code in dead) or "a worker process died"
         items = tuple(sorted({running[pid] for pid, _ in dead if pid in running} - done))
         if items:
             return WorkerError(f"{hows} while running item {', '.join(map(str, items))} of the batch", items)
-        left = tuple(i for i in range(len(futures)) if i not in done)
+        left = tuple(i for i in range(len(futures) if total is None else total) if i not in done)
         hint = ""
         if self._started is not None and not running and not done and dead and all(c == 1 for _, c in dead) \
                 and getattr(sys.modules.get("__main__"), "__file__", None):
