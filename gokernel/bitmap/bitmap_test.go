@@ -155,6 +155,91 @@ func TestJoinEntries(t *testing.T) {
 // roaringCardinality reads the cardinality of a portable roaring bitmap
 // from its header: array, bitmap and run containers, with and without
 // the run cookie, the empty bitmap; a truncated header is Corrupt.
+// TestSortByFrag: a key's entries, in runs ascending by fragment (one run
+// per input), come out ascending, each entry once, whatever the runs: in
+// order, interleaved, sharing fragments, more than maxRuns (sorted in
+// full), and the scratch left holding no entry.
+func TestSortByFrag(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, tc := range []struct {
+		name       string
+		runs, per  int
+		frags      uint32 // fragments drawn from [0, frags)
+		contiguous bool   // run r holds fragments of its own range
+	}{
+		{"empty", 0, 0, 1, false},
+		{"one run", 1, 30, 100, false},
+		{"runs in order", 4, 25, 0, true},
+		{"four interleaved runs", 4, 25, 1000, false},
+		{"runs sharing fragments", 3, 20, 8, false},
+		{"as many runs as merged", maxRuns, 10, 500, false},
+		{"more runs than merged", maxRuns + 5, 6, 500, false},
+		{"single entries", 40, 1, 100, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var es []RawEntry
+			for r := range tc.runs {
+				run := make([]uint32, tc.per)
+				for i := range run {
+					if tc.contiguous {
+						run[i] = uint32(r*tc.per + i)
+					} else {
+						run[i] = rng.Uint32N(tc.frags)
+					}
+				}
+				slices.Sort(run)
+				for i, f := range run {
+					es = append(es, RawEntry{Frag: f, Bits: []byte{byte(r), byte(i)}})
+				}
+			}
+			want := slices.Clone(es)
+			scratch := make([]RawEntry, 0, len(es)+3)
+			sortByFrag(es, scratch)
+			if !slices.IsSortedFunc(es, byFrag) {
+				t.Fatalf("not sorted: %v", es)
+			}
+			key := func(e RawEntry) [3]uint32 { return [3]uint32{e.Frag, uint32(e.Bits[0]), uint32(e.Bits[1])} }
+			got, exp := make([][3]uint32, len(es)), make([][3]uint32, len(want))
+			for i := range es {
+				got[i], exp[i] = key(es[i]), key(want[i])
+			}
+			cmp3 := func(a, b [3]uint32) int { return slices.Compare(a[:], b[:]) }
+			slices.SortFunc(got, cmp3)
+			slices.SortFunc(exp, cmp3)
+			if !slices.Equal(got, exp) {
+				t.Fatalf("entries lost or repeated")
+			}
+			for _, e := range scratch[:cap(scratch)] {
+				if e.Bits != nil {
+					t.Fatalf("the scratch still holds an entry of fragment %d", e.Frag)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkSortByFrag sorts a key's entries as a merge of four inputs
+// over interleaved fragments finds them: four runs of 25.
+func BenchmarkSortByFrag(b *testing.B) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	var es []RawEntry
+	for range 4 {
+		run := make([]uint32, 25)
+		for i := range run {
+			run[i] = rng.Uint32N(1000)
+		}
+		slices.Sort(run)
+		for _, f := range run {
+			es = append(es, RawEntry{Frag: f})
+		}
+	}
+	work, scratch := make([]RawEntry, len(es)), make([]RawEntry, 0, len(es))
+	for b.Loop() {
+		copy(work, es)
+		sortByFrag(work, scratch)
+	}
+}
+
 func TestRoaringCardinalityFromTheHeader(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	cases := map[string]*roaring.Bitmap{"empty": roaring.New()}

@@ -1034,7 +1034,7 @@ func (h *keyHeap) down(i int) {
 // entry is copied as it is unless it must be unioned or filtered. es is
 // sorted in place.
 func joinEntries(dst, es []RawEntry, keep func(uint64) bool) ([]RawEntry, error) {
-	slices.SortStableFunc(es, func(a, b RawEntry) int { return cmp.Compare(a.Frag, b.Frag) })
+	sortByFrag(es, dst[len(dst):])
 	out := dst
 	for lo := 0; lo < len(es); {
 		hi := lo + 1
@@ -1070,6 +1070,60 @@ func joinEntries(dst, es []RawEntry, keep func(uint64) bool) ([]RawEntry, error)
 	}
 	return out, nil
 }
+
+func byFrag(a, b RawEntry) int { return cmp.Compare(a.Frag, b.Frag) }
+
+// sortByFrag sorts es by fragment, in place, with scratch's capacity as
+// scratch. The entries of one fragment are unioned, so their order does
+// not matter. A key's entries arrive as its inputs' maps one after
+// another, each ascending by fragment: up to maxRuns such runs are merged
+// (a sort of every key's entries was nearly all of a four-input merge of
+// 100M rows), more are sorted.
+func sortByFrag(es, scratch []RawEntry) {
+	var runs [maxRuns][2]int // [next, end) of each run
+	n, start := 0, 0
+	for i := 1; i <= len(es); i++ {
+		if i == len(es) || es[i].Frag < es[i-1].Frag {
+			if n == maxRuns {
+				slices.SortFunc(es, byFrag)
+				return
+			}
+			runs[n] = [2]int{start, i}
+			n, start = n+1, i
+		}
+	}
+	if n <= 1 {
+		return
+	}
+	// each run's next fragment, MaxUint64 once it is out
+	var head [maxRuns]uint64
+	for r := range n {
+		head[r] = uint64(es[runs[r][0]].Frag)
+	}
+	scratch = scratch[:0]
+	for range es {
+		best := 0
+		for r := 1; r < n; r++ {
+			if head[r] < head[best] {
+				best = r
+			}
+		}
+		i := runs[best][0]
+		scratch = append(scratch, es[i])
+		if i++; i < runs[best][1] {
+			head[best] = uint64(es[i].Frag)
+		} else {
+			head[best] = math.MaxUint64
+		}
+		runs[best][0] = i
+	}
+	copy(es, scratch)
+	clear(scratch) // the scratch may be a caller's spare capacity: hold no map bytes
+}
+
+// maxRuns bounds the runs sortByFrag merges: each entry taken looks at
+// every run's head.
+const maxRuns = 8
 
 // decode reads an entry's rows for a merge (a whole-fragment entry is
 // not merged).

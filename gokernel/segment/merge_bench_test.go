@@ -126,6 +126,13 @@ func BenchmarkOptimizeReal(b *testing.B) {
 		b.Skip("set SEGMERGE_BENCH_OPTIMIZE to a delta dataset (bench/bench_scale.py --work keeps them)")
 	}
 	index := cmpOr(os.Getenv("SEGMERGE_BENCH_INDEX"), "vec_idx")
+	// one task over every segment, or tasks of at most
+	// SEGMERGE_BENCH_SEGMENTS_PER_TASK (a plan's first level, its tasks
+	// run one after another)
+	perTask, err := strconv.Atoi(cmpOr(os.Getenv("SEGMERGE_BENCH_SEGMENTS_PER_TASK"), "4096"))
+	if err != nil {
+		b.Fatal(err)
+	}
 	ctx := context.Background()
 	var phases [5]time.Duration
 	tmp := b.TempDir()
@@ -152,7 +159,7 @@ func BenchmarkOptimizeReal(b *testing.B) {
 			b.Fatal(err)
 		}
 		t2 := time.Now()
-		plan, err := PlanIndex(ctx, st, snap, PlanOptions{IndexName: index, Options: policy.Options{SegmentsPerTask: 1 << 12}})
+		plan, err := PlanIndex(ctx, st, snap, PlanOptions{IndexName: index, Options: policy.Options{SegmentsPerTask: perTask}})
 		if err != nil {
 			b.Fatal(err)
 		}
