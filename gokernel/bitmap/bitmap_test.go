@@ -152,9 +152,6 @@ func TestJoinEntries(t *testing.T) {
 	}
 }
 
-// roaringCardinality reads the cardinality of a portable roaring bitmap
-// from its header: array, bitmap and run containers, with and without
-// the run cookie, the empty bitmap; a truncated header is Corrupt.
 // TestSortByFrag: a key's entries, in runs ascending by fragment (one run
 // per input), come out ascending, each entry once, whatever the runs: in
 // order, interleaved, sharing fragments, more than maxRuns (sorted in
@@ -240,6 +237,9 @@ func BenchmarkSortByFrag(b *testing.B) {
 	}
 }
 
+// roaringCardinality reads the cardinality of a portable roaring bitmap
+// from its header: array, bitmap and run containers, with and without
+// the run cookie, the empty bitmap; a truncated header is Corrupt.
 func TestRoaringCardinalityFromTheHeader(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	cases := map[string]*roaring.Bitmap{"empty": roaring.New()}

@@ -285,8 +285,8 @@ class _NoneStarted:
 def test_a_worker_status_recorded_late_still_names_how_it_died(monkeypatch):
     """The pool's manager thread and ours both wait on a dead worker; the
     one that loses the race reads no exit status for a moment. The
-    WorkerError still says how the worker died (CI once saw 'a worker
-    process died' and no main-guard hint from this race)."""
+    WorkerError still says how the worker died, and gives the main-guard
+    hint its status calls for."""
     from lance_segmerge.executors import FuturesExecutor
     import concurrent.futures as cf
 
