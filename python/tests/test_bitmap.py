@@ -178,6 +178,27 @@ def test_plan_merge_commit_by_hand_then_delta_then_merge_again(pair):
     lance.dataset(ours).validate()
 
 
+@pytest.mark.parametrize("name", ["i64_idx", "w_idx", "tags_idx"])
+def test_segments_given_in_any_order_merge_as_pylance_answers(pair, name):
+    """A caller may list segments in any order, and a plan's tasks hold
+    fragments that interleave with each other's: a key's row-map entries
+    then arrive as several runs out of fragment order (here five, the
+    segments newest first), which the merge puts back in order."""
+    ours, theirs = pair
+    col, kind = INDICES[name]
+    segs = ls.open(ours).list_index_segments(name)
+    assert len(segs) == 1 + APPENDS
+    newest_first = sorted(segs, key=lambda s: -min(s.fragment_ids))
+    merged = ls.merge_existing_index_segments(ours, newest_first)
+    ls.commit_existing_index_segments(ours, name, col, [merged], replaces=segs)
+    (after,) = ls.open(ours).list_index_segments(name)
+    assert after.index_type == kind
+    assert _answers(ours, FILTERS[name]) == _answers(theirs, FILTERS[name])
+    rep = ls.verify_index(ours, name)
+    assert [s.verdict for s in rep.segments] == ["clean"]
+    lance.dataset(ours).validate()
+
+
 def test_segments_of_different_key_types_do_not_merge(pair):
     ours, _ = pair
     a = ls.open(ours).list_index_segments("i64_idx")[0]
