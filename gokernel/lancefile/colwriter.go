@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -680,10 +679,8 @@ func (c *colWriter) allNullPage(a *Array, firstRow uint64) error {
 // decoder20.dictionary), the indices of the column's index type. The item
 // is a Binary (strings, binary) or an all-null Nullable (fixed width).
 func nullDictionary20(a *Array) (*enc20.ArrayEncoding, [][]byte, bool) {
-	v, ok := DictValues(a.Type)
-	s := strings.TrimSuffix(strings.TrimSuffix(a.Type.Logical, ":false"), ":true")
-	idx, known := parseKind(s[strings.LastIndex(s, ":")+1:])
-	if !ok || !known {
+	v, idx, ok := dictTypes(a.Type)
+	if !ok {
 		return nil, nil, false
 	}
 	bits := primitiveBits[idx]

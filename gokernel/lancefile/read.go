@@ -137,8 +137,8 @@ func (r *Reader) ReadInto(ctx context.Context, name string, start, end uint64, d
 			errkind.InvalidInput, r.name, start, end, name, n, r.opts.MaxReadBytes)
 	}
 	var out *Array
-	if dst != nil && t.Kind == KindBinary && r.foot.version != V2_0 && pagesTouched(r.columns[cols[0]].GetPages(), int(start), int(end)) == 1 {
-		out, err = r.readBinaryInto(ctx, cols[0], t, int(start), int(end), dst)
+	if dst != nil && t.Kind == KindBinary && r.foot.version != V2_0 {
+		out, err = r.readColumnInto(ctx, cols[0], t, item, int(start), int(end), dst)
 	} else if dst != nil && !isList(t) && t.Kind != KindBinary && r.foot.version != V2_0 {
 		var ok bool
 		if out, ok, err = r.readFixedInto(ctx, cols[0], t, int(start), int(end), dst); !ok && err == nil {
@@ -193,6 +193,13 @@ func leafOfLists(f *Field) error {
 
 // readColumn reads rows [start, end) of one physical column, page by page.
 func (r *Reader) readColumn(ctx context.Context, col int, t, item DataType, start, end int) (*Array, error) {
+	return r.readColumnInto(ctx, col, t, item, start, end, nil)
+}
+
+// readColumnInto is readColumn, the first page's rows decoded into into's
+// memory where the page's layout can (a binary full-zip page: see
+// ReadInto); rows of several pages are then copied together.
+func (r *Reader) readColumnInto(ctx context.Context, col int, t, item DataType, start, end int, into []byte) (*Array, error) {
 	if !isList(t) && t.Kind != KindBinary && r.foot.version != V2_0 && pagesTouched(r.columns[col].GetPages(), start, end) > 1 {
 		if out, ok, err := r.readFixedInto(ctx, col, t, start, end, nil); ok || err != nil {
 			return out, err
@@ -208,6 +215,9 @@ func (r *Reader) readColumn(ctx context.Context, col int, t, item DataType, star
 				return nil, err
 			}
 			pg := &pageIO{r: r, col: col, idx: pi, page: p}
+			if len(parts) == 0 {
+				pg.into = into
+			}
 			var arr *Array
 			var err error
 			if r.foot.version == V2_0 {
@@ -262,31 +272,6 @@ func IntoCap(t DataType, rows int) int { return rows*t.ValueBits()/8 + intoSlack
 // column.
 func (r *Reader) IntoCap(t DataType, rows int) int {
 	return min(IntoCap(t, rows), int(r.numRows)*t.ValueBits()/8)
-}
-
-// readBinaryInto reads rows [start, end) of a binary column, all in one
-// page, decoding a full-zip page's values into dst when it holds them.
-func (r *Reader) readBinaryInto(ctx context.Context, col int, t DataType, start, end int, dst []byte) (*Array, error) {
-	pageStart := 0
-	for pi, p := range r.columns[col].GetPages() {
-		n := int(p.GetLength())
-		if start < pageStart+n {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			pg := &pageIO{r: r, col: col, idx: pi, page: p, into: dst}
-			arr, err := r.readPage21(ctx, pg, t, DataType{}, start-pageStart, end-pageStart)
-			if err != nil {
-				return nil, fmt.Errorf("page %d: %w", pi, err)
-			}
-			if arr.Len != end-start {
-				return nil, fmt.Errorf("%w: page %d gave %d rows, want %d", errkind.Corrupt, pi, arr.Len, end-start)
-			}
-			return arr, nil
-		}
-		pageStart += n
-	}
-	return nil, fmt.Errorf("%w: column %d pages hold %d rows, file has %d", errkind.Corrupt, col, pageStart, r.numRows)
 }
 
 func pagesTouched(pages []*pb.Page, start, end int) int {

@@ -186,15 +186,21 @@ type miniBlock struct {
 // a thousand-input merge allocated.
 type levelScratch struct {
 	bytes []byte
-	rep16 []uint16
-	def16 []uint16
+	// the levels of each kind (repLevels, defLevels)
+	levels [2][]uint16
 }
 
 var levelScratches = sync.Pool{New: func() any { return &levelScratch{} }}
 
-// decodeLevels decodes a chunk's block of n levels, in the scratch memory
-// when mb has it (into: rep16 or def16).
-func (mb *miniBlock) decodeLevels(e *enc21.CompressiveEncoding, raw []byte, n int, into *[]uint16) ([]uint16, error) {
+// The kinds of a chunk's levels, indexing levelScratch.levels.
+const (
+	repLevels = iota
+	defLevels
+)
+
+// decodeLevels decodes a chunk's block of n levels of a kind, in the
+// scratch memory when mb has it.
+func (mb *miniBlock) decodeLevels(e *enc21.CompressiveEncoding, raw []byte, n, kind int) ([]uint16, error) {
 	sc := mb.levels
 	if sc == nil {
 		lv, err := decodeBlock(e, raw, n, 16)
@@ -209,8 +215,8 @@ func (mb *miniBlock) decodeLevels(e *enc21.CompressiveEncoding, raw []byte, n in
 	if e.GetRle() != nil && cap(lv) > cap(sc.bytes) {
 		sc.bytes = lv[:0]
 	}
-	*into = levels16Into(*into, lv)
-	return *into, nil
+	sc.levels[kind] = levels16Into(sc.levels[kind], lv)
+	return sc.levels[kind], nil
 }
 
 func (r *Reader) readMiniBlock(ctx context.Context, pg *pageIO, l *enc21.MiniBlockLayout, t, item DataType, a, b int) (*Array, error) {
@@ -382,11 +388,7 @@ func (mb *miniBlock) decodeChunk(chunk []byte, nValues int, dst []byte) (rep, de
 		if err != nil {
 			return nil, nil, cv, err
 		}
-		var into *[]uint16
-		if mb.levels != nil {
-			into = &mb.levels.rep16
-		}
-		if rep, err = mb.decodeLevels(mb.l.GetRepCompression(), raw, numLevels, into); err != nil {
+		if rep, err = mb.decodeLevels(mb.l.GetRepCompression(), raw, numLevels, repLevels); err != nil {
 			return nil, nil, cv, fmt.Errorf("repetition levels: %w", err)
 		}
 	}
@@ -395,11 +397,7 @@ func (mb *miniBlock) decodeChunk(chunk []byte, nValues int, dst []byte) (rep, de
 		if err != nil {
 			return nil, nil, cv, err
 		}
-		var into *[]uint16
-		if mb.levels != nil {
-			into = &mb.levels.def16
-		}
-		if def, err = mb.decodeLevels(mb.l.GetDefCompression(), raw, numLevels, into); err != nil {
+		if def, err = mb.decodeLevels(mb.l.GetDefCompression(), raw, numLevels, defLevels); err != nil {
 			return nil, nil, cv, fmt.Errorf("definition levels: %w", err)
 		}
 	}

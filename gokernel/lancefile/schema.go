@@ -197,27 +197,34 @@ func ParseLogicalType(s string) DataType {
 // is a dictionary page of the value type. ok is false for other types and
 // for a dictionary of values this package does not decode.
 func DictValues(t DataType) (DataType, bool) {
+	v, _, ok := dictTypes(t)
+	return v, ok
+}
+
+// dictTypes is DictValues and the kind of the column's indices.
+func dictTypes(t DataType) (values DataType, indices Kind, ok bool) {
 	s, ok := strings.CutPrefix(t.Logical, "dict:")
 	if !ok || t.Kind != KindUnknown {
-		return DataType{}, false
+		return DataType{}, 0, false
 	}
 	// the last two parts are the indices' type and the ordered flag
 	i := strings.LastIndex(s, ":")
 	if i < 0 {
-		return DataType{}, false
+		return DataType{}, 0, false
 	}
 	j := strings.LastIndex(s[:i], ":")
 	if j <= 0 {
-		return DataType{}, false
+		return DataType{}, 0, false
 	}
-	if _, ok := parseKind(s[j+1 : i]); !ok || s[i+1:] != "true" && s[i+1:] != "false" {
-		return DataType{}, false
+	indices, ok = parseKind(s[j+1 : i])
+	if !ok || s[i+1:] != "true" && s[i+1:] != "false" {
+		return DataType{}, 0, false
 	}
 	v := ParseLogicalType(s[:j])
 	if v.Kind != KindBinary && (v.Kind == KindUnknown || v.Kind == KindStruct || isList(v) || v.ValueBits() == 0 || v.ValueBits()%8 != 0) {
-		return DataType{}, false
+		return DataType{}, 0, false
 	}
-	return v, true
+	return v, indices, true
 }
 
 // buildSchema rebuilds the field tree from Lance's flat pre-order list.
