@@ -137,6 +137,34 @@ def recall(ds: lance.LanceDataset, x: np.ndarray, queries: np.ndarray, k: int = 
     return hits / (k * len(queries))
 
 
+
+def knn_answers(ds: lance.LanceDataset, queries: np.ndarray, k: int = 10, **q: Any) -> list[list[tuple[float, int]]]:
+    """Each query's top k as (distance, row id) pairs, nearest first."""
+    out = []
+    for qv in queries:
+        t = ds.to_table(nearest={"column": "vec", "q": qv, "k": k, **q}, columns=[], with_row_id=True)
+        out.append(sorted(zip(t["_distance"].to_pylist(), t["_rowid"].to_pylist())))
+    return out
+
+
+def knn_difference(a: list[list[tuple[float, int]]], b: list[list[tuple[float, int]]], rel: float = 1e-5) -> Optional[str]:
+    """None when two indices answer alike, else the first difference.
+
+    Alike means equal distances (to float rounding) and the same rows,
+    except among rows tied with the k-th distance: PQ codes repeat, and
+    which of several equally near rows fills the last places depends on
+    the order the search visits them, which a merge may change."""
+    for i, (qa, qb) in enumerate(zip(a, b, strict=True)):
+        da, db = np.array([d for d, _ in qa]), np.array([d for d, _ in qb])
+        tol = rel * max(1.0, float(np.abs(np.concatenate([da, db])).max(initial=0.0)))
+        if len(da) != len(db) or not np.allclose(da, db, rtol=0, atol=tol):
+            return f"query {i}: distances {qa} != {qb}"
+        edge = max(da.max(initial=0.0), db.max(initial=0.0)) - tol
+        ra, rb = {r for d, r in qa if d < edge}, {r for d, r in qb if d < edge}
+        if ra != rb:
+            return f"query {i}: rows nearer than the k-th differ: {qa} != {qb}"
+    return None
+
 # -- byte surgery on manifests, for corruption tests --------------------------
 
 

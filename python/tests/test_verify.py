@@ -379,7 +379,9 @@ def test_a_dot_pq_merge_mixes_pylance_s_two_assignments_and_is_not_damage(tmp_pa
     A merge, pylance's or ours, keeps both kinds of rows: their codes
     verify, a fresh one-way build is no baseline for their recall (the
     check is skipped, naming both counts), and our merge answers every
-    query as pylance's own merge and as the unmerged index."""
+    query as pylance's own merge and as the unmerged index (rows tied
+    with the k-th distance aside: which of them fill the last places
+    depends on the order the search visits them)."""
     rng = np.random.default_rng(1)
     uri = str(tmp_path / "v")
     for k, n in enumerate((2000, 300)):
@@ -391,15 +393,16 @@ def test_a_dot_pq_merge_mixes_pylance_s_two_assignments_and_is_not_damage(tmp_pa
     qs = rng.standard_normal((20, 16)).astype(np.float32)
 
     def answers(u: str) -> list:
-        return [sorted(lance.dataset(u).to_table(nearest={"column": "vec", "q": q, "k": 10, "nprobes": 4}, columns=[],
-                                                 with_row_id=True)["_rowid"].to_pylist()) for q in qs]
+        return lg.knn_answers(lance.dataset(u), qs, nprobes=4)
 
     before = answers(uri)
     theirs = str(tmp_path / "theirs")
     shutil.copytree(uri, theirs)
     lance.dataset(theirs).optimize.optimize_indices(num_indices_to_merge=2)
     ls.optimize(uri, "vec_idx", progress=False)
-    assert answers(uri) == answers(theirs) == before
+    ours = answers(uri)
+    assert lg.knn_difference(ours, answers(theirs)) is None
+    assert lg.knn_difference(ours, before) is None
     for u in (uri, theirs):
         (seg,) = ls.verify_index(u, "vec_idx").segments
         checks = {c.name: c for c in seg.checks}
