@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 import lance
 import numpy as np
@@ -138,7 +138,7 @@ def recall(ds: lance.LanceDataset, x: np.ndarray, queries: np.ndarray, k: int = 
 
 
 
-def knn_answers(ds: lance.LanceDataset, queries: np.ndarray, k: int = 10, **q: Any) -> list[list[tuple[float, int]]]:
+def knn_answers(ds: lance.LanceDataset, queries: Iterable[np.ndarray], k: int = 10, **q: Any) -> list[list[tuple[float, int]]]:
     """Each query's top k as (distance, row id) pairs, nearest first."""
     out = []
     for qv in queries:
