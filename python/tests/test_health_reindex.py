@@ -429,9 +429,13 @@ def test_reindex_rebuilds_an_hnsw_index_on_workers(tmp_path, kind):
         runs.append(_recall_recent(lance.dataset(fresh), vecs))
     theirs = sum(runs) / len(runs)
     print(f"{kind} recall@10 of recent rows: before {before:.3f}, reindex {after:.3f}, pylance fresh {theirs:.3f}")
-    # Measured: SQ 0.94 -> 0.963 (pylance 0.963); PQ 0.34 -> 0.567 (pylance
-    # 0.59-0.61: k-means seeds move PQ recall by a few hundredths here).
-    assert after > before and after >= theirs - 0.07, (before, after, runs)
+    # Measured: SQ 0.94 -> 0.963 (pylance 0.963). PQ 0.34 -> 0.567 at seed
+    # 4; the PQ codebook's k-means start moves recall here, alike for both:
+    # eight of our seeds gave 0.544-0.666 (mean 0.588), eight pylance
+    # builds 0.535-0.619 (mean 0.592). A mean of two pylance builds reaches
+    # 0.641 now and then, so the margin is 0.1, over three of that mean's
+    # standard deviations.
+    assert after > before and after >= theirs - 0.1, (before, after, runs)
     assert ls.verify_index(uri, "vec_idx").clean
 
 
