@@ -137,7 +137,6 @@ def recall(ds: lance.LanceDataset, x: np.ndarray, queries: np.ndarray, k: int = 
     return hits / (k * len(queries))
 
 
-
 def knn_answers(ds: lance.LanceDataset, queries: Iterable[np.ndarray], k: int = 10, **q: Any) -> list[list[tuple[float, int]]]:
     """Each query's top k as (distance, row id) pairs, nearest first."""
     out = []
@@ -164,6 +163,7 @@ def knn_difference(a: list[list[tuple[float, int]]], b: list[list[tuple[float, i
         if ra != rb:
             return f"query {i}: rows nearer than the k-th differ: {qa} != {qb}"
     return None
+
 
 # -- byte surgery on manifests, for corruption tests --------------------------
 
