@@ -295,7 +295,7 @@ def test_a_worker_status_recorded_late_still_names_how_it_died(monkeypatch):
     with cf.ThreadPoolExecutor(1) as pool:
         ex = FuturesExecutor(pool, started=_NoneStarted())
         pending: cf.Future = cf.Future()
-        err = ex._lost([pending], {pending: 0}, {7: _ReapedElsewhere(1, 3)}, cf.BrokenExecutor("broken"))
+        err = ex._lost([pending], {pending: 0}, {7: _ReapedElsewhere(1, 3)}, cf.BrokenExecutor("broken"), total=1)
     assert "process 7 exited with status 1" in str(err), err
     assert "if __name__ == '__main__':" in str(err), err
     assert err.items == (0,)

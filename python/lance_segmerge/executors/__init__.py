@@ -100,7 +100,7 @@ class FuturesExecutor:
                     try:
                         f.result()  # raise the first failure
                     except cf.BrokenExecutor as exc:
-                        raise self._lost(futures, index, procs, exc) from exc
+                        raise self._lost(futures, index, procs, exc, total=len(futures)) from exc
                     if on_done is not None:
                         on_done(index[f])
         except BaseException:
@@ -109,10 +109,10 @@ class FuturesExecutor:
         return [f.result() for f in futures]
 
     def _lost(self, futures: list[cf.Future[Any]], index: dict[cf.Future[Any], int], procs: dict[int, Any],
-              exc: BaseException, total: Optional[int] = None) -> WorkerError:
+              exc: BaseException, total: int) -> WorkerError:
         """The WorkerError for a broken pool: which worker died, how, and
-        what it was running (of ``total`` items, all of ``futures`` when
-        None)."""
+        what it was running, of ``total`` items (more than ``futures``
+        when the pool broke during submission)."""
         running: dict[int, int] = {}  # pid -> item it started last
         while self._started is not None:
             try:
@@ -139,7 +139,7 @@ class FuturesExecutor:
         items = tuple(sorted({running[pid] for pid, _ in dead if pid in running} - done))
         if items:
             return WorkerError(f"{hows} while running item {', '.join(map(str, items))} of the batch", items)
-        left = tuple(i for i in range(len(futures) if total is None else total) if i not in done)
+        left = tuple(i for i in range(total) if i not in done)
         hint = ""
         if self._started is not None and not running and not done and dead and all(c == 1 for _, c in dead) \
                 and getattr(sys.modules.get("__main__"), "__file__", None):
