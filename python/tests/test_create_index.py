@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import lance
 import numpy as np
@@ -40,6 +41,17 @@ def copy(src: str, tmp_path: Path, name: str) -> str:
 QUERIES = lancegen.vectors(100, dim=DIM, seed=77)
 
 
+def _pylance_recall(uri: str, index_type: str, metric: str, x: np.ndarray, queries: np.ndarray, **kw: Any) -> list[float]:
+    """Recall of three pylance builds of the index over uri: pylance
+    trains from a random start (it cannot be seeded), so a test holds our
+    seeded build to their mean, not to one draw."""
+    runs = []
+    for _ in range(3):
+        lance.dataset(uri).create_index("vec", index_type, name="vec_idx", metric=metric, replace=True, **kw)
+        runs.append(lancegen.recall(lance.dataset(uri), x, queries, metric=metric, nprobes=8))
+    return runs
+
+
 @pytest.mark.parametrize("index_type", ["IVF_FLAT", "IVF_SQ", "IVF_PQ", "IVF_RQ"])
 @pytest.mark.parametrize("metric", ["l2", "cosine", "dot"])
 def test_recall_against_pylance_create_index(tmp_path: Path, base: tuple[str, np.ndarray], index_type: str, metric: str) -> None:
@@ -50,9 +62,9 @@ def test_recall_against_pylance_create_index(tmp_path: Path, base: tuple[str, np
     ours, theirs = copy(src, tmp_path, "ours"), copy(src, tmp_path, "theirs")
     out = ls.create_index(ours, "vec", index_type, metric=metric, progress=False, seed=1, fragments_per_task=1, **kw)
     assert out.version == 2
-    lance.dataset(theirs).create_index("vec", index_type, name="vec_idx", metric=metric, **kw)
     r_ours = lancegen.recall(lance.dataset(ours), x, QUERIES, metric=metric, nprobes=8)
-    r_theirs = lancegen.recall(lance.dataset(theirs), x, QUERIES, metric=metric, nprobes=8)
+    runs = _pylance_recall(theirs, index_type, metric, x, QUERIES, **kw)
+    r_theirs = sum(runs) / len(runs)
     # Both sides train at random (pylance cannot be seeded): k-means, PQ
     # codebooks and RQ rotations differ, so recall differs by that noise.
     # PQ recall is the noisiest: over 24 trainings each (nprobes = all
@@ -63,9 +75,9 @@ def test_recall_against_pylance_create_index(tmp_path: Path, base: tuple[str, np
     # differ by 0.07. RQ too: its rotation is random, and l2 IVF_RQ here
     # gave 0.851-0.908 over our seeds 1-6 (mean 0.885) and 0.877-0.905 over
     # six pylance trainings (mean 0.892); seed 1 is our lowest, and a CI run
-    # drew pylance's 0.905 against it.
+    # drew pylance's 0.905 against it (one build then; a mean of three now).
     slack = 0.08 if index_type in ("IVF_PQ", "IVF_RQ") else 0.05
-    assert r_ours >= r_theirs - slack, (r_ours, r_theirs)
+    assert r_ours >= r_theirs - slack, (r_ours, runs)
     segs = ls.open(ours).list_index_segments("vec_idx")
     assert len(segs) == 1 and segs[0].num_rows == N
     assert segs[0].pq_transposed in (None, True) and segs[0].rq_packed in (None, True)  # query layout after the merge
@@ -105,11 +117,15 @@ def test_create_index_float16(tmp_path: Path, base: tuple[str, np.ndarray]) -> N
             kw["num_sub_vectors"] = 8
         ours, theirs = copy(src, tmp_path, f"o-{index_type}"), copy(src, tmp_path, f"t-{index_type}")
         ls.create_index(ours, "vec", index_type, metric=metric, progress=False, seed=2, **kw)
-        lance.dataset(theirs).create_index("vec", index_type, name="vec_idx", metric=metric, **kw)
         r_ours = lancegen.recall(lance.dataset(ours), xf, QUERIES[:50], metric=metric, nprobes=8)
-        r_theirs = lancegen.recall(lance.dataset(theirs), xf, QUERIES[:50], metric=metric, nprobes=8)
-        slack = 0.08 if index_type == "IVF_PQ" else 0.05
-        assert r_ours >= r_theirs - slack, (index_type, r_ours, r_theirs)
+        runs = _pylance_recall(theirs, index_type, metric, xf, QUERIES[:50], **kw)
+        r_theirs = sum(runs) / len(runs)
+        # IVF_PQ, measured over eight builds each: our seeds 0.452-0.526
+        # (mean 0.487; seed 2 gives 0.472), pylance 0.474-0.556 (mean 0.503,
+        # one build's standard deviation 0.027); 0.1 is over three standard
+        # deviations of a mean of three above our seed's recall.
+        slack = 0.1 if index_type == "IVF_PQ" else 0.05
+        assert r_ours >= r_theirs - slack, (index_type, r_ours, runs)
 
 
 def test_dot_pq_follows_pylance_create_index(tmp_path: Path, base: tuple[str, np.ndarray]) -> None:
